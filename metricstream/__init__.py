@@ -1,0 +1,28 @@
+"""metricstream: exact, fast, streaming classification metrics from one confusion matrix.
+
+>>> from metricstream import ConfusionAccumulator
+>>> acc = ConfusionAccumulator(num_classes=3)
+>>> acc.update([0, 1, 2], [0, 2, 2]).accuracy()
+0.6666666666666666
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from . import metrics
+from ._dispatch import get_num_threads, set_num_threads
+from .accumulator import ConfusionAccumulator
+from .exceptions import UndefinedMetricWarning
+
+try:
+    __version__ = version("metricstream")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "ConfusionAccumulator",
+    "UndefinedMetricWarning",
+    "__version__",
+    "get_num_threads",
+    "metrics",
+    "set_num_threads",
+]

@@ -1,0 +1,545 @@
+"""The streaming confusion-matrix accumulator.
+
+It holds one K×K matrix (rows: true class, columns: predicted class) and delegates every metric to
+the plain functions of :mod:`metricstream.metrics`. Counting happens in Numba kernels
+(:mod:`metricstream._kernels`) through :mod:`metricstream._dispatch`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import metrics as _metrics
+from ._dispatch import count_batch
+from ._inputs import as_array, prepare_batch
+from .metrics._averaging import Average
+from .metrics._zero_division import ZeroDivision
+from .metrics.agreement import KappaWeights
+from .metrics.counts import ClassCounts, Normalize
+
+# Version of the pickled state; bump when the layout of ``__getstate__`` changes.
+STATE_FORMAT = 1
+
+LabelsArg = Sequence[int | str] | np.ndarray | None
+
+
+class ConfusionAccumulator:
+    """A K×K confusion matrix accumulated over a stream of batches, with lazy metric views.
+
+    ``update`` counts a batch through a Numba kernel straight into the matrix (no O(N)
+    temporaries); metrics are computed only when asked, in O(K²) whatever the number of samples,
+    and cached until the next ``update``/``merge``/``reset``.
+
+    Invariants (each is tested):
+
+    * any split of a stream into batches gives the same matrix as one ``update``;
+    * ``merge`` is associative and commutative; merging an empty accumulator changes nothing;
+    * a failed ``update`` or ``merge`` raises and leaves the accumulator exactly as it was;
+    * ``update``, ``merge`` and ``reset`` return ``self``; ``a + b`` returns a new accumulator;
+    * concurrent ``update`` calls from several threads lose no count.
+
+    Args:
+        num_classes: K, the number of classes; labels are integers in ``[0, K)``.
+        class_names: optional K unique names, used in reports and accepted in ``labels``.
+        ignore_index: a true label whose samples are skipped (e.g. 255 in segmentation masks);
+            it may lie inside or outside ``[0, K)``.
+        weighted: count in float64 so that ``weights`` may be fractional. By default counts
+            are exact int64, and ``weights``, if given, must be whole numbers.
+        class_axis: the axis of ``y_pred`` holding class scores when ``y_pred`` has one more
+            dimension than ``y_true`` (1, PyTorch's ``(N, C, ...)`` layout, by default; -1 for
+            channels-last).
+
+    Example:
+        >>> acc = ConfusionAccumulator(num_classes=3)
+        >>> acc.update([0, 1, 2, 2], [0, 2, 2, 2]).accuracy()
+        0.75
+        >>> acc.update([1, 1], [1, 1]).recall(average="macro")
+        0.8333333333333334
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        class_names: Sequence[str] | None = None,
+        ignore_index: int | None = None,
+        *,
+        weighted: bool = False,
+        class_axis: int = 1,
+    ) -> None:
+        self._num_classes = _check_num_classes(num_classes)
+        self._class_names = _check_class_names(class_names, self._num_classes)
+        self._ignore_index = _check_optional_int(ignore_index, "ignore_index")
+        if not isinstance(weighted, (bool, np.bool_)):
+            raise TypeError(f"`weighted` must be True or False, got {weighted!r}.")
+        self._weighted = bool(weighted)
+        self._class_axis = _check_int(class_axis, "class_axis")
+        dtype = np.float64 if self._weighted else np.int64
+        self._matrix = np.zeros((self._num_classes, self._num_classes), dtype=dtype)
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: ClassCounts | None = None
+        self._views: dict[Any, Any] = {}
+
+    # ------------------------------------------------------------------ configuration
+    @property
+    def num_classes(self) -> int:
+        """K, the number of classes."""
+        return self._num_classes
+
+    @property
+    def class_names(self) -> tuple[str, ...] | None:
+        """The class names given at construction, or None."""
+        return self._class_names
+
+    @property
+    def ignore_index(self) -> int | None:
+        """The true label whose samples are skipped, or None."""
+        return self._ignore_index
+
+    @property
+    def weighted(self) -> bool:
+        """Whether counts are float64 weights (True) or exact int64 counts (False)."""
+        return self._weighted
+
+    @property
+    def class_axis(self) -> int:
+        """Axis of class scores in ``y_pred`` when scores are given instead of labels."""
+        return self._class_axis
+
+    # ------------------------------------------------------------------ state
+    @property
+    def matrix(self) -> np.ndarray:
+        """The K×K matrix as a read-only view (rows true, columns predicted).
+
+        It reflects later updates; use ``acc.matrix.copy()`` to keep a snapshot.
+        """
+        view = self._matrix.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def num_samples(self) -> int | float:
+        """N: samples counted so far (total weight for a weighted accumulator)."""
+        total = self._class_counts().total
+        return float(total) if self._weighted else int(total)
+
+    def update(self, y_true: Any, y_pred: Any, weights: Any = None) -> ConfusionAccumulator:
+        """Count a batch and return ``self``.
+
+        Args:
+            y_true: true labels, any shape (e.g. ``(N,)`` or ``(B, H, W)`` masks), any integer
+                dtype, or floats holding whole numbers. Numpy arrays, lists, and objects with
+                ``__dlpack__``/``__array__`` (CPU torch tensors) are read without copying.
+            y_pred: predicted labels of the same shape, or scores/logits with one more
+                dimension (classes on ``class_axis``), whose argmax is taken inside the kernel.
+            weights: optional non-negative finite weights of ``y_true``'s shape (whole numbers
+                unless the accumulator is ``weighted``).
+
+        Raises:
+            TypeError: non-numeric input.
+            ValueError: mismatched shapes, a label outside ``[0, K)`` (other than
+                ``ignore_index``), a negative, NaN or fractional label, a bad weight, or a NaN
+                score. The message names the argument, the value and its position, and the
+                accumulator is left exactly as it was.
+        """
+        batch = prepare_batch(y_true, y_pred, weights, self._num_classes, self._class_axis)
+        with self._lock:
+            count_batch(self._matrix, batch, self._ignore_index)
+            self._changed()
+        return self
+
+    def merge(self, other: ConfusionAccumulator) -> ConfusionAccumulator:
+        """Add ``other``'s counts to this accumulator in place and return ``self``.
+
+        Merging is exact, associative and commutative; merging an empty accumulator changes
+        nothing. Both must agree on ``num_classes``, ``class_names``, ``ignore_index`` and
+        ``weighted``; otherwise a ``ValueError`` names the difference and nothing changes.
+        """
+        if not isinstance(other, ConfusionAccumulator):
+            raise TypeError(
+                f"can only merge a ConfusionAccumulator, got {type(other).__name__}."
+            )
+        self._check_compatible(other)
+        if other is self:
+            with self._lock:
+                self._matrix += self._matrix.copy()
+                self._changed()
+            return self
+        # Lock in a global order so that a.merge(b) and b.merge(a) in two threads cannot deadlock.
+        first, second = sorted((self, other), key=id)
+        with first._lock, second._lock:
+            self._matrix += other._matrix
+            self._changed()
+        return self
+
+    def reset(self) -> ConfusionAccumulator:
+        """Set every count to zero and return ``self`` (the configuration is kept)."""
+        with self._lock:
+            self._matrix[...] = 0
+            self._changed()
+        return self
+
+    def copy(self) -> ConfusionAccumulator:
+        """An independent accumulator with the same configuration and counts."""
+        new = self._empty_like()
+        with self._lock:
+            new._matrix[...] = self._matrix
+        return new
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo: dict) -> ConfusionAccumulator:
+        return self.copy()
+
+    def __add__(self, other: ConfusionAccumulator) -> ConfusionAccumulator:
+        if not isinstance(other, ConfusionAccumulator):
+            return NotImplemented
+        return self.copy().merge(other)
+
+    def __radd__(self, other: Any) -> ConfusionAccumulator:
+        # ``sum(accumulators)`` starts from 0.
+        if isinstance(other, int) and other == 0:
+            return self.copy()
+        return NotImplemented
+
+    def __iadd__(self, other: ConfusionAccumulator) -> ConfusionAccumulator:
+        if not isinstance(other, ConfusionAccumulator):
+            return NotImplemented
+        return self.merge(other)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConfusionAccumulator):
+            return NotImplemented
+        return self._config() == other._config() and np.array_equal(self._matrix, other._matrix)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        parts = [f"num_classes={self._num_classes}", f"num_samples={self.num_samples}"]
+        if self._weighted:
+            parts.append("weighted=True")
+        if self._ignore_index is not None:
+            parts.append(f"ignore_index={self._ignore_index}")
+        if self._class_names is not None:
+            parts.append(f"class_names={list(self._class_names)}")
+        return f"ConfusionAccumulator({', '.join(parts)})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            matrix = self._matrix.copy()
+        state = {"format": STATE_FORMAT, "matrix": matrix}
+        state.update(self._config())
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError(
+                f"cannot restore a ConfusionAccumulator from state format "
+                f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r}; "
+                f"this version reads format {STATE_FORMAT}."
+            )
+        fresh = ConfusionAccumulator(
+            state["num_classes"],
+            class_names=state["class_names"],
+            ignore_index=state["ignore_index"],
+            weighted=state["weighted"],
+            class_axis=state["class_axis"],
+        )
+        matrix = np.asarray(state["matrix"])
+        if matrix.shape != fresh._matrix.shape or matrix.dtype != fresh._matrix.dtype:
+            raise ValueError(
+                f"state matrix has shape {matrix.shape} and dtype {matrix.dtype}, expected "
+                f"{fresh._matrix.shape} and {fresh._matrix.dtype}."
+            )
+        self.__dict__.update(fresh.__dict__)
+        self._matrix[...] = matrix
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_batch(
+        cls,
+        y_true: Any,
+        y_pred: Any,
+        weights: Any = None,
+        *,
+        num_classes: int,
+        class_names: Sequence[str] | None = None,
+        ignore_index: int | None = None,
+        weighted: bool = False,
+        class_axis: int = 1,
+    ) -> ConfusionAccumulator:
+        """A new accumulator holding one batch: the metrics of that batch alone.
+
+        Example:
+            >>> ConfusionAccumulator.from_batch([0, 1, 1], [0, 1, 0], num_classes=2).accuracy()
+            0.6666666666666666
+        """
+        acc = cls(num_classes, class_names, ignore_index, weighted=weighted,
+                  class_axis=class_axis)
+        return acc.update(y_true, y_pred, weights)
+
+    @classmethod
+    def from_matrix(
+        cls,
+        matrix: Any,
+        class_names: Sequence[str] | None = None,
+        ignore_index: int | None = None,
+        *,
+        weighted: bool | None = None,
+    ) -> ConfusionAccumulator:
+        """An accumulator holding an existing K×K matrix (rows true, columns predicted).
+
+        ``weighted`` defaults to whether ``matrix`` has a float dtype with fractional entries.
+        """
+        array = _metrics.counts.check_matrix(as_array(matrix, "matrix"))
+        if weighted is None:
+            weighted = array.dtype.kind == "f" and not np.array_equal(array, np.round(array))
+        acc = cls(array.shape[0], class_names, ignore_index, weighted=weighted)
+        if not weighted and array.dtype.kind == "f" and not np.array_equal(array, np.round(array)):
+            raise ValueError(
+                "`matrix` holds fractional counts; pass `weighted=True` to keep them."
+            )
+        acc._matrix[...] = array
+        return acc
+
+    # ------------------------------------------------------------------ metric views
+    def class_counts(self) -> ClassCounts:
+        """The cached per-class reductions (TP, AP, PP, N) every metric is built from."""
+        return self._class_counts()
+
+    def confusion_matrix(self, normalize: Normalize = None) -> np.ndarray:
+        """The matrix as a new array; ``normalize`` is None, "true", "pred" or "all".
+
+        See :func:`metricstream.metrics.normalize_confusion_matrix`.
+        """
+        return self._view(_metrics.normalize_confusion_matrix, normalize=normalize)
+
+    def true_positives(self) -> np.ndarray:
+        """``TP_i = C_ii`` per class."""
+        return self._view(_metrics.true_positives)
+
+    def false_positives(self) -> np.ndarray:
+        """``FP_i = PP_i - TP_i`` per class."""
+        return self._view(_metrics.false_positives)
+
+    def false_negatives(self) -> np.ndarray:
+        """``FN_i = AP_i - TP_i`` per class."""
+        return self._view(_metrics.false_negatives)
+
+    def true_negatives(self) -> np.ndarray:
+        """``TN_i = N - AP_i - PP_i + TP_i`` per class."""
+        return self._view(_metrics.true_negatives)
+
+    def support(self) -> np.ndarray:
+        """Actual positives ``AP_i`` (row sums) per class."""
+        return self._view(_metrics.support)
+
+    def predicted_positives(self) -> np.ndarray:
+        """Predicted positives ``PP_i`` (column sums) per class."""
+        return self._view(_metrics.predicted_positives)
+
+    def accuracy(self, *, zero_division: ZeroDivision = "warn") -> float:
+        """Overall accuracy ``sum_i TP_i / N``; see :func:`metricstream.metrics.accuracy`."""
+        return self._view(_metrics.accuracy, zero_division=zero_division)
+
+    def balanced_accuracy(self, adjusted: bool = False, *,
+                          zero_division: ZeroDivision = "warn") -> float:
+        """Average accuracy (mean recall over present classes); see
+        :func:`metricstream.metrics.balanced_accuracy`."""
+        return self._view(_metrics.balanced_accuracy, adjusted=adjusted,
+                          zero_division=zero_division)
+
+    def ovr_accuracy(self, average: Average = None, *,
+                     zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """One-vs-rest accuracy ``(TP_i + TN_i) / N``; see
+        :func:`metricstream.metrics.ovr_accuracy`."""
+        return self._view(_metrics.ovr_accuracy, average=average, zero_division=zero_division)
+
+    def precision(self, average: Average = None, labels: LabelsArg = None,
+                  zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Precision ``TP_i / PP_i``; see :func:`metricstream.metrics.precision`."""
+        return self._view(_metrics.precision, average=average, labels=self._labels(labels),
+                          zero_division=zero_division)
+
+    def recall(self, average: Average = None, labels: LabelsArg = None,
+               zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Recall ``TP_i / AP_i``; see :func:`metricstream.metrics.recall`."""
+        return self._view(_metrics.recall, average=average, labels=self._labels(labels),
+                          zero_division=zero_division)
+
+    def f1(self, average: Average = None, labels: LabelsArg = None,
+           zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """F1 ``2 TP_i / (AP_i + PP_i)``; see :func:`metricstream.metrics.f1`."""
+        return self._view(_metrics.f1, average=average, labels=self._labels(labels),
+                          zero_division=zero_division)
+
+    def fbeta(self, beta: float, average: Average = None, labels: LabelsArg = None,
+              zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """F-beta ``(1 + beta²) TP_i / (beta² AP_i + PP_i)``; see
+        :func:`metricstream.metrics.fbeta`."""
+        return self._view(_metrics.fbeta, beta, average=average, labels=self._labels(labels),
+                          zero_division=zero_division)
+
+    def precision_recall_fscore_support(self, beta: float = 1.0, average: Average = None,
+                                        labels: LabelsArg = None,
+                                        zero_division: ZeroDivision = "warn") -> tuple:
+        """``(precision, recall, fbeta, support)``, as scikit-learn's function of that name."""
+        return self._view(_metrics.precision_recall_fscore_support, beta=beta, average=average,
+                          labels=self._labels(labels), zero_division=zero_division)
+
+    def jaccard(self, average: Average = None, labels: LabelsArg = None,
+                zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Jaccard index / IoU ``TP_i / (AP_i + PP_i - TP_i)``; see
+        :func:`metricstream.metrics.jaccard`."""
+        return self._view(_metrics.jaccard, average=average, labels=self._labels(labels),
+                          zero_division=zero_division)
+
+    def miou(self, *, zero_division: ZeroDivision = "warn") -> float:
+        """Segmentation mIoU over classes present in truth or prediction; see
+        :func:`metricstream.metrics.miou`."""
+        return self._view(_metrics.miou, zero_division=zero_division)
+
+    def cohen_kappa(self, weights: KappaWeights = None, *,
+                    zero_division: ZeroDivision = "warn") -> float:
+        """Cohen's kappa, optionally "linear"/"quadratic" weighted; see
+        :func:`metricstream.metrics.cohen_kappa`."""
+        return self._view(_metrics.cohen_kappa, weights=weights, zero_division=zero_division)
+
+    def matthews_corrcoef(self, *, zero_division: float = 0.0) -> float:
+        """Multiclass Matthews correlation coefficient; see
+        :func:`metricstream.metrics.matthews_corrcoef`."""
+        return self._view(_metrics.matthews_corrcoef, zero_division=zero_division)
+
+    # ------------------------------------------------------------------ internals
+    def _config(self) -> dict[str, Any]:
+        return {
+            "num_classes": self._num_classes,
+            "class_names": None if self._class_names is None else list(self._class_names),
+            "ignore_index": self._ignore_index,
+            "weighted": self._weighted,
+            "class_axis": self._class_axis,
+        }
+
+    def _empty_like(self) -> ConfusionAccumulator:
+        return ConfusionAccumulator(self._num_classes, self._class_names, self._ignore_index,
+                                    weighted=self._weighted, class_axis=self._class_axis)
+
+    def _check_compatible(self, other: ConfusionAccumulator) -> None:
+        for field in ("num_classes", "class_names", "ignore_index", "weighted"):
+            mine, theirs = getattr(self, field), getattr(other, field)
+            if mine != theirs:
+                raise ValueError(
+                    f"cannot merge accumulators with different `{field}`: {mine!r} here, "
+                    f"{theirs!r} in the other; merged shards must be configured alike."
+                )
+
+    def _changed(self) -> None:
+        self._counts = None
+        self._views.clear()
+
+    def _class_counts(self) -> ClassCounts:
+        counts = self._counts
+        if counts is None:
+            with self._lock:
+                counts = ClassCounts.from_matrix(self._matrix, validate=False)
+                self._counts = counts
+        return counts
+
+    def _view(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Compute ``function(counts, ...)``, cached until the state changes.
+
+        Results that may warn (``zero_division="warn"``) are recomputed (O(K)) each call so the
+        warning is repeated, as scikit-learn repeats it.
+        """
+        cacheable = kwargs.get("zero_division", None) != "warn"
+        key = (function.__name__, args, tuple(kwargs.items()))
+        if cacheable:
+            try:
+                hit = self._views.get(key)
+            except TypeError:  # unhashable argument, e.g. a kappa weight matrix
+                cacheable = False
+            else:
+                if hit is not None:
+                    return _fresh(hit)
+        value = function(self._class_counts(), *args, **kwargs)
+        if cacheable:
+            self._views[key] = value
+            return _fresh(value)
+        return value
+
+    def _labels(self, labels: LabelsArg) -> tuple[int, ...] | None:
+        if labels is None:
+            return None
+        if isinstance(labels, (str, int, np.integer)):
+            labels = [labels]  # type: ignore[list-item]
+        indices = []
+        for position, label in enumerate(labels):  # type: ignore[union-attr]
+            if isinstance(label, str):
+                if self._class_names is None or label not in self._class_names:
+                    known = "this accumulator has no `class_names`" if self._class_names is None \
+                        else f"known names: {list(self._class_names)}"
+                    raise ValueError(
+                        f"`labels` holds unknown class name {label!r} at position {position}; "
+                        f"{known}."
+                    )
+                indices.append(self._class_names.index(label))
+            elif isinstance(label, (int, np.integer)) and not isinstance(label, bool):
+                indices.append(int(label))
+            else:
+                raise TypeError(
+                    f"`labels` holds {label!r} at position {position}; labels must be class "
+                    f"indices or class names."
+                )
+        return tuple(indices)
+
+
+def _fresh(value: Any) -> Any:
+    """Copy cached arrays so callers cannot modify the cache."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, tuple):
+        return tuple(_fresh(v) for v in value)
+    return value
+
+
+def _check_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
+    return int(value)
+
+
+def _check_optional_int(value: Any, name: str) -> int | None:
+    return None if value is None else _check_int(value, name)
+
+
+def _check_num_classes(value: Any) -> int:
+    num_classes = _check_int(value, "num_classes")
+    if num_classes < 1:
+        raise ValueError(f"`num_classes` must be at least 1, got {num_classes}.")
+    return num_classes
+
+
+def _check_class_names(names: Sequence[str] | None, num_classes: int) -> tuple[str, ...] | None:
+    if names is None:
+        return None
+    if isinstance(names, str):
+        raise TypeError("`class_names` must be a sequence of strings, got a single string.")
+    names = tuple(names)
+    if len(names) != num_classes:
+        raise ValueError(
+            f"`class_names` has {len(names)} names, but `num_classes` is {num_classes}."
+        )
+    for position, name in enumerate(names):
+        if not isinstance(name, str):
+            raise TypeError(
+                f"`class_names` holds {name!r} at position {position}; names must be strings."
+            )
+    if len(set(names)) != len(names):
+        duplicate = next(n for n in names if names.count(n) > 1)
+        raise ValueError(f"`class_names` holds {duplicate!r} more than once; names must be unique.")
+    return names

@@ -1,0 +1,165 @@
+"""Precision, recall, F-beta and F1, per class and averaged (scikit-learn's definitions).
+
+For class ``i`` (see :mod:`metricstream.metrics.counts` for the notation):
+
+* ``precision_i = TP_i / PP_i``
+* ``recall_i = TP_i / AP_i``
+* ``F_beta_i = (1 + beta²) TP_i / (beta² AP_i + PP_i)`` — computed from counts, not from P and R,
+  so it is defined whenever the class was true or predicted at least once.
+
+Averages: ``micro`` sums TP, PP and AP over the selected classes first (over all classes,
+micro P = R = F = accuracy); ``macro`` is the plain mean of the per-class values; ``weighted``
+weights them by ``AP_i``. 0/0 follows ``zero_division`` (see ``_zero_division``).
+
+Reference: scikit-learn, ``sklearn.metrics.precision_recall_fscore_support``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._averaging import Average, average_scores, check_average
+from ._zero_division import ZeroDivision, divide, zero_division_value
+from .counts import Labels, MatrixLike, as_counts, label_indices
+
+
+def _selected(matrix: MatrixLike, labels: Labels, average: Average):
+    check_average(average)
+    counts = as_counts(matrix)
+    indices = label_indices(labels, counts.num_classes)
+    tp, pp, ap = counts.true_positives, counts.predicted_positives, counts.actual_positives
+    if indices is not None:
+        tp, pp, ap = tp[indices], pp[indices], ap[indices]
+    if average == "micro":
+        tp, pp, ap = tp.sum(keepdims=True), pp.sum(keepdims=True), ap.sum(keepdims=True)
+    return tp, pp, ap
+
+
+def _finish(scores: np.ndarray, average: Average, support: np.ndarray) -> float | np.ndarray:
+    if average == "micro":
+        return float(scores[0])
+    return average_scores(scores, average, support)
+
+
+def precision(
+    matrix: MatrixLike,
+    *,
+    average: Average = None,
+    labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
+) -> float | np.ndarray:
+    """Precision ``TP_i / PP_i``: of the samples predicted as class ``i``, the share truly ``i``.
+
+    0/0 (class never predicted) gives ``zero_division``.
+
+    Args:
+        matrix: K×K confusion matrix (rows true, columns predicted) or ``ClassCounts``.
+        average: None (per class), "micro", "macro" or "weighted".
+        labels: class indices to include, in output order (default: all).
+        zero_division: "warn" (0.0 and a warning), 0, 1 or np.nan (left out of averages).
+
+    Example:
+        >>> precision([[4, 1, 1], [6, 2, 2], [3, 0, 6]], average="micro")
+        0.48
+    """
+    tp, pp, ap = _selected(matrix, labels, average)
+    scores = divide(tp, pp, zero_division, metric="Precision", missing="predicted")
+    return _finish(scores, average, ap)
+
+
+def recall(
+    matrix: MatrixLike,
+    *,
+    average: Average = None,
+    labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
+) -> float | np.ndarray:
+    """Recall (sensitivity, TPR) ``TP_i / AP_i``: of the samples of class ``i``, the share found.
+
+    0/0 (class absent from the truth) gives ``zero_division``. Weighted recall over all classes
+    equals accuracy. Arguments as :func:`precision`.
+
+    Example:
+        >>> recall([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
+        array([0.6667, 0.2   , 0.6667])
+    """
+    tp, pp, ap = _selected(matrix, labels, average)
+    scores = divide(tp, ap, zero_division, metric="Recall", missing="true")
+    return _finish(scores, average, ap)
+
+
+def fbeta(
+    matrix: MatrixLike,
+    beta: float,
+    *,
+    average: Average = None,
+    labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
+) -> float | np.ndarray:
+    """F-beta ``(1 + beta²) TP_i / (beta² AP_i + PP_i)``, the weighted harmonic mean of P and R.
+
+    ``beta < 1`` favours precision, ``beta > 1`` recall; ``beta = 0`` is precision and
+    ``beta = inf`` is recall. 0/0 (class neither true nor predicted) gives ``zero_division``.
+    Arguments as :func:`precision`.
+
+    Example:
+        >>> round(fbeta([[4, 1, 1], [6, 2, 2], [3, 0, 6]], 2.0, average="macro"), 4)
+        0.4817
+    """
+    if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)):
+        raise TypeError(f"`beta` must be a number, got {type(beta).__name__}.")
+    if not beta >= 0:
+        raise ValueError(f"`beta` must be non-negative, got {beta!r}.")
+    if np.isposinf(beta):
+        return recall(matrix, average=average, labels=labels, zero_division=zero_division)
+    if beta == 0:
+        return precision(matrix, average=average, labels=labels, zero_division=zero_division)
+    tp, pp, ap = _selected(matrix, labels, average)
+    beta2 = float(beta) ** 2
+    numerator = (1 + beta2) * tp.astype(np.float64)
+    denominator = beta2 * ap.astype(np.float64) + pp.astype(np.float64)
+    scores = divide(numerator, denominator, zero_division, metric="F-score",
+                    missing="true nor predicted")
+    return _finish(scores, average, ap)
+
+
+def f1(
+    matrix: MatrixLike,
+    *,
+    average: Average = None,
+    labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
+) -> float | np.ndarray:
+    """F1 ``2 TP_i / (AP_i + PP_i)`` (the Dice coefficient); :func:`fbeta` with ``beta = 1``.
+
+    Example:
+        >>> f1([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
+        array([0.4211, 0.3077, 0.6667])
+    """
+    return fbeta(matrix, 1.0, average=average, labels=labels, zero_division=zero_division)
+
+
+def precision_recall_fscore_support(
+    matrix: MatrixLike,
+    *,
+    beta: float = 1.0,
+    average: Average = None,
+    labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
+) -> tuple:
+    """``(precision, recall, fbeta, support)`` in one call, as scikit-learn's function.
+
+    ``support`` (``AP_i``) is returned per class when ``average`` is None, else None.
+    """
+    zero_division_value(zero_division)
+    result = (
+        precision(matrix, average=average, labels=labels, zero_division=zero_division),
+        recall(matrix, average=average, labels=labels, zero_division=zero_division),
+        fbeta(matrix, beta, average=average, labels=labels, zero_division=zero_division),
+    )
+    if average is not None:
+        return result + (None,)
+    counts = as_counts(matrix)
+    indices = label_indices(labels, counts.num_classes)
+    support = counts.actual_positives if indices is None else counts.actual_positives[indices]
+    return result + (support.copy(),)
