@@ -57,7 +57,7 @@ class ConfusionAccumulator:
         >>> acc.update([0, 1, 2, 2], [0, 2, 2, 2]).accuracy()
         0.75
         >>> acc.update([1, 1], [1, 1]).recall(average="macro")
-        0.8333333333333334
+        0.8888888888888888
     """
 
     def __init__(

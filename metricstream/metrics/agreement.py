@@ -58,7 +58,7 @@ def cohen_kappa(
 
     Example:
         >>> round(cohen_kappa([[4, 1, 1], [6, 2, 2], [3, 0, 6]]), 4)
-        0.2408
+        0.2546
     """
     counts = as_counts(matrix)
     zero_division_value(zero_division)
@@ -91,7 +91,7 @@ def matthews_corrcoef(matrix: MatrixLike, *, zero_division: float = 0.0) -> floa
 
     Example:
         >>> round(matthews_corrcoef([[4, 1, 1], [6, 2, 2], [3, 0, 6]]), 4)
-        0.2757
+        0.2872
     """
     counts = as_counts(matrix)
     replacement = zero_division_value(zero_division) if zero_division != "warn" else None

@@ -56,7 +56,7 @@ def miou(matrix: MatrixLike, *, zero_division: ZeroDivision = "warn") -> float:
 
     Example:
         >>> round(miou([[4, 1, 0], [6, 2, 0], [0, 0, 0]]), 4)
-        0.2239
+        0.2929
     """
     counts = as_counts(matrix)
     zero_division_value(zero_division)

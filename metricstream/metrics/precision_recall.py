@@ -104,7 +104,7 @@ def fbeta(
 
     Example:
         >>> round(fbeta([[4, 1, 1], [6, 2, 2], [3, 0, 6]], 2.0, average="macro"), 4)
-        0.4817
+        0.4799
     """
     if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)):
         raise TypeError(f"`beta` must be a number, got {type(beta).__name__}.")
