@@ -1,0 +1,164 @@
+"""Every input form `update` accepts gives the same matrix as plain int64 numpy arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from metricstream import ConfusionAccumulator
+
+RNG = np.random.default_rng(3)
+Y_TRUE = RNG.integers(0, 6, size=(3, 7, 5))
+Y_PRED = RNG.integers(0, 6, size=(3, 7, 5))
+REFERENCE = ConfusionAccumulator(6).update(Y_TRUE.ravel(), Y_PRED.ravel()).matrix.copy()
+
+DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+          np.float16, np.float32, np.float64]
+
+
+@pytest.mark.parametrize("true_dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("pred_dtype", [np.int64, np.uint8, np.float32],
+                         ids=lambda d: np.dtype(d).name)
+def test_any_numeric_dtype(true_dtype, pred_dtype):
+    acc = ConfusionAccumulator(6).update(Y_TRUE.astype(true_dtype), Y_PRED.astype(pred_dtype))
+    np.testing.assert_array_equal(acc.matrix, REFERENCE)
+
+
+def test_bool_labels():
+    acc = ConfusionAccumulator(2).update(np.array([True, False, True]), [1, 0, 0])
+    np.testing.assert_array_equal(acc.matrix, [[1, 0], [1, 1]])
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [
+        lambda a: a.tolist(),
+        lambda a: np.asfortranarray(a),
+        lambda a: a.astype(a.dtype.newbyteorder(">")),
+        lambda a: _readonly(a),
+    ],
+    ids=["nested-list", "fortran-order", "big-endian", "read-only"],
+)
+def test_array_forms(transform):
+    acc = ConfusionAccumulator(6).update(transform(Y_TRUE), transform(Y_PRED))
+    np.testing.assert_array_equal(acc.matrix, REFERENCE)
+
+
+def test_mixed_memory_orders_pair_elements_correctly():
+    acc = ConfusionAccumulator(6).update(np.asfortranarray(Y_TRUE), Y_PRED)
+    np.testing.assert_array_equal(acc.matrix, REFERENCE)
+
+
+def test_strided_views():
+    big_true = np.repeat(Y_TRUE.ravel(), 2)
+    big_pred = np.repeat(Y_PRED.ravel(), 2)
+    acc = ConfusionAccumulator(6).update(big_true[::2], big_pred[1::2])
+    np.testing.assert_array_equal(acc.matrix, REFERENCE)
+    columns = np.stack([Y_TRUE.ravel(), Y_PRED.ravel()], axis=1)
+    acc = ConfusionAccumulator(6).update(columns[:, 0], columns[:, 1])
+    np.testing.assert_array_equal(acc.matrix, REFERENCE)
+    acc = ConfusionAccumulator(6).update(Y_TRUE.transpose(2, 0, 1), Y_PRED.transpose(2, 0, 1))
+    np.testing.assert_array_equal(acc.matrix, REFERENCE)
+
+
+def _readonly(array):
+    array = array.copy()
+    array.flags.writeable = False
+    return array
+
+
+class ArrayOnly:
+    """An object exposing only ``__array__`` (like many array libraries)."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __array__(self, dtype=None, copy=None):
+        return self._array
+
+
+class DLPackOnly:
+    """An object exposing only the DLPack protocol (like a CPU tensor of another framework)."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+class GPUTensor:
+    """Mimics a device tensor: DLPack refuses to export it to the CPU, and no ``__array__``."""
+
+    def __dlpack__(self, **kwargs):
+        raise BufferError("cannot export a CUDA tensor to the CPU")
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_array_protocols():
+    for wrap in (ArrayOnly, DLPackOnly):
+        acc = ConfusionAccumulator(6).update(wrap(Y_TRUE), wrap(Y_PRED))
+        np.testing.assert_array_equal(acc.matrix, REFERENCE)
+
+
+def test_device_tensor_gets_a_clear_error():
+    acc = ConfusionAccumulator(6)
+    with pytest.raises(TypeError, match=r"`y_true` could not be read through DLPack .*\.cpu\(\)"):
+        acc.update(GPUTensor(), Y_PRED)
+
+
+def test_torch_tensors_without_importing_torch_ourselves():
+    torch = pytest.importorskip("torch")
+    y_true = torch.from_numpy(Y_TRUE)
+    logits = torch.randn(3, 6, 7, 5, requires_grad=True)
+    acc = ConfusionAccumulator(6).update(y_true, torch.from_numpy(Y_PRED).to(torch.int32))
+    np.testing.assert_array_equal(acc.matrix, REFERENCE)
+    fused = ConfusionAccumulator(6).update(y_true, logits)
+    expected = ConfusionAccumulator(6).update(Y_TRUE, logits.detach().argmax(1).numpy())
+    np.testing.assert_array_equal(fused.matrix, expected.matrix)
+
+
+def test_scalars_and_empty_batches():
+    acc = ConfusionAccumulator(3).update(2, 1)
+    np.testing.assert_array_equal(acc.matrix, [[0, 0, 0], [0, 0, 0], [0, 1, 0]])
+    acc.update([], [])
+    acc.update(np.zeros((0, 4), int), np.zeros((0, 4), int))
+    acc.update(np.zeros((0,), int), np.zeros((0, 3)))  # empty scores
+    assert acc.num_samples == 1
+
+
+def test_integer_scores_and_ties():
+    scores = np.array([[1, 5, 5], [7, 7, 0], [-3, -2, -1]], dtype=np.int16)
+    acc = ConfusionAccumulator(3).update([1, 0, 2], scores)
+    np.testing.assert_array_equal(acc.matrix, np.eye(3, dtype=int))
+
+
+def test_scores_with_weights_and_ignore_index():
+    y_true = np.array([[0, 255], [2, 1]], np.uint8)
+    scores = np.zeros((2, 3, 2), np.float32)
+    scores[0, 0, 0] = scores[0, 1, 1] = scores[1, 2, 0] = scores[1, 0, 1] = 1
+    weights = np.array([[2.0, 9.0], [0.5, 1.5]])
+    acc = ConfusionAccumulator(3, ignore_index=255, weighted=True).update(y_true, scores, weights)
+    np.testing.assert_array_equal(acc.matrix, [[2, 0, 0], [1.5, 0, 0], [0, 0, 0.5]])
+
+
+def test_ignore_index_inside_the_label_range():
+    acc = ConfusionAccumulator(3, ignore_index=0).update([0, 1, 2, 0], [2, 1, 0, 0])
+    np.testing.assert_array_equal(acc.matrix, [[0, 0, 0], [0, 1, 0], [1, 0, 0]])
+
+
+def test_segmentation_masks_with_void():
+    y_true = RNG.integers(0, 4, size=(2, 16, 16)).astype(np.uint8)
+    y_true[:, :2] = 255
+    y_pred = RNG.integers(0, 4, size=(2, 16, 16)).astype(np.uint8)
+    acc = ConfusionAccumulator(4, ignore_index=255).update(y_true, y_pred)
+    keep = y_true != 255
+    expected = np.zeros((4, 4), np.int64)
+    np.add.at(expected, (y_true[keep], y_pred[keep]), 1)
+    np.testing.assert_array_equal(acc.matrix, expected)
+    assert acc.num_samples == keep.sum()
