@@ -7,12 +7,14 @@ the plain functions of :mod:`metricstream.metrics`. Counting happens in Numba ke
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from . import metrics as _metrics
+from . import report as _report
 from ._dispatch import count_batch
 from ._inputs import as_array, prepare_batch
 from .metrics._averaging import Average
@@ -414,6 +416,44 @@ class ConfusionAccumulator:
         """Multiclass Matthews correlation coefficient; see
         :func:`metricstream.metrics.matthews_corrcoef`."""
         return self._view(_metrics.matthews_corrcoef, zero_division=zero_division)
+
+    # -- issue 4: more metric views and reports (metricstream.metrics, metricstream.report)
+    def classification_report(self, digits: int = 2, labels: LabelsArg = None,
+                              target_names: Sequence[str] | None = None,
+                              output_dict: bool = False,
+                              zero_division: ZeroDivision = "warn") -> str | dict:
+        """scikit-learn's ``classification_report``, character for character; class names
+        (if set) are the default ``target_names``. See
+        :func:`metricstream.report.classification_report`."""
+        indices = self._labels(labels)
+        if target_names is None and self._class_names is not None:
+            shown = (_report._present_labels(self._class_counts()) if indices is None
+                     else _metrics.counts.label_indices(indices, self._num_classes))
+            target_names = [self._class_names[i] for i in shown]
+        report = self._view(_report.classification_report, digits=digits, labels=indices,
+                            target_names=None if target_names is None else tuple(target_names),
+                            output_dict=output_dict, zero_division=zero_division)
+        return copy.deepcopy(report)  # a cached dict must not be mutated by the caller
+
+    def summary(self, format: str = "dict", *, zero_division: ZeroDivision = "warn",
+                digits: int = 4) -> dict | str:
+        """Overall and per-class metrics: ``format="dict"`` (JSON-ready), ``"text"`` or
+        ``"markdown"``; see :func:`metricstream.report.summary`. ``digits`` applies to text
+        and markdown."""
+        if format == "dict":
+            return copy.deepcopy(self._view(_report.summary, class_names=self._class_names,
+                                            zero_division=zero_division))
+        if format == "text":
+            return self._view(_report.summary_text, class_names=self._class_names,
+                              zero_division=zero_division, digits=digits)
+        if format == "markdown":
+            return self._view(_report.summary_markdown, class_names=self._class_names,
+                              zero_division=zero_division, digits=digits)
+        raise ValueError(f"`format` must be 'dict', 'text' or 'markdown', got {format!r}.")
+
+    def _repr_html_(self) -> str:
+        """The summary as an HTML table, for Jupyter (undefined values show as "–")."""
+        return self._view(_report.summary_html, class_names=self._class_names)
 
     # ------------------------------------------------------------------ internals
     def _config(self) -> dict[str, Any]:

@@ -46,11 +46,18 @@ def divide(
     metric: str,
     missing: str,
     stacklevel: int = 4,
+    positive_over_zero: float | None = None,
 ) -> np.ndarray:
     """Element-wise ``numerator / denominator`` in float64, with 0/0 replaced by ``zero_division``.
 
     ``metric`` (e.g. "Precision") and ``missing`` (e.g. "predicted") word the warning, as in
     "Precision is ill-defined and being set to 0.0 in labels with no predicted samples."
+
+    For the ratios whose denominator can vanish while the numerator does not (likelihood
+    ratios, odds ratio), ``positive_over_zero`` (``np.inf``) is the value of ``x/0`` with
+    ``x > 0``: that is a limit, not an undefined value, so it neither warns nor uses
+    ``zero_division``. By default every zero denominator counts as undefined (for the rates of
+    the confusion matrix the numerator is then 0 too).
     """
     replacement = zero_division_value(zero_division)
     numerator = np.asarray(numerator, dtype=np.float64)
@@ -59,10 +66,18 @@ def divide(
     if not undefined.any():
         return numerator / denominator
     result = numerator / np.where(undefined, 1.0, denominator)
+    if positive_over_zero is not None:
+        limit = undefined & (numerator != 0)
+        result[limit] = positive_over_zero
+        undefined &= ~limit
+        if not undefined.any():
+            return result
     result[undefined] = replacement
     if isinstance(zero_division, str):
+        # scikit-learn's wording (``_warn_prf``): "due to" for a single value (micro average)
+        where = "due to" if result.size == 1 else "in labels with"
         warnings.warn(
-            f"{metric} is ill-defined and being set to 0.0 in labels with no {missing} samples. "
+            f"{metric} is ill-defined and being set to 0.0 {where} no {missing} samples. "
             f"Use `zero_division` parameter to control this behavior.",
             UndefinedMetricWarning,
             stacklevel=stacklevel,
@@ -80,3 +95,32 @@ def undefined_scalar(zero_division: ZeroDivision, message: str, stacklevel: int 
             stacklevel=stacklevel,
         )
     return replacement
+
+
+def replace_undefined(
+    scores: np.ndarray,
+    undefined: np.ndarray,
+    zero_division: ZeroDivision,
+    *,
+    metric: str,
+    missing: str,
+    stacklevel: int = 4,
+) -> np.ndarray:
+    """Set ``scores[undefined]`` to ``zero_division`` (warning when asked to), in place.
+
+    Used by the metrics built from several ratios (informedness, markedness, per-class MCC):
+    such a metric is undefined exactly when one of its ratios is 0/0, and then takes the
+    ``zero_division`` value as a whole, like a single ratio does.
+    """
+    replacement = zero_division_value(zero_division)
+    if not undefined.any():
+        return scores
+    scores[undefined] = replacement
+    if isinstance(zero_division, str):
+        warnings.warn(
+            f"{metric} is ill-defined and being set to 0.0 in labels with no {missing} samples. "
+            f"Use `zero_division` parameter to control this behavior.",
+            UndefinedMetricWarning,
+            stacklevel=stacklevel,
+        )
+    return scores

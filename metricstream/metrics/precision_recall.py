@@ -10,6 +10,8 @@ For class ``i`` (see :mod:`metricstream.metrics.counts` for the notation):
 Averages: ``micro`` sums TP, PP and AP over the selected classes first (over all classes,
 micro P = R = F = accuracy); ``macro`` is the plain mean of the per-class values; ``weighted``
 weights them by ``AP_i``. 0/0 follows ``zero_division`` (see ``_zero_division``).
+``ignore_absent=True`` leaves classes absent from both truth and prediction out of the
+averages (the segmentation convention; see ``_selection``).
 
 Reference: scikit-learn, ``sklearn.metrics.precision_recall_fscore_support``.
 """
@@ -18,27 +20,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._averaging import Average, average_scores, check_average
+from ._averaging import Average
+from ._selection import reduce_scores, select
 from ._zero_division import ZeroDivision, divide, zero_division_value
 from .counts import Labels, MatrixLike, as_counts, label_indices
 
 
-def _selected(matrix: MatrixLike, labels: Labels, average: Average):
-    check_average(average)
-    counts = as_counts(matrix)
-    indices = label_indices(labels, counts.num_classes)
-    tp, pp, ap = counts.true_positives, counts.predicted_positives, counts.actual_positives
-    if indices is not None:
-        tp, pp, ap = tp[indices], pp[indices], ap[indices]
-    if average == "micro":
-        tp, pp, ap = tp.sum(keepdims=True), pp.sum(keepdims=True), ap.sum(keepdims=True)
-    return tp, pp, ap
+def _selected(matrix: MatrixLike, labels: Labels, average: Average, ignore_absent: bool = False):
+    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent)
+    return sel.tp, sel.pp, sel.ap
 
 
-def _finish(scores: np.ndarray, average: Average, support: np.ndarray) -> float | np.ndarray:
-    if average == "micro":
-        return float(scores[0])
-    return average_scores(scores, average, support)
+def _finish(scores: np.ndarray, average: Average, support: np.ndarray,
+            zero_division: ZeroDivision = "warn", metric: str = "Score") -> float | np.ndarray:
+    return reduce_scores(scores, average, support, zero_division, metric=metric)
 
 
 def precision(
@@ -47,6 +42,7 @@ def precision(
     average: Average = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
+    ignore_absent: bool = False,
 ) -> float | np.ndarray:
     """Precision ``TP_i / PP_i``: of the samples predicted as class ``i``, the share truly ``i``.
 
@@ -57,14 +53,17 @@ def precision(
         average: None (per class), "micro", "macro" or "weighted".
         labels: class indices to include, in output order (default: all).
         zero_division: "warn" (0.0 and a warning), 0, 1 or np.nan (left out of averages).
+        ignore_absent: leave classes absent from both truth and prediction out of averages
+            (the segmentation convention, mmsegmentation's ``nanmean``).
 
     Example:
         >>> precision([[4, 1, 1], [6, 2, 2], [3, 0, 6]], average="micro")
         0.48
     """
-    tp, pp, ap = _selected(matrix, labels, average)
+    zero_division_value(zero_division)
+    tp, pp, ap = _selected(matrix, labels, average, ignore_absent)
     scores = divide(tp, pp, zero_division, metric="Precision", missing="predicted")
-    return _finish(scores, average, ap)
+    return _finish(scores, average, ap, zero_division, "Precision")
 
 
 def recall(
@@ -73,6 +72,7 @@ def recall(
     average: Average = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
+    ignore_absent: bool = False,
 ) -> float | np.ndarray:
     """Recall (sensitivity, TPR) ``TP_i / AP_i``: of the samples of class ``i``, the share found.
 
@@ -83,9 +83,10 @@ def recall(
         >>> recall([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.6667, 0.2   , 0.6667])
     """
-    tp, pp, ap = _selected(matrix, labels, average)
+    zero_division_value(zero_division)
+    tp, pp, ap = _selected(matrix, labels, average, ignore_absent)
     scores = divide(tp, ap, zero_division, metric="Recall", missing="true")
-    return _finish(scores, average, ap)
+    return _finish(scores, average, ap, zero_division, "Recall")
 
 
 def fbeta(
@@ -95,6 +96,7 @@ def fbeta(
     average: Average = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
+    ignore_absent: bool = False,
 ) -> float | np.ndarray:
     """F-beta ``(1 + beta²) TP_i / (beta² AP_i + PP_i)``, the weighted harmonic mean of P and R.
 
@@ -111,16 +113,19 @@ def fbeta(
     if not beta >= 0:
         raise ValueError(f"`beta` must be non-negative, got {beta!r}.")
     if np.isposinf(beta):
-        return recall(matrix, average=average, labels=labels, zero_division=zero_division)
+        return recall(matrix, average=average, labels=labels, zero_division=zero_division,
+                      ignore_absent=ignore_absent)
     if beta == 0:
-        return precision(matrix, average=average, labels=labels, zero_division=zero_division)
-    tp, pp, ap = _selected(matrix, labels, average)
+        return precision(matrix, average=average, labels=labels, zero_division=zero_division,
+                         ignore_absent=ignore_absent)
+    zero_division_value(zero_division)
+    tp, pp, ap = _selected(matrix, labels, average, ignore_absent)
     beta2 = float(beta) ** 2
     numerator = (1 + beta2) * tp.astype(np.float64)
     denominator = beta2 * ap.astype(np.float64) + pp.astype(np.float64)
     scores = divide(numerator, denominator, zero_division, metric="F-score",
                     missing="true nor predicted")
-    return _finish(scores, average, ap)
+    return _finish(scores, average, ap, zero_division, "F-score")
 
 
 def f1(
@@ -129,6 +134,7 @@ def f1(
     average: Average = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
+    ignore_absent: bool = False,
 ) -> float | np.ndarray:
     """F1 ``2 TP_i / (AP_i + PP_i)`` (the Dice coefficient); :func:`fbeta` with ``beta = 1``.
 
@@ -136,7 +142,8 @@ def f1(
         >>> f1([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.4211, 0.3077, 0.6667])
     """
-    return fbeta(matrix, 1.0, average=average, labels=labels, zero_division=zero_division)
+    return fbeta(matrix, 1.0, average=average, labels=labels, zero_division=zero_division,
+                 ignore_absent=ignore_absent)
 
 
 def precision_recall_fscore_support(

@@ -1,0 +1,428 @@
+"""Epoch-end reports: scikit-learn's ``classification_report`` and a richer summary.
+
+* :func:`classification_report` reproduces ``sklearn.metrics.classification_report`` character
+  for character (text) and key for key (``output_dict=True``) from the matrix alone.
+* :func:`summary` is a JSON-ready dict of the overall metrics (accuracy, balanced accuracy,
+  Cohen's kappa, MCC, mIoU, FWIoU, macro F1) and per-class rates (precision, recall, F1,
+  specificity, NPV, IoU); :func:`summary_text`, :func:`summary_markdown` and
+  :func:`summary_html` format it.
+
+Every function takes a K×K matrix (rows true, columns predicted) or a
+:class:`~metricstream.metrics.ClassCounts`.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+
+from .metrics.accuracy import accuracy, balanced_accuracy
+from .metrics.agreement import cohen_kappa, matthews_corrcoef
+from .metrics.jaccard import fwiou, jaccard, miou
+from .metrics.precision_recall import f1, precision, precision_recall_fscore_support, recall
+from .metrics.rates import negative_predictive_value, specificity
+from .metrics._zero_division import ZeroDivision, zero_division_value
+from .metrics.counts import ClassCounts, Labels, MatrixLike, as_counts, label_indices
+
+__all__ = [
+    "classification_report",
+    "summary",
+    "summary_html",
+    "summary_markdown",
+    "summary_text",
+]
+
+_HEADERS = ["precision", "recall", "f1-score", "support"]
+
+
+def _present_labels(counts: ClassCounts) -> np.ndarray:
+    """The classes scikit-learn's ``unique_labels(y_true, y_pred)`` would find."""
+    present = (counts.actual_positives + counts.predicted_positives) != 0
+    if not present.any():  # no samples: scikit-learn refuses; report every class
+        return np.arange(counts.num_classes)
+    return np.flatnonzero(present)
+
+
+def _target_names(
+    target_names: Sequence[str] | None,
+    indices: np.ndarray,
+    num_classes: int,
+    labels_given: bool,
+) -> list[str]:
+    if target_names is None:
+        return [f"{index}" for index in indices]
+    if isinstance(target_names, str):
+        raise TypeError("`target_names` must be a sequence of strings, got a single string.")
+    names = [str(name) for name in target_names]
+    if len(names) == len(indices):
+        return names
+    if len(names) == num_classes:
+        # One name per class of the matrix (an accumulator's class_names): pick the shown ones.
+        return [names[i] for i in indices]
+    if labels_given:
+        warnings.warn(
+            f"labels size, {len(indices)}, does not match size of target_names, {len(names)}",
+            UserWarning,
+            stacklevel=3,
+        )
+        return names
+    raise ValueError(
+        f"Number of classes, {len(indices)}, does not match size of target_names, "
+        f"{len(names)}. Try specifying the labels parameter"
+    )
+
+
+def classification_report(
+    matrix_or_counts: MatrixLike,
+    *,
+    digits: int = 2,
+    labels: Labels = None,
+    target_names: Sequence[str] | None = None,
+    output_dict: bool = False,
+    zero_division: ZeroDivision = "warn",
+) -> str | dict:
+    """Text (or dict) report of per-class precision, recall, F1 and support, and their averages.
+
+    The output equals ``sklearn.metrics.classification_report(y_true, y_pred, ...)`` on the
+    data the matrix was counted from, character for character:
+
+    * ``labels=None`` reports the classes present in the truth or the prediction
+      (``AP_i + PP_i > 0``), as scikit-learn's ``unique_labels`` does (every class when the
+      matrix is empty);
+    * the ``accuracy`` row (F1 column = micro F1 = accuracy) appears when the reported labels
+      cover every class present in the data; otherwise a ``micro avg`` row is printed instead;
+    * ``macro avg`` and ``weighted avg`` (weighted by support ``AP_i``) follow;
+    * supports print as integers for an integer matrix and as floats (``3.0``) for a float
+      matrix (what scikit-learn prints whenever ``sample_weight`` is given);
+    * the name column is as wide as the longest name, at least ``len("weighted avg")`` and
+      ``digits``.
+
+    0/0 follows ``zero_division`` for precision (class never predicted), recall (class never
+    true) and F1 (neither), with scikit-learn's warnings; ``np.nan`` values print as ``nan``
+    and are left out of the averages.
+
+    Args:
+        matrix_or_counts: K×K confusion matrix or ``ClassCounts``.
+        digits: decimals of the floats in the text output (ignored for ``output_dict``).
+        labels: class indices to report, in order (default: the classes present).
+        target_names: display names, one per reported label, or one per class of the matrix.
+        output_dict: return a dict ``{name: {"precision", "recall", "f1-score", "support"},
+            ..., "accuracy": float, "macro avg": {...}, "weighted avg": {...}}`` (all floats).
+        zero_division: "warn", 0, 1 or np.nan.
+
+    Example:
+        >>> print(classification_report([[4, 1, 1], [6, 2, 2], [3, 0, 6]],
+        ...                              target_names=["cat", "fish", "hen"]))
+                      precision    recall  f1-score   support
+        <BLANKLINE>
+                 cat       0.31      0.67      0.42         6
+                fish       0.67      0.20      0.31        10
+                 hen       0.67      0.67      0.67         9
+        <BLANKLINE>
+            accuracy                           0.48        25
+           macro avg       0.55      0.51      0.47        25
+        weighted avg       0.58      0.48      0.46        25
+        <BLANKLINE>
+    """
+    counts = as_counts(matrix_or_counts)
+    zero_division_value(zero_division)
+    if isinstance(digits, bool) or not isinstance(digits, (int, np.integer)):
+        raise TypeError(f"`digits` must be an int, got {type(digits).__name__} {digits!r}.")
+    if digits < 0:
+        raise ValueError(f"`digits` must be non-negative, got {digits}.")
+    present = _present_labels(counts)
+    labels_given = labels is not None
+    if labels_given:
+        indices = label_indices(labels, counts.num_classes)
+        assert indices is not None
+        micro_is_accuracy = set(indices.tolist()) >= set(present.tolist())
+    else:
+        indices = present
+        micro_is_accuracy = True
+    names = _target_names(target_names, indices, counts.num_classes, labels_given)
+
+    kwargs = {"labels": indices, "zero_division": zero_division}
+    p, r, f, s = precision_recall_fscore_support(counts, average=None, **kwargs)
+    rows = list(zip(names, p, r, f, s))
+
+    if output_dict:
+        report: dict[str, Any] = {}
+        for name, *scores in rows:
+            report[name] = dict(zip(_HEADERS, [float(value) for value in scores]))
+    else:
+        width = max(max(len(name) for name in names), len("weighted avg"), digits)
+        head_fmt = "{:>{width}s} " + " {:>9}" * len(_HEADERS)
+        text = head_fmt.format("", *_HEADERS, width=width) + "\n\n"
+        row_fmt = "{:>{width}s} " + " {:>9.{digits}f}" * 3 + " {:>9}\n"
+        for row in rows:
+            text += row_fmt.format(*row, width=width, digits=digits)
+        text += "\n"
+
+    total_support = np.sum(s)
+    for average in ("micro", "macro", "weighted"):
+        heading = "accuracy" if average == "micro" and micro_is_accuracy else f"{average} avg"
+        avg_p, avg_r, avg_f, _ = precision_recall_fscore_support(
+            counts, average=average, **kwargs
+        )
+        values = [avg_p, avg_r, avg_f, total_support]
+        if output_dict:
+            report[heading] = dict(zip(_HEADERS, [float(value) for value in values]))
+        elif heading == "accuracy":
+            fmt = "{:>{width}s} " + " {:>9.{digits}}" * 2 + " {:>9.{digits}f}" + " {:>9}\n"
+            text += fmt.format(heading, "", "", avg_f, total_support, width=width,
+                               digits=digits)
+        else:
+            text += row_fmt.format(heading, *values, width=width, digits=digits)
+
+    if output_dict:
+        if "accuracy" in report:
+            report["accuracy"] = report["accuracy"]["precision"]
+        return report
+    return text
+
+
+# ---------------------------------------------------------------------- summary
+
+_OVERALL = (
+    ("accuracy", "accuracy"),
+    ("balanced_accuracy", "balanced accuracy"),
+    ("cohen_kappa", "Cohen's kappa"),
+    ("matthews_corrcoef", "MCC"),
+    ("miou", "mIoU"),
+    ("fwiou", "FWIoU"),
+    ("macro_f1", "macro F1"),
+)
+_PER_CLASS = (
+    ("precision", "precision"),
+    ("recall", "recall"),
+    ("f1", "F1"),
+    ("specificity", "specificity"),
+    ("npv", "NPV"),
+    ("iou", "IoU"),
+)
+
+
+def _json_float(value: Any) -> float | None:
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def _json_number(value: Any) -> int | float:
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    value = float(value)
+    return int(value) if value.is_integer() and abs(value) < 2**53 else value
+
+
+def summary(
+    matrix_or_counts: MatrixLike,
+    *,
+    class_names: Sequence[str] | None = None,
+    zero_division: ZeroDivision = "warn",
+) -> dict:
+    """Overall and per-class metrics as a JSON-ready dict (plain ``int``/``float``/``str``/None).
+
+    Layout::
+
+        {"num_classes": K, "num_samples": N,
+         "overall": {"accuracy", "balanced_accuracy", "cohen_kappa", "matthews_corrcoef",
+                     "miou", "fwiou", "macro_f1"},
+         "per_class": [{"index", "name", "support", "predicted", "precision", "recall",
+                        "f1", "specificity", "npv", "iou"}, ...]}
+
+    Counts (``num_samples``, ``support``, ``predicted``) are ints for an integer matrix
+    (whole-valued floats of a weighted matrix are also written as ints). Every rate follows
+    ``zero_division``; an undefined value with ``zero_division=np.nan`` is written as ``None``
+    (JSON ``null``), never as NaN. ``macro_f1`` scores every class (scikit-learn's macro);
+    ``miou`` leaves out classes absent from both truth and prediction (the segmentation
+    convention), and ``fwiou`` weights IoU by support.
+
+    Example:
+        >>> s = summary([[4, 1, 1], [6, 2, 2], [3, 0, 6]], class_names=["cat", "fish", "hen"])
+        >>> s["overall"]["accuracy"], s["per_class"][1]["name"], s["per_class"][1]["recall"]
+        (0.48, 'fish', 0.2)
+    """
+    counts = as_counts(matrix_or_counts)
+    zero_division_value(zero_division)
+    k = counts.num_classes
+    if class_names is None:
+        names = [str(i) for i in range(k)]
+    else:
+        if isinstance(class_names, str) or len(class_names) != k:
+            raise ValueError(
+                f"`class_names` must hold {k} names (one per class), got {class_names!r}."
+            )
+        names = [str(name) for name in class_names]
+    zd = zero_division
+    overall = {
+        "accuracy": accuracy(counts, zero_division=zd),
+        "balanced_accuracy": balanced_accuracy(counts, zero_division=zd),
+        "cohen_kappa": cohen_kappa(counts, zero_division=zd),
+        "matthews_corrcoef": matthews_corrcoef(
+            counts, zero_division=0.0 if zd == "warn" else zd),
+        "miou": miou(counts, zero_division=zd),
+        "fwiou": fwiou(counts, zero_division=zd),
+        "macro_f1": f1(counts, average="macro", zero_division=zd),
+    }
+    per_class_values = {
+        "precision": precision(counts, zero_division=zd),
+        "recall": recall(counts, zero_division=zd),
+        "f1": f1(counts, zero_division=zd),
+        "specificity": specificity(counts, zero_division=zd),
+        "npv": negative_predictive_value(counts, zero_division=zd),
+        "iou": jaccard(counts, zero_division=zd),
+    }
+    per_class = []
+    for i in range(k):
+        entry: dict[str, Any] = {
+            "index": i,
+            "name": names[i],
+            "support": _json_number(counts.actual_positives[i]),
+            "predicted": _json_number(counts.predicted_positives[i]),
+        }
+        for key, values in per_class_values.items():
+            entry[key] = _json_float(values[i])
+        per_class.append(entry)
+    return {
+        "num_classes": k,
+        "num_samples": _json_number(counts.total),
+        "overall": {key: _json_float(value) for key, value in overall.items()},
+        "per_class": per_class,
+    }
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _table(data: dict, digits: int) -> tuple[list[str], list[list[str]], list[list[str]]]:
+    overall = [[label, _fmt(data["overall"][key], digits)] for key, label in _OVERALL]
+    header = ["class", "support", "predicted"] + [label for _, label in _PER_CLASS]
+    rows = [
+        [entry["name"], str(entry["support"]), str(entry["predicted"])]
+        + [_fmt(entry[key], digits) for key, _ in _PER_CLASS]
+        for entry in data["per_class"]
+    ]
+    return overall, [header], rows
+
+
+def summary_text(
+    matrix_or_counts: MatrixLike,
+    *,
+    class_names: Sequence[str] | None = None,
+    zero_division: ZeroDivision = "warn",
+    digits: int = 4,
+) -> str:
+    """:func:`summary` as a plain-text table (undefined values print as ``–``).
+
+    Example:
+        >>> print(summary_text([[4, 1, 1], [6, 2, 2], [3, 0, 6]], digits=2))
+        samples: 25, classes: 3
+        <BLANKLINE>
+                 accuracy  0.48
+        balanced accuracy  0.51
+            Cohen's kappa  0.25
+                      MCC  0.29
+                     mIoU  0.32
+                    FWIoU  0.32
+                 macro F1  0.47
+        <BLANKLINE>
+        class  support  predicted  precision  recall    F1  specificity   NPV   IoU
+            0        6         13       0.31    0.67  0.42         0.53  0.83  0.27
+            1       10          3       0.67    0.20  0.31         0.93  0.64  0.18
+            2        9          9       0.67    0.67  0.67         0.81  0.81  0.50
+    """
+    data = summary(matrix_or_counts, class_names=class_names, zero_division=zero_division)
+    overall, header, rows = _table(data, digits)
+    label_width = max(len(label) for label, _ in overall)
+    lines = [f"samples: {data['num_samples']}, classes: {data['num_classes']}", ""]
+    lines += [f"{label:>{label_width}}  {value}" for label, value in overall]
+    lines.append("")
+    table = header + rows
+    widths = [max(len(row[c]) for row in table) for c in range(len(header[0]))]
+    for row in table:
+        lines.append("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+    return "\n".join(lines)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def summary_markdown(
+    matrix_or_counts: MatrixLike,
+    *,
+    class_names: Sequence[str] | None = None,
+    zero_division: ZeroDivision = "warn",
+    digits: int = 4,
+) -> str:
+    """:func:`summary` as two GitHub-flavoured markdown tables (overall, then per class).
+
+    Example:
+        >>> print(summary_markdown([[2, 0], [1, 1]], zero_division=0, digits=2))
+        | metric | value |
+        |---|---:|
+        | accuracy | 0.75 |
+        | balanced accuracy | 0.75 |
+        | Cohen's kappa | 0.50 |
+        | MCC | 0.58 |
+        | mIoU | 0.58 |
+        | FWIoU | 0.58 |
+        | macro F1 | 0.73 |
+        <BLANKLINE>
+        | class | support | predicted | precision | recall | F1 | specificity | NPV | IoU |
+        |---|---:|---:|---:|---:|---:|---:|---:|---:|
+        | 0 | 2 | 3 | 0.67 | 1.00 | 0.80 | 0.50 | 1.00 | 0.67 |
+        | 1 | 2 | 1 | 1.00 | 0.50 | 0.67 | 1.00 | 0.67 | 0.50 |
+    """
+    data = summary(matrix_or_counts, class_names=class_names, zero_division=zero_division)
+    overall, header, rows = _table(data, digits)
+    lines = ["| metric | value |", "|---|---:|"]
+    lines += [f"| {_md_escape(label)} | {value} |" for label, value in overall]
+    lines.append("")
+    lines.append("| " + " | ".join(header[0]) + " |")
+    lines.append("|---|" + "---:|" * (len(header[0]) - 1))
+    for row in rows:
+        lines.append("| " + " | ".join(_md_escape(cell) for cell in row) + " |")
+    return "\n".join(lines)
+
+
+def summary_html(
+    matrix_or_counts: MatrixLike,
+    *,
+    class_names: Sequence[str] | None = None,
+    zero_division: ZeroDivision = np.nan,
+    digits: int = 4,
+    max_rows: int = 50,
+) -> str:
+    """:func:`summary` as an HTML fragment (what an accumulator shows in a notebook).
+
+    Undefined values show as ``–`` (``zero_division=np.nan`` by default, so nothing warns);
+    with more than ``max_rows`` classes only the first and last ``max_rows // 2`` are shown.
+    """
+    data = summary(matrix_or_counts, class_names=class_names, zero_division=zero_division)
+    overall, header, rows = _table(data, digits)
+    if len(rows) > max_rows:
+        half = max(max_rows // 2, 1)
+        rows = rows[:half] + [["…"] * len(header[0])] + rows[-half:]
+    esc = html.escape
+    parts = [
+        "<div class=\"metricstream-summary\">",
+        f"<p><b>ConfusionAccumulator</b>: {esc(str(data['num_samples']))} samples, "
+        f"{data['num_classes']} classes</p>",
+        "<table><tbody>",
+    ]
+    parts += [f"<tr><th style=\"text-align:left\">{esc(label)}</th><td>{esc(value)}</td></tr>"
+              for label, value in overall]
+    parts.append("</tbody></table>")
+    parts.append("<table><thead><tr>")
+    parts += [f"<th>{esc(cell)}</th>" for cell in header[0]]
+    parts.append("</tr></thead><tbody>")
+    for row in rows:
+        parts.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>")
+    parts.append("</tbody></table></div>")
+    return "".join(parts)
