@@ -15,6 +15,7 @@ import numpy as np
 
 from . import metrics as _metrics
 from . import report as _report
+from . import serialization as _serialization
 from ._dispatch import count_batch
 from ._inputs import as_array, prepare_batch
 from .metrics._averaging import Average
@@ -22,8 +23,8 @@ from .metrics._zero_division import ZeroDivision
 from .metrics.agreement import KappaWeights
 from .metrics.counts import ClassCounts, Normalize
 
-# Version of the pickled state; bump when the layout of ``__getstate__`` changes.
-STATE_FORMAT = 1
+# Version of the pickled state (the layout of ``state_dict``), owned by metricstream.serialization.
+STATE_FORMAT = _serialization.STATE_FORMAT
 
 LabelsArg = Sequence[int | str] | np.ndarray | None
 
@@ -232,34 +233,11 @@ class ConfusionAccumulator:
         return f"ConfusionAccumulator({', '.join(parts)})"
 
     def __getstate__(self) -> dict[str, Any]:
-        with self._lock:
-            matrix = self._matrix.copy()
-        state = {"format": STATE_FORMAT, "matrix": matrix}
-        state.update(self._config())
-        return state
+        return _serialization.state_dict(self)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ValueError(
-                f"cannot restore a ConfusionAccumulator from state format "
-                f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r}; "
-                f"this version reads format {STATE_FORMAT}."
-            )
-        fresh = ConfusionAccumulator(
-            state["num_classes"],
-            class_names=state["class_names"],
-            ignore_index=state["ignore_index"],
-            weighted=state["weighted"],
-            class_axis=state["class_axis"],
-        )
-        matrix = np.asarray(state["matrix"])
-        if matrix.shape != fresh._matrix.shape or matrix.dtype != fresh._matrix.dtype:
-            raise ValueError(
-                f"state matrix has shape {matrix.shape} and dtype {matrix.dtype}, expected "
-                f"{fresh._matrix.shape} and {fresh._matrix.dtype}."
-            )
-        self.__dict__.update(fresh.__dict__)
-        self._matrix[...] = matrix
+        # Validates, and upgrades states pickled by earlier format versions.
+        _serialization.restore(self, state)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -454,6 +432,41 @@ class ConfusionAccumulator:
     def _repr_html_(self) -> str:
         """The summary as an HTML table, for Jupyter (undefined values show as "–")."""
         return self._view(_report.summary_html, class_names=self._class_names)
+
+    # ------------------------------------------------------------------ durable state
+    # Thin wrappers around metricstream.serialization (formats, versions and checks live there).
+    def state_dict(self) -> dict[str, Any]:
+        """Configuration, ``matrix`` (a copy) and ``format`` as a plain dict (what pickle stores).
+
+        Example:
+            >>> acc = ConfusionAccumulator(2).update([0, 1], [1, 1])
+            >>> ConfusionAccumulator.from_state_dict(acc.state_dict()) == acc
+            True
+        """
+        return _serialization.state_dict(self)
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> ConfusionAccumulator:
+        """A new accumulator from ``state_dict()`` output of this or an earlier format version."""
+        return _serialization.from_state_dict(state, cls)
+
+    def to_bytes(self) -> bytes:
+        """A versioned, checksummed blob; see :func:`metricstream.serialization.to_bytes`."""
+        return _serialization.to_bytes(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ConfusionAccumulator:
+        """Read ``to_bytes()`` output; corrupt, truncated, foreign or newer data: ValueError."""
+        return _serialization.from_bytes(data, cls)
+
+    def save(self, path: Any) -> Any:
+        """Write ``to_bytes()`` to ``path`` atomically (temporary file, fsync, rename)."""
+        return _serialization.save(self, path)
+
+    @classmethod
+    def load(cls, path: Any) -> ConfusionAccumulator:
+        """Read a file written by ``save`` (any earlier format version included)."""
+        return _serialization.load(path, cls)
 
     # ------------------------------------------------------------------ internals
     def _config(self) -> dict[str, Any]:

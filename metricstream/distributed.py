@@ -1,0 +1,139 @@
+"""Sum accumulators across the ranks of a ``torch.distributed`` process group.
+
+PyTorch is imported on first use, not with this module (``pip install "metricstream[torch]"``).
+
+A sync is exactly two collectives, whatever K:
+
+1. ``all_reduce(MAX)`` of 14 int64 values that encode the configuration. If any rank differs
+   (``num_classes``, ``class_names``, ``ignore_index``, ``weighted``, metricstream version),
+   every rank raises the same ``ValueError`` naming the field, and no rank blocks in a second
+   collective that the others would not join.
+2. ``all_reduce(SUM)`` of the packed counts (the K×K matrix, int64 or float64). On CPU backends
+   (gloo, mpi) the tensor shares memory with the accumulator, so an in-place sync copies nothing;
+   with NCCL the counts travel through a tensor on the current CUDA device
+   (``torch.cuda.current_device()``; call ``torch.cuda.set_device(local_rank)`` first, as
+   DDP requires anyway).
+
+Typical use at the end of an epoch, inside a DDP job::
+
+    from metricstream.distributed import all_reduce
+
+    synced = all_reduce(acc, inplace=False)   # every rank gets the global counts
+    if rank == 0:
+        print(synced.accuracy(), synced.f1(average="macro"))
+    acc.reset()                               # the local counts were left untouched
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _sync
+from .accumulator import ConfusionAccumulator
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["all_reduce"]
+
+INSTALL_HINT = 'pip install "metricstream[torch]"'
+
+
+def all_reduce(
+    acc: ConfusionAccumulator,
+    group: Any = None,
+    *,
+    inplace: bool = True,
+    device: torch.device | str | None = None,
+) -> ConfusionAccumulator:
+    """Sum ``acc`` over every rank of ``group``; every rank gets the global counts.
+
+    Must be called by every rank of the group, like any collective. The result is exact
+    (integer counts are summed as int64) and equals one accumulator fed with all ranks' data.
+
+    Args:
+        acc: this rank's accumulator.
+        group: the process group (``None``: the default group).
+        inplace: ``True`` (default): sum into ``acc`` and return it. ``False``: return a new
+            accumulator with the global counts and leave ``acc`` untouched (keep accumulating
+            locally, or reset it yourself).
+        device: where the tensors of the collectives live. By default the CPU for gloo, mpi or
+            mixed ``"cpu:gloo,cuda:nccl"`` groups, and the current CUDA device for NCCL.
+
+    Returns:
+        The summed accumulator (``acc`` itself when ``inplace``).
+
+    Raises:
+        ImportError: PyTorch is not installed; the message gives the pip command.
+        TypeError: ``acc`` is not a ConfusionAccumulator.
+        ValueError: the default process group is not initialized, or the ranks' accumulators are
+            configured differently (raised on every rank, before any count is exchanged).
+    """
+    torch, dist = _import_torch()
+    if not isinstance(acc, ConfusionAccumulator):
+        raise TypeError(
+            f"`acc` must be a ConfusionAccumulator, got {type(acc).__name__}."
+        )
+    if not dist.is_available() or not dist.is_initialized():
+        raise ValueError(
+            "torch.distributed is not initialized; call "
+            "`torch.distributed.init_process_group(...)` on every rank before `all_reduce`."
+        )
+    target = _choose_device(torch, dist, group, device)
+
+    def check(vector: np.ndarray) -> np.ndarray:
+        tensor = torch.from_numpy(vector).to(target)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+        return tensor.cpu().numpy()
+
+    def reduce_sum(buffer: np.ndarray) -> np.ndarray:
+        if target.type == "cpu":
+            # Shares memory with ``buffer``: the collective writes the sums in place.
+            dist.all_reduce(torch.from_numpy(buffer), op=dist.ReduceOp.SUM, group=group)
+            return buffer
+        tensor = torch.from_numpy(buffer).to(target)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
+        return tensor.cpu().numpy()
+
+    return _sync.synchronize(
+        acc,
+        check=check,
+        reduce_sum=reduce_sum,
+        world_size=dist.get_world_size(group),
+        engine="all_reduce",
+        inplace=inplace,
+    )
+
+
+def _choose_device(torch: Any, dist: Any, group: Any, device: Any) -> Any:
+    if device is not None:
+        return torch.device(device)
+    backend = str(dist.get_backend(group)).lower()
+    # Mixed groups are spelled "cpu:gloo,cuda:nccl"; plain ones "gloo", "nccl", "mpi", ...
+    parts = [part.split(":") for part in backend.split(",")]
+    if any(len(part) == 2 and part[0] == "cpu" for part in parts):
+        return torch.device("cpu")
+    names = {part[-1] for part in parts}
+    if names & {"gloo", "mpi", "ucc"}:
+        return torch.device("cpu")
+    if "nccl" in names:
+        return torch.device("cuda", torch.cuda.current_device())
+    raise ValueError(
+        f"cannot tell which device the {backend!r} backend reduces on; pass `device=` "
+        f"(for example device='xpu:0')."
+    )
+
+
+def _import_torch() -> tuple[Any, Any]:
+    try:
+        torch = importlib.import_module("torch")
+        dist = importlib.import_module("torch.distributed")
+    except ImportError as error:
+        raise ImportError(
+            f"metricstream.distributed needs PyTorch, which is not installed; {INSTALL_HINT} "
+            f"(or see https://pytorch.org for other builds)."
+        ) from error
+    return torch, dist
