@@ -1,0 +1,244 @@
+"""Confusion matrices of dask arrays and dask dataframe columns, counted chunk by chunk.
+
+Dask is imported on first use, not with this module (``pip install "metricstream[dask]"``); the
+absolute ``importlib.import_module("dask")`` means this module never shadows the real package.
+
+:func:`confusion` pairs up the chunks of ``y_true``, ``y_pred`` (and ``weights``), counts each
+pair into its own small accumulator in a dask task (O(K²) memory per task, whatever the chunk
+size), and sums the partial accumulators in a tree of ``split_every``-way merges, as dask's own
+reductions do. Only K×K matrices travel between workers. Works on every dask scheduler: threads,
+processes, and ``distributed`` clusters.
+
+Example (the threaded scheduler)::
+
+    import dask.array as da
+    from metricstream.dask import confusion
+
+    y_true = da.from_npy_stack("labels/")          # on disk, chunk by chunk
+    y_pred = da.from_npy_stack("logits/").argmax(axis=1)
+    acc = confusion(y_true, y_pred, num_classes=10)
+    print(acc.accuracy(), acc.f1(average="macro"))
+
+    df = dask.dataframe.read_parquet("predictions/")
+    acc = confusion(df["label"], df["prediction"], num_classes=10)
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .accumulator import ConfusionAccumulator
+
+__all__ = ["confusion"]
+
+INSTALL_HINT = 'pip install "metricstream[dask]"'
+
+
+def confusion(
+    y_true: Any,
+    y_pred: Any,
+    num_classes: int,
+    weights: Any = None,
+    *,
+    class_names: Sequence[str] | None = None,
+    ignore_index: int | None = None,
+    weighted: bool = False,
+    class_axis: int = 1,
+    split_every: int = 8,
+    compute: bool = True,
+    **compute_kwargs: Any,
+) -> Any:
+    """Count the confusion matrix of dask collections; equal to one in-memory ``update``.
+
+    Args:
+        y_true: true labels: a dask array of any shape, or a dask dataframe column (Series).
+            Numpy arrays are accepted too (wrapped with ``dask.array.asarray``).
+        y_pred: predicted labels of the same shape (chunks are aligned to ``y_true``'s), or
+            scores with one more axis (``class_axis``) holding ``num_classes`` scores; that axis
+            is gathered into one chunk. With Series: a Series partitioned like ``y_true`` (two
+            columns of one dataframe are).
+        num_classes, class_names, ignore_index, weighted, class_axis: the accumulator's
+            configuration, as for :class:`~metricstream.ConfusionAccumulator`.
+        weights: optional per-sample weights, shaped and partitioned like ``y_true``.
+        split_every: how many partial accumulators each merge task sums (the tree's fan-in).
+        compute: ``True`` computes and returns the accumulator; ``False`` returns a
+            ``dask.delayed.Delayed`` that computes to it (to combine with other computations).
+        **compute_kwargs: passed to ``dask.compute``, e.g. ``scheduler="threads"``. With a
+            ``distributed.Client`` active, the cluster is used by default.
+
+    Returns:
+        A :class:`~metricstream.ConfusionAccumulator` (or a Delayed one).
+
+    Raises:
+        ImportError: dask is not installed; the message gives the pip command.
+        TypeError: a mix of dataframe and array inputs, or non-numeric data.
+        ValueError: shapes or partitions that do not line up, or a bad label, weight or score;
+            the message names the chunk or partition that held it.
+    """
+    dask = _import("dask")
+    config = {"num_classes": num_classes, "class_names": class_names,
+              "ignore_index": ignore_index, "weighted": weighted, "class_axis": class_axis}
+    empty = ConfusionAccumulator(**config)  # validates the configuration before any task runs
+    config = {**config, "class_names": empty.class_names}
+    if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
+        raise ValueError(f"`split_every` must be an int of at least 2, got {split_every!r}.")
+
+    if any(_is_dask_frame(x) for x in (y_true, y_pred, weights)):
+        pieces = _frame_pieces(dask, y_true, y_pred, weights)
+    else:
+        pieces = _array_pieces(dask, y_true, y_pred, weights, num_classes,
+                               empty.class_axis)
+
+    count = dask.delayed(_count_piece, pure=True)
+    merge = dask.delayed(_merge, pure=True)
+    level = [count(t, p, w, config, where) for t, p, w, where in pieces]
+    if not level:
+        level = [dask.delayed(empty, traverse=False)]
+    while len(level) > 1:
+        level = [merge(*level[i : i + split_every]) for i in range(0, len(level), split_every)]
+    (total,) = level
+    if not compute:
+        return total
+    (result,) = dask.compute(total, **compute_kwargs)
+    return result
+
+
+# ---------------------------------------------------------------------------- tasks
+def _count_piece(y_true: Any, y_pred: Any, weights: Any, config: dict,
+                 where: str) -> ConfusionAccumulator:
+    acc = ConfusionAccumulator(**config)
+    try:
+        acc.update(y_true, y_pred, weights)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{error} (The position is counted within {where}.)") from error
+    return acc
+
+
+def _merge(*partials: ConfusionAccumulator) -> ConfusionAccumulator:
+    # Copy first: a task must not modify its inputs (dask may hold them, or rerun this task).
+    total = partials[0].copy()
+    for partial in partials[1:]:
+        total.merge(partial)
+    return total
+
+
+# ---------------------------------------------------------------------------- pairing chunks
+def _array_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any, num_classes: int,
+                  class_axis: int) -> list[tuple]:
+    da = _import("dask.array")
+    y_true, y_pred = da.asarray(y_true), da.asarray(y_pred)
+    weights = None if weights is None else da.asarray(weights)
+    shape = y_true.shape
+    scores_axis = None
+    if y_pred.ndim == y_true.ndim:
+        if y_pred.shape != shape:
+            raise ValueError(
+                f"`y_true` has shape {shape} and `y_pred` has shape {y_pred.shape}; `y_pred` must "
+                f"have the same shape (labels) or one more dimension holding {num_classes} class "
+                f"scores."
+            )
+        y_pred = _align(y_pred, y_true.chunks, "y_pred")
+    elif y_pred.ndim == y_true.ndim + 1:
+        axis = class_axis + y_pred.ndim if class_axis < 0 else class_axis
+        if not 0 <= axis < y_pred.ndim:
+            raise ValueError(f"`class_axis` is {class_axis}, but `y_pred` (scores) has only "
+                             f"{y_pred.ndim} dimensions.")
+        rest = y_pred.shape[:axis] + y_pred.shape[axis + 1 :]
+        if rest != shape or y_pred.shape[axis] != num_classes:
+            raise ValueError(
+                f"`y_pred` looks like scores of shape {y_pred.shape} with classes on axis {axis}, "
+                f"but `y_true` has shape {shape} and `num_classes` is {num_classes}."
+            )
+        chunks = list(y_true.chunks)
+        chunks.insert(axis, (num_classes,))  # every score of a sample in one chunk
+        y_pred = _align(y_pred, tuple(chunks), "y_pred")
+        scores_axis = axis
+    else:
+        raise ValueError(
+            f"`y_true` has shape {shape} and `y_pred` has shape {y_pred.shape}; `y_pred` must "
+            f"have the same shape (labels) or one more dimension holding {num_classes} class "
+            f"scores."
+        )
+    if weights is not None:
+        if weights.shape != shape:
+            raise ValueError(f"`weights` has shape {weights.shape}, but `y_true` has shape "
+                             f"{shape}; give one weight per label.")
+        weights = _align(weights, y_true.chunks, "weights")
+
+    # One merged, optimized graph for all inputs, so a shared source is read once.
+    collections = (y_true, y_pred) if weights is None else (y_true, y_pred, weights)
+    optimized = dask.optimize(*collections)
+    true_blocks = optimized[0].to_delayed(optimize_graph=False)
+    pred_blocks = optimized[1].to_delayed(optimize_graph=False)
+    if scores_axis is not None:
+        pred_blocks = np.take(pred_blocks, 0, axis=scores_axis)
+    weight_blocks = None if weights is None else optimized[2].to_delayed(optimize_graph=False)
+    starts = [np.concatenate([[0], np.cumsum(c)[:-1]]) if c else [] for c in y_true.chunks]
+    pieces = []
+    for index in np.ndindex(true_blocks.shape):
+        start = tuple(int(starts[d][i]) for d, i in enumerate(index))
+        where = f"dask chunk {index} of `y_true`, which starts at index {start}"
+        pieces.append((true_blocks[index], pred_blocks[index],
+                       None if weight_blocks is None else weight_blocks[index], where))
+    return pieces
+
+
+def _align(array: Any, chunks: tuple, name: str) -> Any:
+    if array.chunks == chunks:
+        return array
+    if any(np.isnan(size) for sizes in (*array.chunks, *chunks) for size in sizes):
+        raise ValueError(
+            f"`{name}` and `y_true` have unknown chunk sizes that may differ; call "
+            f"`.compute_chunk_sizes()` on both first (or build both from one dataframe)."
+        )
+    return array.rechunk(chunks)
+
+
+def _frame_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any) -> list[tuple]:
+    inputs = {"y_true": y_true, "y_pred": y_pred}
+    if weights is not None:
+        inputs["weights"] = weights
+    for name, value in inputs.items():
+        if not _is_dask_frame(value) or getattr(value, "ndim", 1) != 1:
+            raise TypeError(
+                f"`{name}` is a {type(value).__name__}; with dask dataframes, pass columns "
+                f"(dask Series) for `y_true`, `y_pred` and `weights`, e.g. df['label']."
+            )
+    npartitions = {name: value.npartitions for name, value in inputs.items()}
+    if len(set(npartitions.values())) > 1:
+        raise ValueError(
+            f"the columns have different numbers of partitions ({npartitions}); pass columns of "
+            f"one dataframe, or repartition them alike."
+        )
+    known = [value.divisions for value in inputs.values() if value.known_divisions]
+    if len(known) == len(inputs) and len(set(known)) > 1:
+        raise ValueError(
+            "the columns are partitioned at different index divisions; pass columns of one "
+            "dataframe, or repartition them alike."
+        )
+    # Each column optimized on its own: dask's column projection then reads only that column.
+    parts = [value.to_delayed(optimize_graph=True) for value in inputs.values()]
+    pieces = []
+    for i in range(len(parts[0])):
+        where = f"dask dataframe partition {i}"
+        pieces.append((parts[0][i], parts[1][i], parts[2][i] if weights is not None else None,
+                       where))
+    return pieces
+
+
+def _is_dask_frame(value: Any) -> bool:
+    module = type(value).__module__ or ""
+    return module.startswith("dask.dataframe") or module.startswith("dask_expr")
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        raise ImportError(
+            f"metricstream.dask needs dask ({error}); {INSTALL_HINT}."
+        ) from error
