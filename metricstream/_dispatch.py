@@ -3,17 +3,23 @@
 Atomicity ("a failed update leaves the accumulator exactly as it was") is guaranteed without an
 extra validation pass on the normal path:
 
-* Large batches are counted by several threads into private matrices that are added to the
-  accumulator only after every chunk succeeded; a failure discards them.
+* Large batches are cut into chunks that the calling thread and pool threads take in turn. Pool
+  threads count into private matrices (no atomics, no shared cache lines) that are added to the
+  accumulator only after every chunk succeeded; a failure discards them. The calling thread
+  counts straight into an int64 accumulator and, on failure, subtracts its own chunks again.
 * Small batches into an int64 matrix are counted in place; on failure the kernel re-runs the
   already-counted prefix with ``sign=-1``, which restores the counts exactly.
 * Small batches into a float64 matrix cannot be undone by subtraction (float addition is not
   invertible), so they either snapshot the matrix first when that is cheaper than the batch
   (``K*K <= N``), or validate in a dry run and then count.
+
+Small batches (the 256-label training-loop case) run on the calling thread with no O(K²) work
+and as little Python as possible: one kernel call with the flags packed into a single int.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -23,9 +29,24 @@ import numpy as np
 from . import _kernels
 from ._inputs import Batch, describe_label_error, describe_score_error, describe_weight_error
 
-# Below this many labels a batch is counted by the calling thread: starting pool tasks costs
-# tens of microseconds, which only pays off for batches of a few hundred thousand labels.
-PARALLEL_MIN_LABELS = 1 << 18
+# Below this many labels a batch is counted by the calling thread alone. Handing chunks to the
+# pool costs a few tens of microseconds and each helper thread needs a private K×K matrix; on
+# the 2-core benchmark machine two threads start to win at about 2^17 labels for K <= 100
+# (benchmarks/, "threshold" table).
+PARALLEL_MIN_LABELS = 1 << 17
+
+# A helper thread zeroes and merges a private K×K matrix; that only pays off when it has at
+# least this many labels per matrix cell to count (matters for K in the thousands).
+PARALLEL_MIN_LABELS_PER_CELL = 4
+
+# Large batches are cut into chunks of about this many labels, taken in turn by the calling
+# thread and the pool threads, so a core that is busy with something else gets fewer chunks.
+CHUNK_LABELS = 1 << 19
+
+# Private matrices count in int32 when every chunk a thread could take is this short: a thread
+# that counts fewer than 2^31 labels cannot overflow an int32 cell, and half-size matrices
+# stay in cache better for large K.
+_INT32_SAFE_LABELS = (1 << 31) - 1
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -61,57 +82,111 @@ def _get_pool() -> ThreadPoolExecutor:
 
 def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None) -> None:
     """Add ``batch`` to ``out`` in place, or raise and leave ``out`` unchanged."""
-    kernel = _kernels.count_argmax if batch.is_scores else _kernels.count_labels
-    has_ignore = ignore_index is not None
-    ignore = int(ignore_index) if has_ignore else 0
     integral = out.dtype.kind != "f"
+    if ignore_index is None:
+        flags = _kernels.INTEGRAL if integral else 0
+        ignore = 0
+    else:
+        flags = (_kernels.INTEGRAL | _kernels.HAS_IGNORE) if integral else _kernels.HAS_IGNORE
+        ignore = ignore_index
+    y_true, y_pred, weights = batch.y_true, batch.y_pred, batch.weights
+    if not batch.is_scores:
+        kernel = _kernels.count_labels
+    elif y_pred.shape[2] == 1:
+        # (N, C) logits: one contiguous row of scores per label.
+        kernel = _kernels.count_argmax_rows
+        y_true = y_true.reshape(-1)
+        y_pred = y_pred.reshape(y_pred.shape[0], y_pred.shape[1])
+        if weights is not None:
+            weights = weights.reshape(-1)
+    else:
+        kernel = _kernels.count_argmax
     size = batch.size
-    args = (batch.y_true, batch.y_pred, batch.weights)
-    tail = (ignore, has_ignore, integral)
 
-    if size >= PARALLEL_MIN_LABELS and _num_threads > 1:
-        _count_parallel(kernel, out, args, tail, size, batch, ignore_index)
+    if size >= PARALLEL_MIN_LABELS and _num_threads > 1 and \
+            size >= PARALLEL_MIN_LABELS_PER_CELL * out.size:
+        _count_parallel(kernel, out, y_true, y_pred, weights, size, flags, ignore, batch,
+                        ignore_index)
         return
 
+    commit = flags | _kernels.COMMIT
     if integral:
-        status, position, counted = kernel(*args, out, 0, size, 1, True, *tail)
-        if status != _kernels.OK:
-            kernel(*args, out, 0, counted, -1, True, *tail)
+        status, position, counted = kernel(y_true, y_pred, weights, out, 0, size, 1, commit,
+                                           ignore)
+        if status:
+            kernel(y_true, y_pred, weights, out, 0, counted, -1, commit, ignore)
             _raise(status, position, batch, out.shape[0], ignore_index, integral)
         return
 
-    num_cells = out.shape[0] * out.shape[0]
-    if num_cells <= size:
+    if out.size <= size:
         backup = out.copy()
-        status, position, _ = kernel(*args, out, 0, size, 1, True, *tail)
-        if status != _kernels.OK:
+        status, position, _ = kernel(y_true, y_pred, weights, out, 0, size, 1, commit, ignore)
+        if status:
             out[...] = backup
             _raise(status, position, batch, out.shape[0], ignore_index, integral)
         return
-    status, position, _ = kernel(*args, out, 0, size, 1, False, *tail)
-    if status != _kernels.OK:
+    status, position, _ = kernel(y_true, y_pred, weights, out, 0, size, 1, flags, ignore)
+    if status:
         _raise(status, position, batch, out.shape[0], ignore_index, integral)
-    kernel(*args, out, 0, size, 1, True, *tail)
+    kernel(y_true, y_pred, weights, out, 0, size, 1, commit, ignore)
 
 
-def _count_parallel(kernel, out, args, tail, size, batch, ignore_index) -> None:
-    num_chunks = min(_num_threads, max(1, size // (PARALLEL_MIN_LABELS // 2)))
-    bounds = np.linspace(0, size, num_chunks + 1).astype(np.int64)
-    partials = np.zeros((num_chunks,) + out.shape, dtype=out.dtype)
+def _count_parallel(kernel, out, y_true, y_pred, weights, size, flags, ignore, batch,
+                    ignore_index) -> None:
+    integral = out.dtype.kind != "f"
+    commit = flags | _kernels.COMMIT
+    num_workers = _num_threads
+    num_chunks = max(num_workers, -(-size // CHUNK_LABELS))
+    bounds = [size * c // num_chunks for c in range(num_chunks + 1)]
+    # Unweighted counts of fewer than 2^31 labels per thread fit int32 cells exactly.
+    private_dtype = np.int32 if (weights is None and integral and size <= _INT32_SAFE_LABELS) \
+        else out.dtype
+    # The calling thread counts into an int64 ``out`` directly (undone exactly on failure);
+    # every other worker gets a private matrix.
+    direct = integral
+    partials = np.zeros((num_workers - 1 if direct else num_workers,) + out.shape,
+                        dtype=private_dtype)
+    next_chunk = itertools.count()  # next() on itertools.count is atomic under the GIL
+    failures: dict[int, tuple[int, int]] = {}
+    first_failure = [num_chunks]
+    done_direct: list[tuple[int, int]] = []
 
-    def run(chunk: int):
-        return kernel(*args, partials[chunk], int(bounds[chunk]), int(bounds[chunk + 1]), 1, True,
-                      *tail)
+    def work(target: np.ndarray, record: list[tuple[int, int]] | None) -> None:
+        while True:
+            chunk = next(next_chunk)
+            if chunk >= num_chunks or chunk > first_failure[0]:
+                return
+            status, position, counted = kernel(y_true, y_pred, weights, target, bounds[chunk],
+                                               bounds[chunk + 1], 1, commit, ignore)
+            if record is not None:
+                record.append((bounds[chunk], counted))
+            if status:
+                failures[chunk] = (status, position)
+                first_failure[0] = min(first_failure[0], chunk)
+                return
 
-    # The calling thread takes the first chunk itself; the pool runs the rest concurrently
-    # (the kernels release the GIL).
-    futures = [_get_pool().submit(run, chunk) for chunk in range(1, num_chunks)]
-    results = [run(0)] + [future.result() for future in futures]
-    # Chunks are in stream order, so the first failing chunk holds the first bad element.
-    for status, position, _ in results:
-        if status != _kernels.OK:
-            _raise(status, position, batch, out.shape[0], ignore_index, out.dtype.kind != "f")
-    out += partials.sum(axis=0)
+    pool = _get_pool()
+    helpers = [
+        pool.submit(work, partials[w - 1] if direct else partials[w], None)
+        for w in range(1, num_workers)
+    ]
+    try:
+        work(out if direct else partials[0], done_direct if direct else None)
+    finally:
+        for future in helpers:
+            future.result()
+
+    if failures:
+        if direct:
+            # Subtract exactly what this thread added to ``out``: the counted part of every
+            # chunk it took (all of it, or the prefix before a failure).
+            for lo, counted in done_direct:
+                kernel(y_true, y_pred, weights, out, lo, counted, -1, commit, ignore)
+        # Chunks are in stream order, so the first failing chunk holds the first bad element.
+        status, position = failures[min(failures)]
+        _raise(status, position, batch, out.shape[0], ignore_index, integral)
+    for partial in partials:
+        out += partial
 
 
 def _raise(status, position, batch: Batch, num_classes, ignore_index, integral) -> None:

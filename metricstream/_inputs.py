@@ -94,6 +94,14 @@ def _shared_order(arrays: list[np.ndarray]) -> str:
 
 def prepare_batch(y_true: Any, y_pred: Any, weights: Any, num_classes: int, class_axis: int) -> Batch:
     """Convert and shape-check one ``update`` call's inputs."""
+    # Fast path for the training-loop case (1-D numpy labels that need no conversion): about
+    # 1 µs of the 3 µs budget of a 256-label update goes to the general path below.
+    if (weights is None and type(y_true) is np.ndarray and type(y_pred) is np.ndarray
+            and y_true.ndim == 1 and y_pred.shape == y_true.shape
+            and y_true.dtype.kind in "iu" and y_pred.dtype.kind in "iu"
+            and y_true.dtype.isnative and y_pred.dtype.isnative):
+        return Batch(y_true, y_pred, None, y_true.shape, False, y_true.size,
+                     (y_true, y_pred, None), "C")
     true_array = as_array(y_true, "y_true")
     pred_array = as_array(y_pred, "y_pred")
     weight_array = None if weights is None else as_array(weights, "weights")

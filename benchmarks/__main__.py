@@ -1,0 +1,162 @@
+"""``python -m benchmarks [--quick] [--no-readme] [--only CASE ...]`` from the repository root."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+from . import suite
+from ._timing import format_seconds
+
+README_START = "<!-- benchmarks:start -->"
+README_END = "<!-- benchmarks:end -->"
+
+
+def machine_description() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    memory = ""
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        memory = f", {pages / 2**30:.0f} GiB RAM"
+    except (ValueError, OSError):
+        pass
+    versions = []
+    for package in ("numpy", "numba", "scikit-learn", "torch", "torchmetrics", "boost-histogram"):
+        try:
+            versions.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{package} not installed")
+    return (f"{cpu}, {os.cpu_count()} cores{memory}; {platform.system()} {platform.release()}; "
+            f"Python {platform.python_version()}; " + ", ".join(versions))
+
+
+def _cell(seconds: float | None, reference: float) -> str:
+    if seconds is None:
+        return "–"
+    if seconds is reference:
+        return f"**{format_seconds(seconds)}**"
+    return f"{format_seconds(seconds)} ({seconds / reference:.1f}×)"
+
+
+def comparison_tables(rows: list[suite.Row]) -> list[str]:
+    """Markdown tables, one per set of competitors; ratios are alternative / metricstream."""
+    groups: dict[tuple[str, ...], list[suite.Row]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row.times), []).append(row)
+    lines: list[str] = []
+    for names, members in groups.items():
+        ordered = ["metricstream"] + [name for name in names if name != "metricstream"]
+        lines.append("| case | " + " | ".join(ordered) + " |")
+        lines.append("|---" * (len(ordered) + 1) + "|")
+        for row in members:
+            reference = row.times["metricstream"]
+            cells = [_cell(row.times.get(name), reference) for name in ordered]
+            lines.append(f"| {row.case} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def targets_table(targets: list[suite.Target]) -> list[str]:
+    lines = ["| # | target | measured | result |", "|---|---|---|---|"]
+    for target in targets:
+        lines.append(f"| {target.number} | {target.text} | {target.measured} | "
+                     f"{target.verdict} |")
+    return lines + [""]
+
+
+def threshold_table(entries) -> list[str]:
+    lines = ["| labels per update | 1 thread | 2 threads |", "|---|---|---|"]
+    for size, serial, parallel in entries:
+        lines.append(f"| {size:,} | {format_seconds(serial)} | {format_seconds(parallel)} |")
+    return lines + [""]
+
+
+def render(results: suite.Results, quick: bool, elapsed: float) -> str:
+    command = "python -m benchmarks" + (" --quick" if quick else "")
+    lines = [
+        f"Measured with `{command}` (from the repository root; about "
+        f"{elapsed / 60:.0f} min) on {datetime.date.today().isoformat()}: "
+        f"{machine_description()}.",
+        "",
+        "Times are medians of interleaved repeats (every repeat times every competitor once, in "
+        "rotating order, because the machine is shared); `(n×)` is the competitor's time "
+        "divided by metricstream's, so larger means metricstream is faster. Every competitor's "
+        "matrix is checked equal to metricstream's before it is timed. metricstream runs with "
+        "validation and `ignore_index` on; `np.bincount(K*y+p)` validates nothing. The "
+        "read-only loop is a Numba loop that only sums both label arrays with the same number "
+        "of threads: the memory-bandwidth limit.",
+        "",
+    ]
+    lines += comparison_tables(results.rows)
+    lines += ["Targets of issue 3:", ""]
+    lines += targets_table(results.targets)
+    if "threshold" in results.extra:
+        lines += ["Serial versus two threads for one update, int64 labels, K=10 (sets "
+                  "`PARALLEL_MIN_LABELS`):", ""]
+        lines += threshold_table(results.extra["threshold"])
+    lines += ["Reproduce:", "", "```bash", "pip install -e \".[test]\" torchmetrics "
+              "boost-histogram   # the last two are optional competitors",
+              command, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(markdown: str, readme: Path) -> None:
+    text = readme.read_text()
+    pattern = re.compile(re.escape(README_START) + ".*?" + re.escape(README_END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{readme} has no {README_START} … {README_END} section")
+    text = pattern.sub(lambda _: README_START + "\n" + markdown + README_END, text)
+    readme.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller inputs and fewer repeats (a minute or two)")
+    parser.add_argument("--no-readme", action="store_true",
+                        help="do not rewrite the README's benchmark section (a full run does)")
+    parser.add_argument("--only", nargs="+", choices=[case.__name__ for case in suite.CASES],
+                        help="run only these cases (README untouched)")
+    args = parser.parse_args(argv)
+
+    results = suite.Results()
+    start = time.perf_counter()
+    for case in suite.CASES:
+        if args.only and case.__name__ not in args.only:
+            continue
+        case_start = time.perf_counter()
+        print(f"… {case.__name__}", file=sys.stderr, flush=True)
+        case(results, args.quick)
+        print(f"  done in {time.perf_counter() - case_start:.0f} s", file=sys.stderr, flush=True)
+    elapsed = time.perf_counter() - start
+
+    markdown = render(results, args.quick, elapsed)
+    print(markdown)
+    out_dir = Path(__file__).resolve().parent / "results"
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / ("quick.md" if args.quick else "latest.md")).write_text(markdown)
+    if not (args.quick or args.no_readme or args.only):
+        update_readme(markdown, suite.REPO / "README.md")
+        print("README.md benchmark section updated.", file=sys.stderr)
+    failed = [t for t in results.targets if t.passed is False]
+    print(f"{len(failed)} target(s) FAIL" if failed else "every target PASS", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Timing helpers: interleaved medians, so that ratios come from the same noisy moments.
+
+The benchmark machine is shared. Timing candidate A for a while and then candidate B lets a
+burst of foreign load land on one of them only; here every repeat times every candidate once, in
+a rotating order, and the reported value is the median over repeats.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Callable
+
+
+def _calibrate(function: Callable[[], object], min_sample: float) -> int:
+    """Calls per sample so that one sample lasts at least ``min_sample`` seconds."""
+    number = 1
+    while True:
+        start = time.perf_counter()
+        for _ in range(number):
+            function()
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_sample or number >= 1 << 20:
+            return number
+        number = max(number * 2, int(number * min_sample / max(elapsed, 1e-9) * 1.2))
+
+
+def interleaved(candidates: dict[str, Callable[[], object]], repeats: int,
+                min_sample: float = 0.0) -> dict[str, float]:
+    """Median seconds per call of each candidate, timed round-robin over ``repeats`` rounds."""
+    numbers = {}
+    for name, function in candidates.items():
+        function()  # warm-up: JIT compilation, caches, page faults
+        numbers[name] = _calibrate(function, min_sample) if min_sample else 1
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    names = list(candidates)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for round_index in range(repeats):
+            shift = round_index % len(names)
+            for name in names[shift:] + names[:shift]:
+                function, number = candidates[name], numbers[name]
+                start = time.perf_counter()
+                for _ in range(number):
+                    function()
+                samples[name].append((time.perf_counter() - start) / number)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {name: median(values) for name, values in samples.items()}
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return 0.5 * (ordered[middle - 1] + ordered[middle])
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
