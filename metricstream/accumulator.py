@@ -396,6 +396,223 @@ class ConfusionAccumulator:
         return self._view(_metrics.matthews_corrcoef, zero_division=zero_division)
 
     # -- issue 4: more metric views and reports (metricstream.metrics, metricstream.report)
+    def specificity(
+        self, average: Average = None, labels: LabelsArg = None,
+        zero_division: ZeroDivision = "warn", ignore_absent: bool = False,
+    ) -> float | np.ndarray:
+        """Specificity (TNR) ``TN_i / (N - AP_i)``; see :func:`metricstream.metrics.specificity`."""
+        return self._view(_metrics.specificity, average=average, labels=self._labels(labels),
+                          zero_division=zero_division, ignore_absent=ignore_absent)
+
+    def negative_predictive_value(
+        self, average: Average = None, labels: LabelsArg = None,
+        zero_division: ZeroDivision = "warn", ignore_absent: bool = False,
+    ) -> float | np.ndarray:
+        """Negative predictive value ``TN_i / (N - PP_i)``; see
+        :func:`metricstream.metrics.negative_predictive_value`."""
+        return self._view(_metrics.negative_predictive_value,
+                          average=average, labels=self._labels(labels),
+                          zero_division=zero_division, ignore_absent=ignore_absent)
+
+    def false_positive_rate(
+        self, average: Average = None, labels: LabelsArg = None,
+        zero_division: ZeroDivision = "warn", ignore_absent: bool = False,
+    ) -> float | np.ndarray:
+        """False positive rate ``FP_i / (N - AP_i)``; see
+        :func:`metricstream.metrics.false_positive_rate`."""
+        return self._view(_metrics.false_positive_rate,
+                          average=average, labels=self._labels(labels),
+                          zero_division=zero_division, ignore_absent=ignore_absent)
+
+    def false_negative_rate(
+        self, average: Average = None, labels: LabelsArg = None,
+        zero_division: ZeroDivision = "warn", ignore_absent: bool = False,
+    ) -> float | np.ndarray:
+        """False negative rate ``FN_i / AP_i``; see
+        :func:`metricstream.metrics.false_negative_rate`."""
+        return self._view(_metrics.false_negative_rate,
+                          average=average, labels=self._labels(labels),
+                          zero_division=zero_division, ignore_absent=ignore_absent)
+
+    def false_discovery_rate(
+        self, average: Average = None, labels: LabelsArg = None,
+        zero_division: ZeroDivision = "warn", ignore_absent: bool = False,
+    ) -> float | np.ndarray:
+        """False discovery rate ``FP_i / PP_i``; see
+        :func:`metricstream.metrics.false_discovery_rate`."""
+        return self._view(_metrics.false_discovery_rate,
+                          average=average, labels=self._labels(labels),
+                          zero_division=zero_division, ignore_absent=ignore_absent)
+
+    def false_omission_rate(
+        self, average: Average = None, labels: LabelsArg = None,
+        zero_division: ZeroDivision = "warn", ignore_absent: bool = False,
+    ) -> float | np.ndarray:
+        """False omission rate ``FN_i / (N - PP_i)``; see
+        :func:`metricstream.metrics.false_omission_rate`."""
+        return self._view(_metrics.false_omission_rate,
+                          average=average, labels=self._labels(labels),
+                          zero_division=zero_division, ignore_absent=ignore_absent)
+
+    def informedness(
+        self, average: Average = None, labels: LabelsArg = None,
+        zero_division: ZeroDivision = "warn", ignore_absent: bool = False,
+    ) -> float | np.ndarray:
+        """Informedness (Youden's J) ``TPR_i + TNR_i - 1``; see
+        :func:`metricstream.metrics.informedness`."""
+        return self._view(_metrics.informedness, average=average, labels=self._labels(labels),
+                          zero_division=zero_division, ignore_absent=ignore_absent)
+
+    def markedness(
+        self, average: Average = None, labels: LabelsArg = None,
+        zero_division: ZeroDivision = "warn", ignore_absent: bool = False,
+    ) -> float | np.ndarray:
+        """Markedness ``PPV_i + NPV_i - 1``; see :func:`metricstream.metrics.markedness`."""
+        return self._view(_metrics.markedness, average=average, labels=self._labels(labels),
+                          zero_division=zero_division, ignore_absent=ignore_absent)
+
+    def dice(
+        self, average: Average = None, labels: LabelsArg = None,
+        zero_division: ZeroDivision = "warn", ignore_absent: bool = False,
+    ) -> float | np.ndarray:
+        """Dice ``2 TP_i / (AP_i + PP_i)`` (= F1); see :func:`metricstream.metrics.dice`."""
+        return self._view(_metrics.dice, average=average, labels=self._labels(labels),
+                          zero_division=zero_division, ignore_absent=ignore_absent)
+
+    def ovr_matthews_corrcoef(
+        self, average: Average = None, labels: LabelsArg = None,
+        zero_division: ZeroDivision = "warn", ignore_absent: bool = False,
+    ) -> float | np.ndarray:
+        """One-vs-rest MCC per class; see :func:`metricstream.metrics.ovr_matthews_corrcoef`."""
+        return self._view(_metrics.ovr_matthews_corrcoef,
+                          average=average, labels=self._labels(labels),
+                          zero_division=zero_division, ignore_absent=ignore_absent)
+
+    def positive_likelihood_ratio(
+        self, labels: LabelsArg = None, zero_division: ZeroDivision = "warn"
+    ) -> np.ndarray:
+        """Positive likelihood ratio ``TPR_i / FPR_i`` per class; see
+        :func:`metricstream.metrics.positive_likelihood_ratio`."""
+        return self._view(_metrics.positive_likelihood_ratio, labels=self._labels(labels),
+                          zero_division=zero_division)
+
+    def negative_likelihood_ratio(
+        self, labels: LabelsArg = None, zero_division: ZeroDivision = "warn"
+    ) -> np.ndarray:
+        """Negative likelihood ratio ``FNR_i / TNR_i`` per class; see
+        :func:`metricstream.metrics.negative_likelihood_ratio`."""
+        return self._view(_metrics.negative_likelihood_ratio, labels=self._labels(labels),
+                          zero_division=zero_division)
+
+    def diagnostic_odds_ratio(
+        self, labels: LabelsArg = None, zero_division: ZeroDivision = "warn"
+    ) -> np.ndarray:
+        """Diagnostic odds ratio ``TP_i TN_i / (FP_i FN_i)`` per class; see
+        :func:`metricstream.metrics.diagnostic_odds_ratio`."""
+        return self._view(_metrics.diagnostic_odds_ratio, labels=self._labels(labels),
+                          zero_division=zero_division)
+
+    def prevalence(
+        self, labels: LabelsArg = None, zero_division: ZeroDivision = "warn"
+    ) -> np.ndarray:
+        """Prevalence ``AP_i / N`` per class; see :func:`metricstream.metrics.prevalence`."""
+        return self._view(_metrics.prevalence, labels=self._labels(labels),
+                          zero_division=zero_division)
+
+    def fwiou(self, *, zero_division: ZeroDivision = "warn") -> float:
+        """Frequency-weighted IoU ``sum_i (AP_i / N) IoU_i``; see
+        :func:`metricstream.metrics.fwiou`."""
+        return self._view(_metrics.fwiou, zero_division=zero_division)
+
+    def hamming_loss(self, *, zero_division: ZeroDivision = "warn") -> float:
+        """Hamming loss ``1 - accuracy``; see :func:`metricstream.metrics.hamming_loss`."""
+        return self._view(_metrics.hamming_loss, zero_division=zero_division)
+
+    def scott_pi(self, *, zero_division: ZeroDivision = "warn") -> float:
+        """Scott's pi (chance from pooled marginals); see :func:`metricstream.metrics.scott_pi`."""
+        return self._view(_metrics.scott_pi, zero_division=zero_division)
+
+    def cohen_kappa_standard_error(self, *, zero_division: ZeroDivision = "warn") -> float:
+        """Standard error of unweighted Cohen's kappa; see
+        :func:`metricstream.metrics.cohen_kappa_standard_error`."""
+        return self._view(_metrics.cohen_kappa_standard_error, zero_division=zero_division)
+
+    def mutual_information(self, *, zero_division: ZeroDivision = "warn") -> float:
+        """Mutual information of truth and prediction (nats); see
+        :func:`metricstream.metrics.mutual_information`."""
+        return self._view(_metrics.mutual_information, zero_division=zero_division)
+
+    def adjusted_rand_index(self, *, zero_division: ZeroDivision = "warn") -> float:
+        """Adjusted Rand index of truth and prediction; see
+        :func:`metricstream.metrics.adjusted_rand_index`."""
+        return self._view(_metrics.adjusted_rand_index, zero_division=zero_division)
+
+    def zero_one_loss(self, normalize: bool = True, *,
+                      zero_division: ZeroDivision = "warn") -> float:
+        """Zero-one loss: ``1 - accuracy``, or the misclassified count with
+        ``normalize=False``; see :func:`metricstream.metrics.zero_one_loss`."""
+        return self._view(_metrics.zero_one_loss, normalize=normalize,
+                          zero_division=zero_division)
+
+    def normalized_mutual_information(self, average_method: str = "arithmetic", *,
+                                      zero_division: ZeroDivision = "warn") -> float:
+        """MI over the mean entropy of truth and prediction; see
+        :func:`metricstream.metrics.normalized_mutual_information`."""
+        return self._view(_metrics.normalized_mutual_information,
+                          average_method=average_method, zero_division=zero_division)
+
+    # confidence intervals: (low, high), clipped; see metricstream.metrics.intervals
+    def accuracy_interval(self, method: str = "wilson", confidence: float = 0.95, *,
+                          z: float | None = None) -> tuple[float, float]:
+        """Confidence interval for accuracy (Wilson by default); see
+        :func:`metricstream.metrics.accuracy_interval`."""
+        return self._view(_metrics.accuracy_interval, method=method, confidence=confidence,
+                          z=z)
+
+    def recall_interval(
+        self, method: str = "wilson", confidence: float = 0.95, labels: LabelsArg = None,
+        *, z: float | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-class confidence intervals for recall ``TP_i / AP_i``; see
+        :func:`metricstream.metrics.recall_interval`."""
+        return self._view(_metrics.recall_interval, labels=self._labels(labels),
+                          method=method, confidence=confidence, z=z)
+
+    def precision_interval(
+        self, method: str = "wilson", confidence: float = 0.95, labels: LabelsArg = None,
+        *, z: float | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-class confidence intervals for precision ``TP_i / PP_i``; see
+        :func:`metricstream.metrics.precision_interval`."""
+        return self._view(_metrics.precision_interval, labels=self._labels(labels),
+                          method=method, confidence=confidence, z=z)
+
+    def specificity_interval(
+        self, method: str = "wilson", confidence: float = 0.95, labels: LabelsArg = None,
+        *, z: float | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-class confidence intervals for specificity ``TN_i / (N - AP_i)``; see
+        :func:`metricstream.metrics.specificity_interval`."""
+        return self._view(_metrics.specificity_interval, labels=self._labels(labels),
+                          method=method, confidence=confidence, z=z)
+
+    def negative_predictive_value_interval(
+        self, method: str = "wilson", confidence: float = 0.95, labels: LabelsArg = None,
+        *, z: float | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-class confidence intervals for NPV ``TN_i / (N - PP_i)``; see
+        :func:`metricstream.metrics.negative_predictive_value_interval`."""
+        return self._view(_metrics.negative_predictive_value_interval, labels=self._labels(labels),
+                          method=method, confidence=confidence, z=z)
+
+    def cohen_kappa_interval(self, confidence: float = 0.95, *, z: float | None = None,
+                             zero_division: ZeroDivision = "warn") -> tuple[float, float]:
+        """``kappa ± z SE`` for unweighted Cohen's kappa; see
+        :func:`metricstream.metrics.cohen_kappa_interval`."""
+        return self._view(_metrics.cohen_kappa_interval, confidence=confidence, z=z,
+                          zero_division=zero_division)
+
+    # reports (metricstream.report)
     def classification_report(self, digits: int = 2, labels: LabelsArg = None,
                               target_names: Sequence[str] | None = None,
                               output_dict: bool = False,

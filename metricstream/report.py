@@ -16,17 +16,18 @@ from __future__ import annotations
 import html
 import math
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from .metrics._zero_division import ZeroDivision, zero_division_value
 from .metrics.accuracy import accuracy, balanced_accuracy
 from .metrics.agreement import cohen_kappa, matthews_corrcoef
+from .metrics.counts import ClassCounts, Labels, MatrixLike, as_counts, label_indices
 from .metrics.jaccard import fwiou, jaccard, miou
 from .metrics.precision_recall import f1, precision, precision_recall_fscore_support, recall
 from .metrics.rates import negative_predictive_value, specificity
-from .metrics._zero_division import ZeroDivision, zero_division_value
-from .metrics.counts import ClassCounts, Labels, MatrixLike, as_counts, label_indices
 
 __all__ = [
     "classification_report",
@@ -147,12 +148,12 @@ def classification_report(
 
     kwargs = {"labels": indices, "zero_division": zero_division}
     p, r, f, s = precision_recall_fscore_support(counts, average=None, **kwargs)
-    rows = list(zip(names, p, r, f, s))
+    rows = list(zip(names, p, r, f, s, strict=False))  # truncates, as scikit-learn
 
     if output_dict:
         report: dict[str, Any] = {}
         for name, *scores in rows:
-            report[name] = dict(zip(_HEADERS, [float(value) for value in scores]))
+            report[name] = dict(zip(_HEADERS, [float(value) for value in scores], strict=True))
     else:
         width = max(max(len(name) for name in names), len("weighted avg"), digits)
         head_fmt = "{:>{width}s} " + " {:>9}" * len(_HEADERS)
@@ -170,7 +171,7 @@ def classification_report(
         )
         values = [avg_p, avg_r, avg_f, total_support]
         if output_dict:
-            report[heading] = dict(zip(_HEADERS, [float(value) for value in values]))
+            report[heading] = dict(zip(_HEADERS, [float(value) for value in values], strict=True))
         elif heading == "accuracy":
             fmt = "{:>{width}s} " + " {:>9.{digits}}" * 2 + " {:>9.{digits}f}" + " {:>9}\n"
             text += fmt.format(heading, "", "", avg_f, total_support, width=width,
@@ -345,7 +346,7 @@ def summary_text(
     table = header + rows
     widths = [max(len(row[c]) for row in table) for c in range(len(header[0]))]
     for row in table:
-        lines.append("  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
+        lines.append("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
     return "\n".join(lines)
 
 

@@ -8,16 +8,34 @@ already hold a matrix — from scikit-learn, a file or another library — get t
 module                    metrics
 ========================  =============================================
 ``counts``                N, TP, FP, FN, TN, support, predicted positives, normalized matrices
-``accuracy``              accuracy (OA), balanced accuracy (AA), one-vs-rest accuracy
+``accuracy``              accuracy (OA), balanced accuracy (AA), one-vs-rest accuracy,
+                          hamming loss, zero-one loss
 ``precision_recall``      precision, recall, F-beta, F1
-``jaccard``               Jaccard / IoU, mIoU
-``agreement``             Cohen's kappa, Matthews correlation coefficient
+``rates``                 specificity, NPV, FPR, FNR, FDR, FOR, informedness, markedness,
+                          LR+, LR−, diagnostic odds ratio, prevalence
+``jaccard``               Jaccard / IoU, Dice, mIoU, frequency-weighted IoU
+``agreement``             Cohen's kappa (+ standard error), Scott's pi, Matthews correlation
+                          coefficient (multiclass R_K and one-vs-rest)
+``information``           mutual information, normalized MI, adjusted Rand index
+``intervals``             confidence intervals (Wilson, normal, Agresti–Coull; kappa)
 ``_zero_division``        the 0/0 rule shared by all of them
+``_selection``            ``labels``, ``average`` and ``ignore_absent``, shared by all of them
 ========================  =============================================
+
+Degenerate classes are treated alike everywhere: a ratio whose denominator is 0 takes the
+``zero_division`` value (``"warn"``: 0.0 with an ``UndefinedMetricWarning``; 0; 1; np.nan,
+left out of averages); ``ignore_absent=True`` leaves classes absent from both truth and
+prediction out of averages (the segmentation convention).
 """
 
-from .accuracy import accuracy, balanced_accuracy, ovr_accuracy
-from .agreement import cohen_kappa, matthews_corrcoef
+from .accuracy import accuracy, balanced_accuracy, hamming_loss, ovr_accuracy, zero_one_loss
+from .agreement import (
+    cohen_kappa,
+    cohen_kappa_standard_error,
+    matthews_corrcoef,
+    ovr_matthews_corrcoef,
+    scott_pi,
+)
 from .counts import (
     ClassCounts,
     false_negatives,
@@ -28,6 +46,17 @@ from .counts import (
     support,
     true_negatives,
     true_positives,
+)
+from .information import adjusted_rand_index, mutual_information, normalized_mutual_information
+from .intervals import (
+    accuracy_interval,
+    cohen_kappa_interval,
+    critical_value,
+    negative_predictive_value_interval,
+    precision_interval,
+    proportion_interval,
+    recall_interval,
+    specificity_interval,
 )
 from .jaccard import dice, fwiou, jaccard, miou
 from .precision_recall import f1, fbeta, precision, precision_recall_fscore_support, recall
@@ -49,8 +78,13 @@ from .rates import (
 __all__ = [
     "ClassCounts",
     "accuracy",
+    "accuracy_interval",
+    "adjusted_rand_index",
     "balanced_accuracy",
     "cohen_kappa",
+    "cohen_kappa_interval",
+    "cohen_kappa_standard_error",
+    "critical_value",
     "diagnostic_odds_ratio",
     "dice",
     "f1",
@@ -62,24 +96,35 @@ __all__ = [
     "false_positives",
     "fbeta",
     "fwiou",
+    "hamming_loss",
     "informedness",
     "jaccard",
     "markedness",
     "matthews_corrcoef",
     "miou",
+    "mutual_information",
     "negative_likelihood_ratio",
     "negative_predictive_value",
+    "negative_predictive_value_interval",
     "normalize_confusion_matrix",
+    "normalized_mutual_information",
     "num_samples",
     "ovr_accuracy",
+    "ovr_matthews_corrcoef",
     "positive_likelihood_ratio",
     "precision",
+    "precision_interval",
     "precision_recall_fscore_support",
     "predicted_positives",
     "prevalence",
+    "proportion_interval",
     "recall",
+    "recall_interval",
+    "scott_pi",
     "specificity",
+    "specificity_interval",
     "support",
     "true_negatives",
     "true_positives",
+    "zero_one_loss",
 ]

@@ -76,8 +76,11 @@ def divide(
     if isinstance(zero_division, str):
         # scikit-learn's wording (``_warn_prf``): "due to" for a single value (micro average)
         where = "due to" if result.size == 1 else "in labels with"
+        what = f"{where} no {missing} samples"
+        if missing.startswith("("):  # a reason that is not about some labels
+            what = f"{missing[1:-1]} samples"
         warnings.warn(
-            f"{metric} is ill-defined and being set to 0.0 {where} no {missing} samples. "
+            f"{metric} is ill-defined and being set to 0.0 {what}. "
             f"Use `zero_division` parameter to control this behavior.",
             UndefinedMetricWarning,
             stacklevel=stacklevel,

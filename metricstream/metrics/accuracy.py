@@ -1,5 +1,5 @@
-"""Accuracy (overall accuracy, OA), balanced accuracy (average accuracy, AA) and the per-class
-one-vs-rest accuracy.
+"""Accuracy (overall accuracy, OA), balanced accuracy (average accuracy, AA), the per-class
+one-vs-rest accuracy, and the losses hamming loss and zero-one loss.
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ def balanced_accuracy(
     counts = as_counts(matrix)
     zero_division_value(zero_division)
     present = counts.actual_positives != 0
-    if (counts.predicted_positives[~present] != 0).any():
+    # A class predicted but never true has an undefined recall and is left out; say so only
+    # under "warn", like every other 0/0 (scikit-learn always warns, with a UserWarning).
+    if zero_division == "warn" and (counts.predicted_positives[~present] != 0).any():
         warnings.warn("y_pred contains classes not in y_true", UndefinedMetricWarning,
                       stacklevel=3)
     if not present.any():
@@ -90,7 +92,46 @@ def ovr_accuracy(
     correct = counts.true_positives + counts.true_negatives
     total = np.full(counts.num_classes, counts.total)
     scores = divide(correct, total, zero_division, metric="One-vs-rest accuracy",
-                    missing="")
+                    missing="(because there are no)")
     if average == "micro":
         average = "macro"
     return average_scores(scores, average, counts.actual_positives)
+
+
+def hamming_loss(matrix: MatrixLike, *, zero_division: ZeroDivision = "warn") -> float:
+    """Hamming loss: the share of misclassified samples, ``1 - accuracy = sum_{i != j} C_ij / N``.
+
+    For single-label (multiclass) data scikit-learn's ``hamming_loss`` equals this. 0/0 (no
+    samples) gives ``zero_division``.
+
+    Example:
+        >>> hamming_loss([[4, 1, 1], [6, 2, 2], [3, 0, 6]])
+        0.52
+    """
+    counts = as_counts(matrix)
+    zero_division_value(zero_division)
+    if counts.total == 0:
+        return undefined_scalar(zero_division, "Hamming loss is ill-defined and being set to 0.0 "
+                                "because there are no samples.")
+    return float((counts.total - counts.true_positives.sum()) / counts.total)
+
+
+def zero_one_loss(matrix: MatrixLike, *, normalize: bool = True,
+                  zero_division: ZeroDivision = "warn") -> float:
+    """Zero-one loss: ``1 - accuracy`` (``normalize=True``) or the number (total weight) of
+    misclassified samples ``N - sum_i TP_i`` (``normalize=False``), as scikit-learn's
+    ``zero_one_loss``.
+
+    0/0 (no samples, ``normalize=True``) gives ``zero_division``; unnormalized it is 0.
+
+    Example:
+        >>> zero_one_loss([[4, 1, 1], [6, 2, 2], [3, 0, 6]], normalize=False)
+        13.0
+    """
+    if not isinstance(normalize, (bool, np.bool_)):
+        raise TypeError(f"`normalize` must be True or False, got {normalize!r}.")
+    counts = as_counts(matrix)
+    if not normalize:
+        zero_division_value(zero_division)
+        return float(counts.total - counts.true_positives.sum())
+    return hamming_loss(counts, zero_division=zero_division)
