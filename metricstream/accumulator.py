@@ -622,8 +622,9 @@ class ConfusionAccumulator:
         :func:`metricstream.report.classification_report`."""
         indices = self._labels(labels)
         if target_names is None and self._class_names is not None:
-            shown = (_report._present_labels(self._class_counts()) if indices is None
-                     else _metrics.counts.label_indices(indices, self._num_classes))
+            shown = _metrics.counts.label_indices(indices, self._num_classes)
+            if shown is None:
+                shown = _report._present_labels(self._class_counts())
             target_names = [self._class_names[i] for i in shown]
         report = self._view(_report.classification_report, digits=digits, labels=indices,
                             target_names=None if target_names is None else tuple(target_names),

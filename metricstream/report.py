@@ -146,8 +146,8 @@ def classification_report(
         micro_is_accuracy = True
     names = _target_names(target_names, indices, counts.num_classes, labels_given)
 
-    kwargs = {"labels": indices, "zero_division": zero_division}
-    p, r, f, s = precision_recall_fscore_support(counts, average=None, **kwargs)
+    p, r, f, s = precision_recall_fscore_support(counts, average=None, labels=indices,
+                                                 zero_division=zero_division)
     rows = list(zip(names, p, r, f, s, strict=False))  # truncates, as scikit-learn
 
     if output_dict:
@@ -167,7 +167,7 @@ def classification_report(
     for average in ("micro", "macro", "weighted"):
         heading = "accuracy" if average == "micro" and micro_is_accuracy else f"{average} avg"
         avg_p, avg_r, avg_f, _ = precision_recall_fscore_support(
-            counts, average=average, **kwargs
+            counts, average=average, labels=indices, zero_division=zero_division
         )
         values = [avg_p, avg_r, avg_f, total_support]
         if output_dict:
@@ -269,7 +269,7 @@ def summary(
         "fwiou": fwiou(counts, zero_division=zd),
         "macro_f1": f1(counts, average="macro", zero_division=zd),
     }
-    per_class_values = {
+    per_class_values: dict[str, Any] = {
         "precision": precision(counts, zero_division=zd),
         "recall": recall(counts, zero_division=zd),
         "f1": f1(counts, zero_division=zd),
@@ -300,7 +300,7 @@ def _fmt(value: float | None, digits: int) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _table(data: dict, digits: int) -> tuple[list[str], list[list[str]], list[list[str]]]:
+def _table(data: dict, digits: int) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
     overall = [[label, _fmt(data["overall"][key], digits)] for key, label in _OVERALL]
     header = ["class", "support", "predicted"] + [label for _, label in _PER_CLASS]
     rows = [

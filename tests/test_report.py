@@ -62,11 +62,6 @@ def _dict_equal(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _messages(record) -> list[str]:
-    return sorted({str(w.message) for w in record if w.category is not UndefinedMetricWarning
-                   or True})
-
-
 @pytest.mark.parametrize("seed", range(150))
 def test_classification_report_matches_sklearn(seed):
     k, y_true, y_pred, weights, labels, names, digits, zd = _random_case(seed)
@@ -221,3 +216,27 @@ def test_summary_html_truncates_many_classes():
 def test_summary_class_names_checked():
     with pytest.raises(ValueError, match="`class_names` must hold 2 names"):
         summary([[1, 0], [0, 1]], class_names=["a"])
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["counts", "weights"])
+@pytest.mark.parametrize("zd", ZERO_DIVISIONS, ids=["warn", "0", "1", "nan"])
+@pytest.mark.parametrize("digits", range(7))
+def test_report_grid_digits_zero_division_weights(digits, zd, weighted):
+    """Every digits × zero_division × weighting, on data with all three degenerate classes."""
+    rng = np.random.default_rng(digits)
+    y_true = rng.choice([0, 1, 3, 5], size=80)   # 2 and 4 never true, 6 absent
+    y_pred = np.where(rng.random(80) < 0.6, y_true, rng.choice([0, 2, 4, 5], size=80))
+    y_pred[y_true == 3] = 0                       # 3 true but never predicted
+    weights = rng.integers(1, 9, size=80) / 8 if weighted else None
+    acc = ConfusionAccumulator(7, weighted=weighted).update(y_true, y_pred, weights)
+    for labels in (None, [0, 1, 2, 3, 4, 5, 6], [5, 3, 2]):
+        kwargs = dict(labels=labels, digits=digits, zero_division=zd)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = sk_classification_report(y_true, y_pred, sample_weight=weights, **kwargs)
+            got = acc.classification_report(**kwargs)
+            expected_dict = sk_classification_report(y_true, y_pred, sample_weight=weights,
+                                                     output_dict=True, **kwargs)
+            got_dict = acc.classification_report(output_dict=True, **kwargs)
+        assert got == expected
+        assert _dict_equal(got_dict, expected_dict)

@@ -102,10 +102,11 @@ def normalized_mutual_information(
         return 0.0
     h_true = _entropy(counts.actual_positives)
     h_pred = _entropy(counts.predicted_positives)
+    normalizer: float
     if average_method == "arithmetic":
-        normalizer = np.mean([h_true, h_pred])
+        normalizer = (h_true + h_pred) / 2
     elif average_method == "geometric":
-        normalizer = np.sqrt(h_true * h_pred)
+        normalizer = float(np.sqrt(h_true * h_pred))
     elif average_method == "min":
         normalizer = min(h_true, h_pred)
     else:
@@ -116,6 +117,10 @@ def normalized_mutual_information(
 def _pair_counts(counts) -> tuple:
     """Pair-confusion counts (as scikit-learn's ``pair_confusion_matrix``), exact for ints."""
     matrix = counts.matrix
+    n: int | float
+    sum_squares: int | float
+    same_pred: int | float
+    same_true: int | float
     if matrix.dtype.kind in "iu" and int(counts.total) < 2**31:
         # every product below stays under 2**62: exact in int64, then Python ints
         m = matrix.astype(np.int64, copy=False)
