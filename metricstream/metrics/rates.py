@@ -27,8 +27,8 @@ prevalence                             ``AP_i / N``                   no samples
 ``class_likelihood_ratios`` calls that case undefined instead.
 
 Averages (``average=``) for the rates, informedness and markedness: ``"micro"`` divides the
-summed counts of the selected classes (micro FPR = micro FNR = 1 − accuracy over all classes,
-micro specificity = 1 − (1 − accuracy)/(K − 1)); ``"macro"`` is the plain mean of the per-class
+summed counts of the selected classes (over all K classes micro FNR = 1 − accuracy and
+micro FPR = (1 − accuracy)/(K − 1)); ``"macro"`` is the plain mean of the per-class
 values; ``"weighted"`` weights them by ``AP_i``. ``ignore_absent=True`` leaves classes absent
 from both truth and prediction out of every average (the segmentation convention).
 """
