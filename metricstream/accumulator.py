@@ -686,6 +686,38 @@ class ConfusionAccumulator:
         """Read a file written by ``save`` (any earlier format version included)."""
         return _serialization.load(path, cls)
 
+    # ------------------------------------------------------------------ plots
+    # Thin wrappers around metricstream.plotting (matplotlib is optional and imported there).
+    def plot(self, normalize: Normalize = None, ax: Any = None,
+             class_names: Sequence[str] | None = None, annotate: bool | None = None,
+             **kwargs: Any) -> Any:
+        """Draw the matrix as a heatmap with a colour bar and return the matplotlib ``Axes``.
+
+        ``normalize`` is None (counts), "true", "pred" or "all"; ``class_names`` default to the
+        accumulator's; ``annotate`` (default: when K <= 20) writes each cell's value. Needs
+        matplotlib (``pip install "metricstream[plot]"``); see
+        :func:`metricstream.plotting.plot_confusion_matrix` for the other keywords.
+        ``acc.plot().figure.savefig("confusion.png")`` writes a PNG.
+        """
+        from . import plotting
+
+        return plotting.plot_confusion_matrix(
+            self.matrix, normalize=normalize, ax=ax, annotate=annotate,
+            class_names=class_names if class_names is not None else self._class_names, **kwargs)
+
+    def plot_per_class(self, metrics: Sequence[str] = ("precision", "recall", "f1", "iou"),
+                       ax: Any = None, class_names: Sequence[str] | None = None,
+                       **kwargs: Any) -> Any:
+        """Grouped bars of per-class precision, recall, F1 and IoU; returns the ``Axes``.
+
+        See :func:`metricstream.plotting.plot_per_class`.
+        """
+        from . import plotting
+
+        return plotting.plot_per_class(
+            self.matrix, metrics=metrics, ax=ax,
+            class_names=class_names if class_names is not None else self._class_names, **kwargs)
+
     # ------------------------------------------------------------------ internals
     def _config(self) -> dict[str, Any]:
         return {

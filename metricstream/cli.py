@@ -1,0 +1,311 @@
+"""The ``metricstream`` command: an epoch-end report over a file of predictions.
+
+Usage::
+
+    metricstream report predictions.csv --plot confusion.png --json report.json
+
+The file (CSV/TSV, Parquet, .npy or .npz) is streamed in chunks with bounded memory into one
+confusion matrix (:mod:`metricstream._io` says how, and how labels become classes); the summary
+of :mod:`metricstream.report` is printed, and optionally written as JSON or markdown, with
+plots from :mod:`metricstream.plotting`.
+
+Exit codes: 0 on success, 1 when the file's content is wrong (an unparsable or invalid row),
+2 when the command line is (an unknown option, a missing file, an unknown column). Errors are
+one line on stderr naming the file, the column and the row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ._io import SUFFIXES, InputError, read_confusion
+
+__all__ = ["main"]
+
+PROG = "metricstream"
+EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
+
+_ZERO_DIVISION = {"warn": "warn", "0": 0, "1": 1, "nan": np.nan}
+
+_REPORT_EPILOG = """\
+columns: the truth and prediction columns default to `y_true` and `y_pred`, else to the first
+two columns (for .npz files: arrays). Numeric labels are class indices (the report lists those
+that occur); text labels are class names, shared by truth and prediction and sorted. Rows are
+counted from 1, not counting the header line (row N is on line N+1 of a CSV file).
+
+exit codes: 0 success, 1 bad data in the file, 2 bad command line (including a missing file or
+an unknown column).
+
+examples:
+  metricstream report examples/data/digits_predictions.csv --plot confusion.png
+  metricstream report examples/data/digits_named.csv --format sklearn
+  metricstream report examples/data/digits_segmentation.npz --ignore 255 --json report.json
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors turned into our one-line form (exit code 2)."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        _fail(f"{message} (see `{self.prog} --help`)", EXIT_USAGE)
+
+
+def _fail(message: str, code: int) -> Any:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Exact classification reports from prediction files.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+    report = commands.add_parser(
+        "report",
+        help="print the metrics of a file of predictions (and write JSON, markdown, plots)",
+        description="Stream a file of predictions into one confusion matrix and report every "
+                    "metric. Reads " + ", ".join(SUFFIXES) + " files.",
+        epilog=_REPORT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument("path", metavar="PATH", help="the file of predictions")
+
+    columns = report.add_argument_group("columns")
+    columns.add_argument("--true", metavar="COLUMN", dest="truth",
+                         help="column of true labels (default: y_true, else the first column)")
+    columns.add_argument("--pred", metavar="COLUMN",
+                         help="column of predicted labels (default: y_pred, else the second)")
+    columns.add_argument("--weight", metavar="COLUMN",
+                         help="column of non-negative sample weights (default: none)")
+
+    labels = report.add_argument_group("labels")
+    labels.add_argument("--classes", metavar="NAMES",
+                        help="comma-separated class names, in report order; text labels must be "
+                             "among them, integer labels index into them")
+    labels.add_argument("--ignore", metavar="LABEL",
+                        help="true label whose rows are skipped, e.g. 255 for void pixels")
+    labels.add_argument("--labels", choices=("auto", "int", "str"), default="auto",
+                        help="read labels as class indices (int) or names (str); default: auto, "
+                             "from the column types")
+
+    reading = report.add_argument_group("reading")
+    reading.add_argument("--delimiter", metavar="CHAR",
+                         help="field delimiter of a text file (default: from the suffix, "
+                              "',' for .csv and tab for .tsv)")
+    reading.add_argument("--no-header", dest="header", action="store_false",
+                         help="the text file has no header line; columns are f0, f1, ...")
+    reading.add_argument("--reader", choices=("auto", "pyarrow", "python"), default="auto",
+                         help="CSV reader: pyarrow (fast; default when installed) or Python's csv")
+
+    output = report.add_argument_group("output")
+    output.add_argument("--format", choices=("text", "markdown", "json", "sklearn"),
+                        default="text",
+                        help="what to print: the summary as text (default), markdown or JSON, "
+                             "or scikit-learn's classification_report")
+    output.add_argument("--digits", type=_non_negative_int, metavar="N",
+                        help="decimals printed (default 4; 2 for --format sklearn)")
+    output.add_argument("--zero-division", choices=tuple(_ZERO_DIVISION), default="warn",
+                        help="value of a 0/0 metric: warn (0 and a warning, the default), 0, 1, "
+                             "or nan (shown as '–', null in JSON, left out of averages)")
+    output.add_argument("--json", metavar="FILE", type=Path,
+                        help="write the summary as JSON (metricstream.report.summary)")
+    output.add_argument("--markdown", metavar="FILE", type=Path,
+                        help="write the summary as markdown tables")
+    output.add_argument("--plot", metavar="FILE", type=Path,
+                        help="write the confusion-matrix heatmap (.png, .svg, .pdf; needs "
+                             "matplotlib)")
+    output.add_argument("--plot-per-class", metavar="FILE", type=Path,
+                        help="write a bar chart of per-class precision, recall, F1 and IoU")
+    output.add_argument("--normalize", choices=("true", "pred", "all"),
+                        help="plot rates instead of counts: rows (true), columns (pred) or all")
+    output.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar on stderr (default: only when stdout and "
+                             "stderr are both terminals)")
+    return parser
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (also raised as ``SystemExit`` on errors)."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "report":
+            return _report(args)
+    except InputError as error:
+        _fail(str(error), EXIT_USAGE if error.usage else EXIT_DATA)
+    except BrokenPipeError:
+        # `metricstream report ... | head`: the reader left; nothing more to say.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    return EXIT_OK  # pragma: no cover - argparse requires a command
+
+
+# ---------------------------------------------------------------------- report
+def _report(args: argparse.Namespace) -> int:
+    plots = [p for p in (args.plot, args.plot_per_class) if p is not None]
+    if plots and importlib.util.find_spec("matplotlib") is None:
+        _fail("writing plots needs matplotlib, which is not installed; install it with "
+              "`pip install 'metricstream[plot]'`.", EXIT_USAGE)
+    classes = None
+    if args.classes is not None:
+        classes = [name.strip() for name in args.classes.split(",")]
+        if any(name == "" for name in classes):
+            _fail(f"`--classes` holds an empty name: {args.classes!r}.", EXIT_USAGE)
+    if args.reader == "pyarrow" and importlib.util.find_spec("pyarrow") is None:
+        _fail("`--reader pyarrow` needs pyarrow, which is not installed; "
+              "`pip install pyarrow`.", EXIT_USAGE)
+    delimiter = args.delimiter
+    if delimiter is not None:
+        delimiter = {"\\t": "\t", "tab": "\t"}.get(delimiter, delimiter)
+        if len(delimiter) != 1:
+            _fail(f"`--delimiter` must be one character, got {args.delimiter!r}.", EXIT_USAGE)
+
+    with _progress_bar(args.progress) as on_progress:
+        result = read_confusion(
+            args.path, truth=args.truth, pred=args.pred, weight=args.weight, classes=classes,
+            ignore=args.ignore, labels=args.labels, delimiter=delimiter, header=args.header,
+            prefer_pyarrow=args.reader != "python", on_progress=on_progress,
+        )
+    acc = result.accumulator
+    zero_division = _ZERO_DIVISION[args.zero_division]
+    digits = args.digits
+
+    with _warnings_to_stderr():
+        if args.format == "json":
+            printed = json.dumps(acc.summary("dict", zero_division=zero_division), indent=2,
+                                 allow_nan=False)
+        elif args.format == "sklearn":
+            printed = _header(result) + "\n\n" + acc.classification_report(
+                digits=2 if digits is None else digits, zero_division=zero_division).rstrip()
+        elif args.format == "markdown":
+            printed = acc.summary("markdown", zero_division=zero_division,
+                                  digits=4 if digits is None else digits)
+        else:
+            printed = _header(result) + "\n\n" + acc.summary(
+                "text", zero_division=zero_division, digits=4 if digits is None else digits)
+        print(printed, flush=True)
+
+        if args.json is not None:
+            data = acc.summary("dict", zero_division=zero_division)
+            _write(args.json, json.dumps(data, indent=2, allow_nan=False) + "\n")
+        if args.markdown is not None:
+            _write(args.markdown, acc.summary("markdown", zero_division=zero_division,
+                                              digits=4 if digits is None else digits) + "\n")
+    if args.plot is not None:
+        _save_plot(args.plot, acc.plot(normalize=args.normalize))
+    if args.plot_per_class is not None:
+        _save_plot(args.plot_per_class, acc.plot_per_class())
+    return EXIT_OK
+
+
+def _header(result: Any) -> str:
+    sel = result.selection
+    acc = result.accumulator
+    if result.shape is not None and len(result.shape) > 1:
+        counted = f"{result.num_rows:,} labels in arrays of shape {result.shape}"
+    else:
+        counted = f"{result.num_rows:,} rows"
+    parts = [f"{result.path}: {counted}", f"truth {sel.truth!r}, prediction {sel.pred!r}"]
+    if sel.weight:
+        parts.append(f"weights {sel.weight!r}")
+    if acc.ignore_index is not None:
+        parts.append(f"ignoring true label {acc.ignore_index}")
+    return "; ".join(parts)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        _fail(f"{path}: cannot write ({error.strerror or error}).", EXIT_DATA)
+    print(f"{PROG}: wrote {path}", file=sys.stderr)
+
+
+def _save_plot(path: Path, ax: Any) -> None:
+    try:
+        ax.figure.savefig(path, dpi=150)
+    except (OSError, ValueError) as error:
+        _fail(f"{path}: cannot write the plot ({error}).", EXIT_DATA)
+    print(f"{PROG}: wrote {path}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _warnings_to_stderr() -> Iterator[None]:
+    """Show each distinct warning (e.g. an undefined precision) once, as one line."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    seen = set()
+    for warning in caught:
+        message = " ".join(str(warning.message).split())
+        if message not in seen:
+            seen.add(message)
+            print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _progress_bar(requested: bool | None) -> Iterator[Any]:
+    """Yield an ``on_progress(position, total, unit)`` callback, drawing a bar on stderr.
+
+    By default the bar is drawn only when stdout and stderr are both terminals: a report piped
+    to a file or read by CI gets no progress output. It needs tqdm (the ``cli`` extra); without
+    it there is no bar.
+    """
+    enabled = requested if requested is not None else (sys.stdout.isatty()
+                                                       and sys.stderr.isatty())
+    if not enabled:
+        yield None
+        return
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        yield None
+        return
+    state: dict[str, Any] = {}
+
+    def on_progress(position: int, total: int, unit: str) -> None:
+        bar = state.get("bar")
+        if bar is None:
+            bar = state["bar"] = tqdm(total=total, unit=unit, unit_scale=True, leave=False,
+                                      file=sys.stderr, desc="reading", dynamic_ncols=True)
+        bar.update(min(position, total) - bar.n)
+
+    try:
+        yield on_progress
+    finally:
+        if "bar" in state:
+            state["bar"].close()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
