@@ -105,6 +105,14 @@ def render(results: suite.Results, quick: bool, elapsed: float) -> str:
     lines += comparison_tables(results.rows)
     lines += ["Targets of issue 3:", ""]
     lines += targets_table(results.targets)
+    compile_times = results.extra.get("compile")
+    if compile_times:
+        lines += [
+            "The kernels are compiled on first use, not at import, and cached on disk (next to "
+            "the package, or in the user's cache directory when the package directory is "
+            "read-only). The first-ever update of a kind costs one compilation: "
+            + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in compile_times.items())
+            + " on this machine; later processes load the cached machine code.", ""]
     if "threshold" in results.extra:
         lines += ["Serial versus two threads for one update, int64 labels, K=10 (sets "
                   "`PARALLEL_MIN_LABELS`):", ""]

@@ -425,13 +425,25 @@ def views(results: Results, quick: bool) -> None:
         for name, kwargs in calls:
             getattr(acc, name)(**kwargs)
 
+    def one(name, kwargs):
+        def run():
+            acc.update(empty, empty)
+            getattr(acc, name)(**kwargs)
+        return run
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         times = interleaved({"all views": everything}, 5 if quick else 21)
-    results.extra["views"] = [name for name, _ in calls]
+        # Each call alone, from a cold cache, to show where the time goes.
+        singles = interleaved({f"{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})":
+                               one(name, kwargs) for name, kwargs in calls}, 5)
+    slowest = sorted(singles.items(), key=lambda item: -item[1])[:6]
+    results.extra["views"] = singles
     results.targets.append(Target(
-        "7", f"K=1000: every metric method + reports ({len(calls)} calls) ≤ 5 ms",
-        format_seconds(times["all views"]), times["all views"] <= 5e-3))
+        "7", f"K=1000: every metric method + reports ({len(calls)} calls, cold cache) ≤ 5 ms",
+        f"{format_seconds(times['all views'])}; slowest alone: "
+        + ", ".join(f"`{name}` {format_seconds(seconds)}" for name, seconds in slowest),
+        times["all views"] <= 5e-3))
 
 
 # ---------------------------------------------------------------------------- 8: start-up

@@ -39,8 +39,8 @@ PARALLEL_MIN_LABELS = 1 << 17
 # least this many labels per matrix cell to count (matters for K in the thousands).
 PARALLEL_MIN_LABELS_PER_CELL = 4
 
-# Large batches are cut into chunks of about this many labels, taken in turn by the calling
-# thread and the pool threads, so a core that is busy with something else gets fewer chunks.
+# Large batches are cut into chunks of about this many labels (or scores), taken in turn by the
+# calling thread and the pool threads, so a core that is busy with something else gets fewer.
 CHUNK_LABELS = 1 << 19
 
 # Private matrices count in int32 when every chunk a thread could take is this short: a thread
@@ -102,10 +102,12 @@ def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None) -> None
     else:
         kernel = _kernels.count_argmax
     size = batch.size
+    # Work per label: one pair, or a row of C scores.
+    work = size * y_pred.shape[1] if batch.is_scores else size
 
-    if size >= PARALLEL_MIN_LABELS and _num_threads > 1 and \
+    if work >= PARALLEL_MIN_LABELS and _num_threads > 1 and \
             size >= PARALLEL_MIN_LABELS_PER_CELL * out.size:
-        _count_parallel(kernel, out, y_true, y_pred, weights, size, flags, ignore, batch,
+        _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ignore, batch,
                         ignore_index)
         return
 
@@ -131,12 +133,12 @@ def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None) -> None
     kernel(y_true, y_pred, weights, out, 0, size, 1, commit, ignore)
 
 
-def _count_parallel(kernel, out, y_true, y_pred, weights, size, flags, ignore, batch,
+def _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ignore, batch,
                     ignore_index) -> None:
     integral = out.dtype.kind != "f"
     commit = flags | _kernels.COMMIT
     num_workers = _num_threads
-    num_chunks = max(num_workers, -(-size // CHUNK_LABELS))
+    num_chunks = min(size, max(num_workers, -(-work // CHUNK_LABELS)))
     bounds = [size * c // num_chunks for c in range(num_chunks + 1)]
     # Unweighted counts of fewer than 2^31 labels per thread fit int32 cells exactly.
     private_dtype = np.int32 if (weights is None and integral and size <= _INT32_SAFE_LABELS) \

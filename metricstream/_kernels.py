@@ -61,6 +61,10 @@ INTEGRAL = 4
 # vectorised check to amortise its set-up, small enough that the block stays in L1 (2 KiB of
 # int64 per array) for the counting loop that follows.
 BLOCK = 256
+# Block for long ranges of wide labels with K > 32 (its uint32 cell buffer is 64 KiB).
+BIG_BLOCK = 16384
+# Cell indices are buffered as uint32, which holds K*K for K up to 65535.
+MAX_BUFFERED_CLASSES = 65535
 
 # The general scores layout (A, C, R) is scanned in tiles of this many positions so that the
 # running argmax state is a fixed-size buffer (never an N-sized temporary) that stays in L1.
@@ -100,11 +104,26 @@ def _is_label(x, num_classes):
     return _label_key(x, num_classes) < np.uint64(num_classes)
 
 
+def _weight_bad(w, integral):  # pragma: no cover - replaced by the overload below
+    """1 if ``w`` is not an acceptable weight, else 0 (branch-free, so block checks vectorise)."""
+
+
+@overload(_weight_bad, inline="always")
+def _weight_bad_impl(w, integral):
+    if isinstance(w, types.Integer):
+        return lambda w, integral: np.uint8(w < 0)
+
+    def float_bad(w, integral):
+        # NaN fails ``w >= 0``; fractional or too large values fail only integral counting.
+        return np.uint8((not (w >= 0)) | (w == np.inf)
+                        | (integral & ((np.floor(w) != w) | (w >= _MAX_INTEGRAL_WEIGHT))))
+
+    return float_bad
+
+
 @njit(inline="always")
 def _is_weight(w, integral):
-    if not (w >= 0 and w < np.inf):
-        return False
-    return (not integral) or (np.floor(w) == w and w < _MAX_INTEGRAL_WEIGHT)
+    return _weight_bad(w, integral) == 0
 
 
 # ---------------------------------------------------------------------------- labels
@@ -123,14 +142,41 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
     commit = (flags & COMMIT) != 0
     has_ignore = (flags & HAS_IGNORE) != 0
     integral = (flags & INTEGRAL) != 0
-    for lo in range(start, stop, BLOCK):
-        hi = min(lo + BLOCK, stop)
+    # Long ranges are validated a block at a time by a loop that also writes each pair's cell
+    # index into a small buffer; the counting loop then reads only that buffer. Separating the
+    # streaming reads of the labels from the scattered increments lets the core overlap the
+    # increments' cache misses (measured, 10^7 int64 labels on one core: K=100 15.8 -> 9.0 ms,
+    # K=1000 29.8 -> 13.7 ms). Wide labels with K > 32 use big blocks; narrow labels or small
+    # K, where the matrix stays in L1 anyway, use small ones.
+    buffered = stop - start > BLOCK and num_classes <= MAX_BUFFERED_CLASSES
+    block = BLOCK
+    if buffered and num_classes > 32 and y_true.itemsize + y_pred.itemsize > 2:
+        block = BIG_BLOCK
+    cells = np.empty(min(block, stop - start) if buffered else 0, dtype=np.uint32)
+    skip = np.uint32(num_classes * num_classes if buffered else 0)
+    for lo in range(start, stop, block):
+        hi = min(lo + block, stop)
         tb = y_true[lo:hi]
         pb = y_pred[lo:hi]
         n = hi - lo
         # Branch-free validation of the whole block (vectorised for integer labels).
         worst = np.uint64(0)
-        if has_ignore:
+        if buffered:
+            if has_ignore:
+                for j in range(n):
+                    t = tb[j]
+                    kt = _label_key(t, num_classes)
+                    kp = _label_key(pb[j], num_classes)
+                    ignored = t == ignore_index
+                    worst = max(worst, max(np.uint64(0) if ignored else kt, kp))
+                    cells[j] = skip if ignored else np.uint32(kt * limit + kp)
+            else:
+                for j in range(n):
+                    kt = _label_key(tb[j], num_classes)
+                    kp = _label_key(pb[j], num_classes)
+                    worst = max(worst, max(kt, kp))
+                    cells[j] = np.uint32(kt * limit + kp)
+        elif has_ignore:
             for j in range(n):
                 t = tb[j]
                 kt = _label_key(t, num_classes)
@@ -141,11 +187,11 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
             for j in range(n):
                 worst = max(worst, max(_label_key(tb[j], num_classes),
                                        _label_key(pb[j], num_classes)))
-        bad_weights = 0
+        bad_weights = np.uint8(0)
         if weights is not None:
             wb = weights[lo:hi]
             for j in range(n):
-                bad_weights += not _is_weight(wb[j], integral)
+                bad_weights |= _weight_bad(wb[j], integral)
         if worst >= limit or bad_weights:
             # Rare path: find the first bad element of the block, in stream order.
             for j in range(n):
@@ -160,7 +206,23 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
                     return BAD_WEIGHT, lo + j, lo
         if not commit:
             continue
-        if weights is None:
+        if buffered:
+            if weights is None:
+                if has_ignore:
+                    for j in range(n):
+                        cell = cells[j]
+                        if cell != skip:
+                            flat[cell] += sign
+                else:
+                    for j in range(n):
+                        flat[cells[j]] += sign
+            else:
+                wb = weights[lo:hi]
+                for j in range(n):
+                    cell = cells[j]
+                    if cell != skip:
+                        flat[cell] += sign * wb[j]
+        elif weights is None:
             if has_ignore:
                 for j in range(n):
                     t = tb[j]
@@ -214,11 +276,14 @@ def _make_float_row_argmax(int_type, float_type):
             key = bits[c] ^ ((bits[c] >> shift) & mask)
             hi = max(hi, key)
             lo = min(lo, key)
-        # First position of the maximum, as a branch-free min-reduction.
+        # First position of the maximum, as a branch-free min-reduction. -0.0 == +0.0 for
+        # np.argmax, so when the maximum is +0.0 (key 0) the first zero of either sign wins
+        # (-0.0 has key -1, the largest key below +0.0).
+        also = int_type(-1) if hi == 0 else hi
         best = n
         for c in range(n):
             key = bits[c] ^ ((bits[c] >> shift) & mask)
-            best = min(best, c if key == hi else n)
+            best = min(best, c if (key == hi) | (key == also) else n)
         return best, hi > pos_inf_key or lo < neg_inf_key
 
     return float_row_argmax
@@ -259,15 +324,6 @@ def _first_nan(row):
     return -1
 
 
-@njit
-def _first_zero(row, stop):
-    # -0.0 == +0.0 for np.argmax: the first zero wins, whatever its sign.
-    for c in range(stop):
-        if row[c] == 0:
-            return c
-    return stop
-
-
 @njit(**_JIT)
 def count_argmax_rows(y_true, scores, weights, out, start, stop, sign, flags, ignore_index):
     """Count ``(y_true[i], argmax_c scores[i, c])`` for ``i`` in ``[start, stop)``.
@@ -278,32 +334,42 @@ def count_argmax_rows(y_true, scores, weights, out, start, stop, sign, flags, ig
     label index, NaN scores the flat index into ``scores``.
     """
     num_classes = out.shape[0]
+    limit = np.uint64(num_classes)
+    flat = out.reshape(-1)
     num_scores = scores.shape[1]
     commit = (flags & COMMIT) != 0
     has_ignore = (flags & HAS_IGNORE) != 0
     integral = (flags & INTEGRAL) != 0
-    for i in range(start, stop):
-        scores_row = scores[i]
-        best, has_nan = _row_argmax(scores_row)
+    # Slices indexed from 0 (no per-element wraparound test, see the module docstring).
+    rows = scores[start:stop]
+    labels = y_true[start:stop]
+    nan_row = -1
+    for r in range(stop - start):
+        best, has_nan = _row_argmax(rows[r])
         if has_nan:
-            return BAD_SCORE, i * num_scores + _first_nan(scores_row), i
-        if scores_row[best] == 0:
-            best = _first_zero(scores_row, best)
-        t = y_true[i]
+            # Located after the loop: a call to the scalar search in here costs ~30% (LLVM
+            # inlines it and the loop nest no longer vectorises as well).
+            nan_row = r
+            break
+        t = labels[r]
         if has_ignore and t == ignore_index:
             continue
-        if not _is_label(t, num_classes):
-            return BAD_TRUE, i, i
-        row = np.int64(_label_key(t, num_classes))
+        key = _label_key(t, num_classes)
+        if key >= limit:
+            return BAD_TRUE, start + r, start + r
+        cell = key * limit + np.uint64(best)
         if weights is None:
             if commit:
-                out[row, best] += sign
+                flat[cell] += sign
         else:
-            w = weights[i]
+            w = weights[start + r]
             if not _is_weight(w, integral):
-                return BAD_WEIGHT, i, i
+                return BAD_WEIGHT, start + r, start + r
             if commit:
-                out[row, best] += sign * w
+                flat[cell] += sign * w
+    if nan_row >= 0:
+        return (BAD_SCORE, (start + nan_row) * num_scores + _first_nan(rows[nan_row]),
+                start + nan_row)
     return OK, stop, stop
 
 
