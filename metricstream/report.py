@@ -102,6 +102,13 @@ def classification_report(
     * the name column is as wide as the longest name, at least ``len("weighted avg")`` and
       ``digits``.
 
+    Two limits of "the same data", both about fractional ``sample_weight``: the matrix adds
+    float64 weights in another order than scikit-learn, so a support such as
+    ``12.345678901234567`` (and, rarely, a score on a rounding boundary) can differ in its last
+    digit — integer counts and weights whose sums are exact (e.g. multiples of 1/8) match
+    exactly; and a sample of weight 0 leaves no trace in a matrix, while scikit-learn still
+    lists its class.
+
     0/0 follows ``zero_division`` for precision (class never predicted), recall (class never
     true) and F1 (neither), with scikit-learn's warnings; ``np.nan`` values print as ``nan``
     and are left out of the averages.
