@@ -42,7 +42,7 @@ def main() -> None:
     print(f"wrote {OUT} ({len(y_test)} rows, accuracy {np.mean(predicted == y_test):.4f})")
     with open(OUT_NAMED, "w", encoding="utf-8") as file:
         file.write("y_true,y_pred,confidence\n")
-        for true, pred, conf in zip(y_test, predicted, confidence):
+        for true, pred, conf in zip(y_test, predicted, confidence, strict=True):
             file.write(f"{NAMES[true]},{NAMES[pred]},{conf:.4f}\n")
     print(f"wrote {OUT_NAMED} (the same predictions, digits spelled out)")
 

@@ -78,8 +78,9 @@ def main() -> None:
     np.savez_compressed(OUT, y_true=test_labels, y_pred=predicted,
                         class_names=np.array(CLASS_NAMES))
     valid = test_labels != VOID
+    accuracy = np.mean(predicted[valid] == test_labels[valid])
     print(f"wrote {OUT} ({test_labels.shape[0]} scenes of 16×16, {valid.sum()} labelled pixels, "
-          f"{(~valid).sum()} void; pixel accuracy {np.mean(predicted[valid] == test_labels[valid]):.4f})")
+          f"{(~valid).sum()} void; pixel accuracy {accuracy:.4f})")
 
 
 if __name__ == "__main__":

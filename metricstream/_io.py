@@ -36,9 +36,10 @@ import csv
 import itertools
 import os
 import zipfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -292,11 +293,12 @@ def _read_csv_stdlib(path: Path, sep: str, header: bool, columns: list[str], sel
                         f"has {width} ({', '.join(columns)}); the row cannot be parsed."
                     )
             chunk: dict[str, Any] = {}
-            for name, position in zip(selected, positions):
+            for name, position in zip(selected, positions, strict=True):
                 values = [row[position] for row in rows]
                 chunk[name] = _convert_text(path, name, values, kinds[name], start)
             # (text files refuse tell() while iterated; the byte stream under them does not)
-            yield Chunk(start, chunk, file.buffer.tell())
+            raw: Any = file.buffer
+            yield Chunk(start, chunk, raw.tell())
             start += len(rows)
 
 
@@ -737,7 +739,7 @@ def read_confusion(
     else:
         mode = "index"
         read_kinds = {}
-        for column, kind in zip((selection.truth, selection.pred), label_kinds):
+        for column, kind in zip((selection.truth, selection.pred), label_kinds, strict=True):
             if labels == "int" and src.text:
                 kind = "int"  # a value that is not an integer is then reported by its row
             elif kind == "str":
@@ -767,6 +769,7 @@ class _Builder:
         self.mode = mode
         self.classes = None if classes is None else [str(c) for c in classes]
         self.weighted = selection.weight is not None
+        self.registry: LabelRegistry | None
         self.num_rows = 0
         self.growths = 0
         if mode == "names":
@@ -824,6 +827,7 @@ class _Builder:
             self._check(t, sel.truth, chunk.start, self.ignore_index)
             self._check(p, sel.pred, chunk.start, None)
             if w is not None:
+                assert sel.weight is not None
                 bad = np.flatnonzero(~(np.isfinite(w) & (w >= 0)))
                 if bad.size:
                     raise self._fail(sel.weight, chunk.start + int(bad[0]),
@@ -854,7 +858,7 @@ class _Builder:
 
     def _check(self, values: np.ndarray, name: str, start: int, ignore: int | None) -> None:
         """Raise for the first label that is not a usable class index."""
-        limit = len(self.classes) if self.fixed else MAX_INDEX_LABEL
+        limit = len(self.classes) if self.classes is not None else MAX_INDEX_LABEL
         ok = (values >= 0) & (values < limit)
         if values.dtype.kind == "f":
             ok &= values == np.floor(values)

@@ -23,8 +23,9 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ __all__ = ["main"]
 PROG = "metricstream"
 EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
 
-_ZERO_DIVISION = {"warn": "warn", "0": 0, "1": 1, "nan": np.nan}
+_ZERO_DIVISION: dict[str, Any] = {"warn": "warn", "0": 0, "1": 1, "nan": np.nan}
 
 _REPORT_EPILOG = """\
 columns: the truth and prediction columns default to `y_true` and `y_pred`, else to the first
@@ -205,22 +206,23 @@ def _report(args: argparse.Namespace) -> int:
             printed = json.dumps(acc.summary("dict", zero_division=zero_division), indent=2,
                                  allow_nan=False)
         elif args.format == "sklearn":
-            printed = _header(result) + "\n\n" + acc.classification_report(
-                digits=2 if digits is None else digits, zero_division=zero_division).rstrip()
+            printed = _header(result) + "\n\n" + str(acc.classification_report(
+                digits=2 if digits is None else digits, zero_division=zero_division)).rstrip()
         elif args.format == "markdown":
-            printed = acc.summary("markdown", zero_division=zero_division,
-                                  digits=4 if digits is None else digits)
+            printed = str(acc.summary("markdown", zero_division=zero_division,
+                                      digits=4 if digits is None else digits))
         else:
-            printed = _header(result) + "\n\n" + acc.summary(
-                "text", zero_division=zero_division, digits=4 if digits is None else digits)
+            printed = _header(result) + "\n\n" + str(acc.summary(
+                "text", zero_division=zero_division, digits=4 if digits is None else digits))
         print(printed, flush=True)
 
         if args.json is not None:
             data = acc.summary("dict", zero_division=zero_division)
             _write(args.json, json.dumps(data, indent=2, allow_nan=False) + "\n")
         if args.markdown is not None:
-            _write(args.markdown, acc.summary("markdown", zero_division=zero_division,
-                                              digits=4 if digits is None else digits) + "\n")
+            markdown = acc.summary("markdown", zero_division=zero_division,
+                                   digits=4 if digits is None else digits)
+            _write(args.markdown, f"{markdown}\n")
     if args.plot is not None:
         _save_plot(args.plot, acc.plot(normalize=args.normalize))
     if args.plot_per_class is not None:

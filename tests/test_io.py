@@ -87,7 +87,7 @@ def test_integer_csv_equals_sklearn_and_classes_grow_while_streaming(tmp_path, s
     y_true = rng.choice([0, 1, 2, 3, 4, 6, 7], size=400)
     y_pred = np.where(rng.random(400) < 0.7, y_true, rng.choice([0, 2, 4, 8], size=400))
     y_true[390], y_pred[395] = 11, 9
-    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], zip(y_true, y_pred))
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], zip(y_true, y_pred, strict=True))
     result = read_confusion(path, prefer_pyarrow=pyarrow_reader)
     expected, labels = sklearn_matrix(y_true.tolist(), y_pred.tolist())
     np.testing.assert_array_equal(result.accumulator.matrix, expected)
@@ -104,7 +104,7 @@ def test_text_labels_share_one_registry(tmp_path, small_chunks, pyarrow_reader):
     y_pred = [t if rng.random() < 0.6 else str(rng.choice(names[:3])) for t in y_true]
     y_pred[250] = "ox"  # seen only in the predictions, late in the stream
     path = write_csv(tmp_path / "p.csv", ["id", "y_pred", "y_true"],
-                     ((i, p, t) for i, (t, p) in enumerate(zip(y_true, y_pred))))
+                     ((i, p, t) for i, (t, p) in enumerate(zip(y_true, y_pred, strict=True))))
     result = read_confusion(path, prefer_pyarrow=pyarrow_reader)
     expected, labels = sklearn_matrix(y_true, y_pred)
     assert result.mode == "names"
@@ -120,7 +120,7 @@ def test_weights_equal_sklearn_sample_weight(tmp_path, small_chunks, pyarrow_rea
     y_true, y_pred = rng.integers(0, 4, 200), rng.integers(0, 4, 200)
     weights = np.round(rng.exponential(size=200), 3)
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred", "w"],
-                     zip(y_true, y_pred, weights))
+                     zip(y_true, y_pred, weights, strict=True))
     result = read_confusion(path, weight="w", prefer_pyarrow=pyarrow_reader)
     expected, _ = sklearn_matrix(y_true.tolist(), y_pred.tolist(), weights)
     assert result.accumulator.weighted
@@ -138,7 +138,7 @@ def test_quoted_fields_with_newlines_and_a_byte_order_mark(tmp_path, small_chunk
     with open(path, "w", newline="", encoding="utf-8-sig") as file:
         writer = csv.writer(file, quoting=csv.QUOTE_ALL)
         writer.writerow(["y_true", "y_pred"])
-        writer.writerows(zip(y_true, y_pred))
+        writer.writerows(zip(y_true, y_pred, strict=True))
     result = read_confusion(path, prefer_pyarrow=pyarrow_reader)
     expected, labels = sklearn_matrix(y_true, y_pred)
     assert list(result.accumulator.class_names) == labels
@@ -211,7 +211,7 @@ def test_any_chunk_size_gives_the_sklearn_matrix(tmp_path_factory, rows, chunk_r
         result = read_confusion(path, prefer_pyarrow=False)
     finally:
         _io.STDLIB_CHUNK_ROWS = old
-    y_true, y_pred = zip(*rows)
+    y_true, y_pred = zip(*rows, strict=True)
     expected, labels = sklearn_matrix(list(y_true), list(y_pred))
     assert list(result.accumulator.class_names) == labels
     np.testing.assert_array_equal(result.accumulator.matrix, expected)
