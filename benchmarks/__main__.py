@@ -86,12 +86,21 @@ def threshold_table(entries) -> list[str]:
     return lines + [""]
 
 
+def load_average() -> str:
+    try:
+        return ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
 def render(results: suite.Results, quick: bool, elapsed: float) -> str:
     command = "python -m benchmarks" + (" --quick" if quick else "")
     lines = [
         f"Measured with `{command}` (from the repository root; about "
         f"{elapsed / 60:.0f} min) on {datetime.date.today().isoformat()}: "
-        f"{machine_description()}.",
+        f"{machine_description()}. Load average (1, 5, 15 min) at the start: "
+        f"{results.extra.get('load_start', '?')}, at the end: {load_average()} (other jobs "
+        f"shared the two cores).",
         "",
         "Times are medians of interleaved repeats (every repeat times every competitor once, in "
         "rotating order, because the machine is shared); `(n×)` is the competitor's time "
@@ -143,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     results = suite.Results()
+    results.extra["load_start"] = load_average()
     start = time.perf_counter()
     for case in suite.CASES:
         if args.only and case.__name__ not in args.only:

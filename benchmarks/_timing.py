@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def _calibrate(function: Callable[[], object], min_sample: float) -> int:

@@ -119,115 +119,121 @@ def large_batches(results: Results, quick: bool) -> None:
     repeats = 5 if quick else 15
     rng = np.random.default_rng(0)
     threads = metricstream.get_num_threads()
-    fractions = {}
+    fractions: dict[tuple[str, int], float] = {}
     for dtype, num_classes in [(np.int64, 10), (np.int64, 100), (np.int64, 1000),
                                (np.uint8, 10), (np.uint8, 100)]:
-        ignore = 255 if dtype == np.uint8 else -100
-        y_true = rng.integers(0, num_classes, num_labels).astype(dtype)
-        y_pred = rng.integers(0, num_classes, num_labels).astype(dtype)
-        name = f"N=10^{round(np.log10(num_labels), 1):g} {np.dtype(dtype).name} K={num_classes}"
-        if num_labels != 10 ** round(np.log10(num_labels)):
-            name = f"N={num_labels:.0e} {np.dtype(dtype).name} K={num_classes}"
-        acc = ConfusionAccumulator(num_classes, ignore_index=ignore)
-        reference = acc.update(y_true, y_pred).matrix.copy()
-        k = num_classes
-
-        if dtype == np.int64:
-            def bincount():
-                return np.bincount(k * y_true + y_pred, minlength=k * k)
-        else:
-            # K*y in uint8 would wrap; bincount needs platform integers anyway.
-            def bincount():
-                return np.bincount(k * y_true.astype(np.intp) + y_pred, minlength=k * k)
-
-        checks = {"np.bincount": bincount().reshape(k, k)}
-        candidates = {
-            "metricstream": lambda: acc.update(y_true, y_pred),
-            "np.bincount": bincount,
-            "read-only loop": lambda: read_both(y_true, y_pred, threads),
-        }
-        slow = {}
-        from sklearn.metrics import confusion_matrix
-
-        labels = np.arange(k)
-        checks["scikit-learn"] = confusion_matrix(y_true, y_pred, labels=labels)
-        slow["scikit-learn"] = lambda: confusion_matrix(y_true, y_pred, labels=labels)
-        if have("torchmetrics"):
-            import torch
-
-            t_true, t_pred = torch.from_numpy(y_true), torch.from_numpy(y_pred)
-            if dtype == np.uint8:  # torchmetrics needs integer tensors it can index with
-                t_true, t_pred = t_true.long(), t_pred.long()
-            metric = _torch_confusion(k, ignore)
-            metric.update(t_pred, t_true)
-            checks["torchmetrics"] = metric.compute().numpy()
-            metric.reset()
-            slow["torchmetrics"] = lambda: metric.update(t_pred, t_true)
-        if have("boost_histogram"):
-            hist = _boost_histogram(k)
-            hist.fill(y_true, y_pred)
-            checks["boost-histogram"] = hist.view().copy()
-            hist.reset()
-            slow["boost-histogram"] = lambda: hist.fill(y_true, y_pred)
-        _require_equal(name, reference, checks)
-
-        times = interleaved(candidates, repeats)
-        times.update(interleaved(slow, 3 if quick else 5))
-        results.rows.append(Row(name, times))
-        speedup = times["np.bincount"] / times["metricstream"]
-        fraction = times["read-only loop"] / times["metricstream"]
-        fractions[(np.dtype(dtype).name, k)] = fraction
-        goal = 8.0 if dtype == np.uint8 else (1.5 if k == 1000 else 4.0)
-        results.targets.append(Target(
-            "1", f"{name}: ≥ {goal:g}× faster than np.bincount(K*y+p)",
-            f"{speedup:.1f}× ({format_seconds(times['metricstream'])} vs "
-            f"{format_seconds(times['np.bincount'])})", speedup >= goal))
-        results.targets.append(Target(
-            "2", f"{name}: throughput vs a read-only loop over both arrays "
-                 f"({threads} threads)" + (" ≥ 60%" if dtype == np.int64 and k <= 100 else ""),
-            f"{100 * fraction:.0f}%",
-            fraction >= 0.6 if dtype == np.int64 and k <= 100 else None))
-
-        if dtype == np.int64 and k in (10, 100):
-            # 5: weighted updates (float weights into a float64 matrix, integer weights into
-            # the default int64 matrix) against the unweighted update of the same labels.
-            float_weights = rng.random(num_labels)
-            int_weights = rng.integers(0, 4, num_labels)
-            weighted = ConfusionAccumulator(k, ignore_index=ignore, weighted=True)
-            expected = np.bincount(k * y_true + y_pred, weights=float_weights, minlength=k * k)
-            got = weighted.update(y_true, y_pred, float_weights).matrix.reshape(-1)
-            if not np.allclose(got, expected, rtol=1e-12, atol=1e-9):
-                raise AssertionError(f"{name}: weighted counts differ from bincount")
-            integer = ConfusionAccumulator(k, ignore_index=ignore)
-            expected = np.bincount(k * y_true + y_pred, weights=int_weights, minlength=k * k)
-            _require_equal(name, integer.update(y_true, y_pred, int_weights).matrix,
-                           {"bincount(weights)": expected.reshape(k, k).astype(np.int64)})
-            times_w = interleaved({
-                "unweighted": lambda: acc.update(y_true, y_pred),
-                "float weights": lambda: weighted.update(y_true, y_pred, float_weights),
-                "int weights": lambda: integer.update(y_true, y_pred, int_weights),
-            }, repeats)
-            worst = max(times_w["float weights"], times_w["int weights"]) / times_w["unweighted"]
-            results.targets.append(Target(
-                "5", f"{name}: weighted update ≤ 2× unweighted",
-                f"float64 weights {times_w['float weights'] / times_w['unweighted']:.2f}×, "
-                f"int weights {times_w['int weights'] / times_w['unweighted']:.2f}×",
-                worst <= 2.0))
-
-        if dtype == np.int64 and k == 10:
-            # Both cores: the same update with one thread.
-            metricstream.set_num_threads(1)
-            try:
-                single = interleaved({"1 thread": lambda: acc.update(y_true, y_pred)},
-                                     repeats)["1 thread"]
-            finally:
-                metricstream.set_num_threads(threads)
-            results.extra["two_core_speedup"] = single / times["metricstream"]
-            results.targets.append(Target(
-                "1", f"{name}: {threads} threads vs 1 thread (private matrices, merged)",
-                f"{single / times['metricstream']:.2f}× "
-                f"({format_seconds(single)} → {format_seconds(times['metricstream'])})", None))
+        _large_case(results, quick, rng, threads, fractions, num_labels, repeats, dtype,
+                    num_classes)
     results.extra["read_fractions"] = {f"{d} K={k}": f for (d, k), f in fractions.items()}
+
+
+def _large_case(results: Results, quick: bool, rng, threads: int, fractions: dict,
+                num_labels: int, repeats: int, dtype, num_classes: int) -> None:
+    ignore = 255 if dtype == np.uint8 else -100
+    y_true = rng.integers(0, num_classes, num_labels).astype(dtype)
+    y_pred = rng.integers(0, num_classes, num_labels).astype(dtype)
+    name = f"N=10^{round(np.log10(num_labels), 1):g} {np.dtype(dtype).name} K={num_classes}"
+    if num_labels != 10 ** round(np.log10(num_labels)):
+        name = f"N={num_labels:.0e} {np.dtype(dtype).name} K={num_classes}"
+    acc = ConfusionAccumulator(num_classes, ignore_index=ignore)
+    reference = acc.update(y_true, y_pred).matrix.copy()
+    k = num_classes
+
+    if dtype == np.int64:
+        def bincount():
+            return np.bincount(k * y_true + y_pred, minlength=k * k)
+    else:
+        # K*y in uint8 would wrap; bincount needs platform integers anyway.
+        def bincount():
+            return np.bincount(k * y_true.astype(np.intp) + y_pred, minlength=k * k)
+
+    checks = {"np.bincount": bincount().reshape(k, k)}
+    candidates = {
+        "metricstream": lambda: acc.update(y_true, y_pred),
+        "np.bincount": bincount,
+        "read-only loop": lambda: read_both(y_true, y_pred, threads),
+    }
+    slow = {}
+    from sklearn.metrics import confusion_matrix
+
+    labels = np.arange(k)
+    checks["scikit-learn"] = confusion_matrix(y_true, y_pred, labels=labels)
+    slow["scikit-learn"] = lambda: confusion_matrix(y_true, y_pred, labels=labels)
+    if have("torchmetrics"):
+        import torch
+
+        t_true, t_pred = torch.from_numpy(y_true), torch.from_numpy(y_pred)
+        if dtype == np.uint8:  # torchmetrics needs integer tensors it can index with
+            t_true, t_pred = t_true.long(), t_pred.long()
+        metric = _torch_confusion(k, ignore)
+        metric.update(t_pred, t_true)
+        checks["torchmetrics"] = metric.compute().numpy()
+        metric.reset()
+        slow["torchmetrics"] = lambda: metric.update(t_pred, t_true)
+    if have("boost_histogram"):
+        hist = _boost_histogram(k)
+        hist.fill(y_true, y_pred)
+        checks["boost-histogram"] = hist.view().copy()
+        hist.reset()
+        slow["boost-histogram"] = lambda: hist.fill(y_true, y_pred)
+    _require_equal(name, reference, checks)
+
+    times = interleaved(candidates, repeats)
+    times.update(interleaved(slow, 3 if quick else 5))
+    results.rows.append(Row(name, times))
+    speedup = times["np.bincount"] / times["metricstream"]
+    fraction = times["read-only loop"] / times["metricstream"]
+    fractions[(np.dtype(dtype).name, k)] = fraction
+    goal = 8.0 if dtype == np.uint8 else (1.5 if k == 1000 else 4.0)
+    results.targets.append(Target(
+        "1", f"{name}: ≥ {goal:g}× faster than np.bincount(K*y+p)",
+        f"{speedup:.1f}× ({format_seconds(times['metricstream'])} vs "
+        f"{format_seconds(times['np.bincount'])})", speedup >= goal))
+    results.targets.append(Target(
+        "2", f"{name}: throughput vs a read-only loop over both arrays "
+             f"({threads} threads)" + (" ≥ 60%" if dtype == np.int64 and k <= 100 else ""),
+        f"{100 * fraction:.0f}%",
+        fraction >= 0.6 if dtype == np.int64 and k <= 100 else None))
+
+    if dtype == np.int64 and k in (10, 100):
+        # 5: weighted updates (float weights into a float64 matrix, integer weights into
+        # the default int64 matrix) against the unweighted update of the same labels.
+        float_weights = rng.random(num_labels)
+        int_weights = rng.integers(0, 4, num_labels)
+        weighted = ConfusionAccumulator(k, ignore_index=ignore, weighted=True)
+        expected = np.bincount(k * y_true + y_pred, weights=float_weights, minlength=k * k)
+        got = weighted.update(y_true, y_pred, float_weights).matrix.reshape(-1)
+        if not np.allclose(got, expected, rtol=1e-12, atol=1e-9):
+            raise AssertionError(f"{name}: weighted counts differ from bincount")
+        integer = ConfusionAccumulator(k, ignore_index=ignore)
+        expected = np.bincount(k * y_true + y_pred, weights=int_weights, minlength=k * k)
+        _require_equal(name, integer.update(y_true, y_pred, int_weights).matrix,
+                       {"bincount(weights)": expected.reshape(k, k).astype(np.int64)})
+        times_w = interleaved({
+            "unweighted": lambda: acc.update(y_true, y_pred),
+            "float weights": lambda: weighted.update(y_true, y_pred, float_weights),
+            "int weights": lambda: integer.update(y_true, y_pred, int_weights),
+        }, repeats)
+        worst = max(times_w["float weights"], times_w["int weights"]) / times_w["unweighted"]
+        results.targets.append(Target(
+            "5", f"{name}: weighted update ≤ 2× unweighted",
+            f"float64 weights {times_w['float weights'] / times_w['unweighted']:.2f}×, "
+            f"int weights {times_w['int weights'] / times_w['unweighted']:.2f}×",
+            worst <= 2.0))
+
+    if dtype == np.int64 and k == 10:
+        # Both cores: the same update with one thread.
+        metricstream.set_num_threads(1)
+        try:
+            single = interleaved({"1 thread": lambda: acc.update(y_true, y_pred)},
+                                 repeats)["1 thread"]
+        finally:
+            metricstream.set_num_threads(threads)
+        results.extra["two_core_speedup"] = single / times["metricstream"]
+        results.targets.append(Target(
+            "1", f"{name}: {threads} threads vs 1 thread (private matrices, merged)",
+            f"{single / times['metricstream']:.2f}× "
+            f"({format_seconds(single)} → {format_seconds(times['metricstream'])})", None))
 
 
 def parallel_threshold(results: Results, quick: bool) -> None:
@@ -245,11 +251,11 @@ def parallel_threshold(results: Results, quick: bool) -> None:
         y_pred = rng.integers(0, 10, size)
         acc = ConfusionAccumulator(10)
 
-        def serial():
+        def serial(acc=acc, y_true=y_true, y_pred=y_pred):
             _dispatch.PARALLEL_MIN_LABELS = 1 << 62
             acc.update(y_true, y_pred)
 
-        def parallel():
+        def parallel(acc=acc, y_true=y_true, y_pred=y_pred):
             _dispatch.PARALLEL_MIN_LABELS = 0
             acc.update(y_true, y_pred)
 
@@ -266,51 +272,56 @@ def parallel_threshold(results: Results, quick: bool) -> None:
 def small_batches(results: Results, quick: bool) -> None:
     rng = np.random.default_rng(2)
     repeats = 7 if quick else 21
-    per_call = {}
+    per_call: dict[int, float] = {}
     for k in (10, 1000):
-        y_true = rng.integers(0, k, 256)
-        y_pred = rng.integers(0, k, 256)
-        acc = ConfusionAccumulator(k, ignore_index=-100)
-        reference = acc.update(y_true, y_pred).matrix.copy()
-        candidates = {
-            "metricstream": lambda: acc.update(y_true, y_pred),
-            "np.bincount": lambda: np.bincount(k * y_true + y_pred, minlength=k * k),
-        }
-        checks = {"np.bincount": candidates["np.bincount"]().reshape(k, k)}
-        from sklearn.metrics import confusion_matrix
-
-        labels = np.arange(k)
-        candidates["scikit-learn"] = lambda: confusion_matrix(y_true, y_pred, labels=labels)
-        checks["scikit-learn"] = candidates["scikit-learn"]()
-        if have("torchmetrics"):
-            import torch
-
-            t_true, t_pred = torch.from_numpy(y_true), torch.from_numpy(y_pred)
-            metric = _torch_confusion(k, -100)
-            metric.update(t_pred, t_true)
-            checks["torchmetrics"] = metric.compute().numpy()
-            candidates["torchmetrics"] = lambda: metric.update(t_pred, t_true)
-        if have("boost_histogram"):
-            hist = _boost_histogram(k)
-            hist.fill(y_true, y_pred)
-            checks["boost-histogram"] = hist.view().copy()
-            candidates["boost-histogram"] = lambda: hist.fill(y_true, y_pred)
-        _require_equal(f"256 labels K={k}", reference, checks)
-        times = interleaved(candidates, repeats, min_sample=0.005 if quick else 0.02)
-        per_call[k] = times["metricstream"]
-        results.rows.append(Row(f"N=256 int64 K={k} (one update)", times))
-        results.targets.append(Target(
-            "3", f"256 labels K={k}: one update ≤ 3 µs (median, incl. Python and validation)",
-            format_seconds(times["metricstream"]), times["metricstream"] <= 3e-6))
-        if "torchmetrics" in times:
-            goal = 10 if k == 10 else 100
-            ratio = times["torchmetrics"] / times["metricstream"]
-            results.targets.append(Target(
-                "3", f"256 labels K={k}: ≥ {goal}× faster than torchmetrics' update",
-                f"{ratio:.0f}×", ratio >= goal))
+        _small_case(results, quick, rng, repeats, per_call, k)
     results.targets.append(Target(
         "3", "256 labels: no O(K²) work per update (time at K=1000 / time at K=10)",
         f"{per_call[1000] / per_call[10]:.2f}", per_call[1000] / per_call[10] <= 1.5))
+
+
+def _small_case(results: Results, quick: bool, rng, repeats: int, per_call: dict,
+                k: int) -> None:
+    y_true = rng.integers(0, k, 256)
+    y_pred = rng.integers(0, k, 256)
+    acc = ConfusionAccumulator(k, ignore_index=-100)
+    reference = acc.update(y_true, y_pred).matrix.copy()
+    candidates = {
+        "metricstream": lambda: acc.update(y_true, y_pred),
+        "np.bincount": lambda: np.bincount(k * y_true + y_pred, minlength=k * k),
+    }
+    checks = {"np.bincount": candidates["np.bincount"]().reshape(k, k)}
+    from sklearn.metrics import confusion_matrix
+
+    labels = np.arange(k)
+    candidates["scikit-learn"] = lambda: confusion_matrix(y_true, y_pred, labels=labels)
+    checks["scikit-learn"] = candidates["scikit-learn"]()
+    if have("torchmetrics"):
+        import torch
+
+        t_true, t_pred = torch.from_numpy(y_true), torch.from_numpy(y_pred)
+        metric = _torch_confusion(k, -100)
+        metric.update(t_pred, t_true)
+        checks["torchmetrics"] = metric.compute().numpy()
+        candidates["torchmetrics"] = lambda: metric.update(t_pred, t_true)
+    if have("boost_histogram"):
+        hist = _boost_histogram(k)
+        hist.fill(y_true, y_pred)
+        checks["boost-histogram"] = hist.view().copy()
+        candidates["boost-histogram"] = lambda: hist.fill(y_true, y_pred)
+    _require_equal(f"256 labels K={k}", reference, checks)
+    times = interleaved(candidates, repeats, min_sample=0.005 if quick else 0.02)
+    per_call[k] = times["metricstream"]
+    results.rows.append(Row(f"N=256 int64 K={k} (one update)", times))
+    results.targets.append(Target(
+        "3", f"256 labels K={k}: one update ≤ 3 µs (median, incl. Python and validation)",
+        format_seconds(times["metricstream"]), times["metricstream"] <= 3e-6))
+    if "torchmetrics" in times:
+        goal = 10 if k == 10 else 100
+        ratio = times["torchmetrics"] / times["metricstream"]
+        results.targets.append(Target(
+            "3", f"256 labels K={k}: ≥ {goal}× faster than torchmetrics' update",
+            f"{ratio:.0f}×", ratio >= goal))
 
 
 # ---------------------------------------------------------------------------- 4: scores
@@ -451,7 +462,8 @@ def _probe(args: list[str], env: dict | None = None, user: str | None = None,
            cwd: Path | str = REPO) -> tuple[dict, float]:
     command = [sys.executable, "-m", "benchmarks._probes"] + args
     if user is not None:
-        command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--"] + command
+        command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
+                   "--", *command]
     start = time.perf_counter()
     completed = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start

@@ -65,6 +65,9 @@ BLOCK = 256
 BIG_BLOCK = 16384
 # Cell indices are buffered as uint32, which holds K*K for K up to 65535.
 MAX_BUFFERED_CLASSES = 65535
+# Sub-histograms for K up to this, when a call has this many labels per matrix cell.
+SUB_HISTOGRAM_MAX_CLASSES = 100
+SUB_HISTOGRAM_MIN_LABELS_PER_CELL = 16
 
 # The general scores layout (A, C, R) is scanned in tiles of this many positions so that the
 # running argmax state is a fixed-size buffer (never an N-sized temporary) that stays in L1.
@@ -78,7 +81,7 @@ _JIT = {"cache": True, "nogil": True}
 
 # ---------------------------------------------------------------------------- element helpers
 def _label_key(x, num_classes):  # pragma: no cover - replaced by the overload below
-    """``uint64`` key of a label: the label itself if valid, otherwise a value ``>= num_classes``."""
+    """``uint64`` key of a label: the label itself if valid, else a value ``>= num_classes``."""
 
 
 @overload(_label_key, inline="always")
@@ -154,6 +157,21 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
         block = BIG_BLOCK
     cells = np.empty(min(block, stop - start) if buffered else 0, dtype=np.uint32)
     skip = np.uint32(num_classes * num_classes if buffered else 0)
+    # Small K: count into several private sub-histograms (pair j goes to copy j % copies) so
+    # that repeated increments of one cell do not wait on each other's store; ignored pairs go
+    # to a spare cell at the end of each copy, so that loop has no branch. Measured on one
+    # core, 10^7 labels: uint8 K=10 3.9 -> 3.2 ms, int64 K=10 5.8 -> 4.3 ms. Only for ranges
+    # long enough to amortise zeroing and folding the copies; int32 cells cannot overflow for
+    # ranges below 2^31.
+    stride = num_classes * num_classes + 1
+    copies = 0
+    if (buffered and commit and weights is None and num_classes <= SUB_HISTOGRAM_MAX_CLASSES
+            and SUB_HISTOGRAM_MIN_LABELS_PER_CELL * stride <= stop - start < 2**31):
+        copies = 4 if num_classes <= 16 else 2
+    sub = np.zeros(copies * stride, dtype=np.int32)
+    status = OK
+    position = stop
+    counted = stop
     for lo in range(start, stop, block):
         hi = min(lo + block, stop)
         tb = y_true[lo:hi]
@@ -199,14 +217,37 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
                 if has_ignore and t == ignore_index:
                     continue
                 if not _is_label(t, num_classes):
-                    return BAD_TRUE, lo + j, lo
-                if not _is_label(pb[j], num_classes):
-                    return BAD_PRED, lo + j, lo
-                if weights is not None and not _is_weight(weights[lo + j], integral):
-                    return BAD_WEIGHT, lo + j, lo
+                    status = BAD_TRUE
+                elif not _is_label(pb[j], num_classes):
+                    status = BAD_PRED
+                elif weights is not None and not _is_weight(weights[lo + j], integral):
+                    status = BAD_WEIGHT
+                if status != OK:
+                    position = lo + j
+                    counted = lo
+                    break
+            if status != OK:
+                break
         if not commit:
             continue
-        if buffered:
+        if copies:
+            j = 0
+            if copies == 4:
+                while j + 4 <= n:
+                    sub[cells[j]] += 1
+                    sub[stride + cells[j + 1]] += 1
+                    sub[2 * stride + cells[j + 2]] += 1
+                    sub[3 * stride + cells[j + 3]] += 1
+                    j += 4
+            else:
+                while j + 2 <= n:
+                    sub[cells[j]] += 1
+                    sub[stride + cells[j + 1]] += 1
+                    j += 2
+            while j < n:
+                sub[cells[j]] += 1
+                j += 1
+        elif buffered:
             if weights is None:
                 if has_ignore:
                     for j in range(n):
@@ -241,7 +282,11 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
                     continue
                 flat[_label_key(t, num_classes) * limit
                      + _label_key(pb[j], num_classes)] += sign * wb[j]
-    return OK, stop, stop
+    for copy in range(copies):
+        counts = sub[copy * stride:copy * stride + stride - 1]
+        for cell in range(stride - 1):
+            flat[cell] += sign * counts[cell]
+    return status, position, counted
 
 
 # ---------------------------------------------------------------------------- scores
@@ -375,7 +420,7 @@ def count_argmax_rows(y_true, scores, weights, out, start, stop, sign, flags, ig
 
 @njit(**_JIT)
 def count_argmax(y_true, scores, weights, out, start, stop, sign, flags, ignore_index):
-    """Count ``(y_true[a, r], argmax_c scores[a, c, r])`` for flat label indices in ``[start, stop)``.
+    """Count ``(y_true[a, r], argmax_c scores[a, c, r])`` for flat indices in ``[start, stop)``.
 
     ``y_true`` is ``(A, R)``, ``scores`` is ``(A, C, R)`` and ``weights`` is None or ``(A, R)``;
     a flat index ``i`` means ``(a, r) = divmod(i, R)``. The argmax is taken on the fly (first
