@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -85,6 +86,7 @@ class ConfusionAccumulator:
 
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()
+        self._version = 0
         self._counts: ClassCounts | None = None
         self._views: dict[Any, Any] = {}
 
@@ -341,29 +343,33 @@ class ConfusionAccumulator:
         return self._view(_metrics.ovr_accuracy, average=average, zero_division=zero_division)
 
     def precision(self, average: Average = None, labels: LabelsArg = None,
-                  zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+                  zero_division: ZeroDivision = "warn",
+                  ignore_absent: bool = False) -> float | np.ndarray:
         """Precision ``TP_i / PP_i``; see :func:`metricstream.metrics.precision`."""
         return self._view(_metrics.precision, average=average, labels=self._labels(labels),
-                          zero_division=zero_division)
+                          zero_division=zero_division, ignore_absent=ignore_absent)
 
     def recall(self, average: Average = None, labels: LabelsArg = None,
-               zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+               zero_division: ZeroDivision = "warn",
+               ignore_absent: bool = False) -> float | np.ndarray:
         """Recall ``TP_i / AP_i``; see :func:`metricstream.metrics.recall`."""
         return self._view(_metrics.recall, average=average, labels=self._labels(labels),
-                          zero_division=zero_division)
+                          zero_division=zero_division, ignore_absent=ignore_absent)
 
     def f1(self, average: Average = None, labels: LabelsArg = None,
-           zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+           zero_division: ZeroDivision = "warn",
+           ignore_absent: bool = False) -> float | np.ndarray:
         """F1 ``2 TP_i / (AP_i + PP_i)``; see :func:`metricstream.metrics.f1`."""
         return self._view(_metrics.f1, average=average, labels=self._labels(labels),
-                          zero_division=zero_division)
+                          zero_division=zero_division, ignore_absent=ignore_absent)
 
     def fbeta(self, beta: float, average: Average = None, labels: LabelsArg = None,
-              zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+              zero_division: ZeroDivision = "warn",
+              ignore_absent: bool = False) -> float | np.ndarray:
         """F-beta ``(1 + beta²) TP_i / (beta² AP_i + PP_i)``; see
         :func:`metricstream.metrics.fbeta`."""
         return self._view(_metrics.fbeta, beta, average=average, labels=self._labels(labels),
-                          zero_division=zero_division)
+                          zero_division=zero_division, ignore_absent=ignore_absent)
 
     def precision_recall_fscore_support(self, beta: float = 1.0, average: Average = None,
                                         labels: LabelsArg = None,
@@ -373,11 +379,12 @@ class ConfusionAccumulator:
                           labels=self._labels(labels), zero_division=zero_division)
 
     def jaccard(self, average: Average = None, labels: LabelsArg = None,
-                zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+                zero_division: ZeroDivision = "warn",
+                ignore_absent: bool = False) -> float | np.ndarray:
         """Jaccard index / IoU ``TP_i / (AP_i + PP_i - TP_i)``; see
         :func:`metricstream.metrics.jaccard`."""
         return self._view(_metrics.jaccard, average=average, labels=self._labels(labels),
-                          zero_division=zero_division)
+                          zero_division=zero_division, ignore_absent=ignore_absent)
 
     def miou(self, *, zero_division: ZeroDivision = "warn") -> float:
         """Segmentation mIoU over classes present in truth or prediction; see
@@ -742,6 +749,7 @@ class ConfusionAccumulator:
                 )
 
     def _changed(self) -> None:
+        self._version += 1
         self._counts = None
         self._views.clear()
 
@@ -769,8 +777,10 @@ class ConfusionAccumulator:
             else:
                 if hit is not None:
                     return _fresh(hit)
+        version = self._version
         value = function(self._class_counts(), *args, **kwargs)
-        if cacheable:
+        # A concurrent update may have landed while computing; never cache a stale value.
+        if cacheable and version == self._version:
             self._views[key] = value
             return _fresh(value)
         return value

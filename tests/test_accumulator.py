@@ -142,3 +142,14 @@ def test_degenerate_scalars():
     assert one_class.balanced_accuracy(adjusted=True, zero_division=0) == 0.0
     with pytest.warns(UndefinedMetricWarning, match="y_pred contains classes not in y_true"):
         ConfusionAccumulator(3).update([1, 1], [1, 2]).balanced_accuracy()
+
+
+def test_ignore_absent_is_passed_through():
+    # Class 2 never occurs: ignore_absent leaves it out of the macro mean, as mIoU does.
+    acc = ConfusionAccumulator(3).update([0, 0, 1, 1], [0, 1, 1, 1])
+    assert acc.jaccard(average="macro", ignore_absent=True) == acc.miou()
+    for method in (acc.precision, acc.recall, acc.f1, acc.jaccard):
+        assert method(average="macro", ignore_absent=True) == method(
+            average="macro", labels=[0, 1])
+    assert acc.fbeta(2.0, average="macro", ignore_absent=True) == acc.fbeta(
+        2.0, average="macro", labels=[0, 1])
