@@ -381,3 +381,24 @@ def test_reading_emits_no_warning(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         read_confusion(path)
+
+
+@pytest.mark.parametrize("pyarrow_reader", READERS)
+def test_no_header_and_an_explicit_delimiter(tmp_path, pyarrow_reader):
+    path = tmp_path / "p.txt"
+    path.write_text("0;1;x\n1;1;y\n1;0;z\n")
+    result = read_confusion(path, header=False, delimiter=";", prefer_pyarrow=pyarrow_reader)
+    assert (result.selection.truth, result.selection.pred) == ("f0", "f1")
+    np.testing.assert_array_equal(result.accumulator.matrix, [[0, 1], [1, 1]])
+    with pytest.raises(InputError, match=r"row 2: label -1 is negative"):
+        path.write_text("0;1\n-1;1\n")
+        read_confusion(path, header=False, delimiter=";", prefer_pyarrow=pyarrow_reader)
+
+
+def test_npy_text_labels_share_the_registry(tmp_path):
+    table = np.array([("cat", "cat"), ("dog", "fox"), ("dog", "dog")],
+                     dtype=[("y_true", "U8"), ("y_pred", "U8")])
+    np.save(tmp_path / "t.npy", table)
+    acc = read_confusion(tmp_path / "t.npy").accumulator
+    assert acc.class_names == ("cat", "dog", "fox")
+    np.testing.assert_array_equal(acc.matrix, [[1, 0, 0], [0, 1, 1], [0, 0, 0]])
