@@ -361,6 +361,21 @@ def scores(results: Results, quick: bool) -> None:
     results.targets.append(Target(
         "4", f"(N={num_labels:.0e}, K=100) float32 scores ≥ 2× faster than np.argmax + update",
         f"{ratio:.2f}×", ratio >= 2.0))
+    # Segmentation: (B, C, H, W) logits, classes on axis 1 (informative, no target).
+    seg_logits = rng.normal(size=(2 if quick else 8, 21, 256, 256)).astype(np.float32)
+    seg_true = rng.integers(0, 21, (seg_logits.shape[0], 256, 256))
+    seg = ConfusionAccumulator(21, ignore_index=255)
+    seg_two = ConfusionAccumulator(21, ignore_index=255)
+    _require_equal("segmentation", seg.update(seg_true, seg_logits).matrix,
+                   {"argmax + update": seg_two.update(seg_true, np.argmax(seg_logits, 1)).matrix})
+    seg_times = interleaved({
+        "metricstream": lambda: seg.update(seg_true, seg_logits),
+        "np.argmax + update": lambda: seg_two.update(seg_true, np.argmax(seg_logits, axis=1)),
+        "np.argmax + np.bincount": lambda: np.bincount(
+            21 * seg_true.ravel() + np.argmax(seg_logits, axis=1).ravel(), minlength=21 * 21),
+    }, 5 if quick else 15)
+    results.rows.append(Row(f"scores {seg_logits.shape} float32 (B, C, H, W), K=21",
+                            seg_times))
     tracemalloc.start()
     fused.update(y_true, logits)
     peak = tracemalloc.get_traced_memory()[1]

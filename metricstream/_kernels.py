@@ -437,7 +437,7 @@ def count_argmax(y_true, scores, weights, out, start, stop, sign, flags, ignore_
     has_ignore = (flags & HAS_IGNORE) != 0
     integral = (flags & INTEGRAL) != 0
     best_value = np.empty(SCORE_TILE, dtype=scores.dtype)
-    best_class = np.empty(SCORE_TILE, dtype=np.int64)
+    best_class = np.empty(SCORE_TILE, dtype=np.int32)
     if stop <= start:
         return OK, stop, stop
     for a in range(start // inner, (stop - 1) // inner + 1):
@@ -445,22 +445,32 @@ def count_argmax(y_true, scores, weights, out, start, stop, sign, flags, ignore_
         r_hi = min(inner, stop - a * inner)
         for r0 in range(r_lo, r_hi, SCORE_TILE):
             width = min(SCORE_TILE, r_hi - r0)
+            # Running argmax over the classes, branch-free so that it vectorises; NaNs are only
+            # noted here and located below (an early exit in these loops blocks vectorisation).
+            values = best_value[:width]
+            classes = best_class[:width]
             first = scores[a, 0, r0:r0 + width]
+            nan_seen = False
             for j in range(width):
                 v = first[j]
-                if v != v:
-                    return BAD_SCORE, (a * num_scores) * inner + r0 + j, a * inner + r0
-                best_value[j] = v
-                best_class[j] = 0
+                nan_seen |= v != v
+                values[j] = v
+                classes[j] = 0
             for c in range(1, num_scores):
                 tile = scores[a, c, r0:r0 + width]
                 for j in range(width):
                     v = tile[j]
-                    if v > best_value[j]:
-                        best_value[j] = v
-                        best_class[j] = c
-                    elif v != v:
-                        return BAD_SCORE, (a * num_scores + c) * inner + r0 + j, a * inner + r0
+                    better = v > values[j]
+                    nan_seen |= v != v
+                    values[j] = v if better else values[j]
+                    classes[j] = np.int32(c) if better else classes[j]
+            if nan_seen:
+                for c in range(num_scores):
+                    tile = scores[a, c, r0:r0 + width]
+                    for j in range(width):
+                        if tile[j] != tile[j]:
+                            return (BAD_SCORE, (a * num_scores + c) * inner + r0 + j,
+                                    a * inner + r0)
             labels = y_true[a, r0:r0 + width]
             for j in range(width):
                 t = labels[j]
@@ -471,11 +481,11 @@ def count_argmax(y_true, scores, weights, out, start, stop, sign, flags, ignore_
                 row = np.int64(_label_key(t, num_classes))
                 if weights is None:
                     if commit:
-                        out[row, best_class[j]] += sign
+                        out[row, classes[j]] += sign
                 else:
                     w = weights[a, r0 + j]
                     if not _is_weight(w, integral):
                         return BAD_WEIGHT, a * inner + r0 + j, a * inner + r0 + j
                     if commit:
-                        out[row, best_class[j]] += sign * w
+                        out[row, classes[j]] += sign * w
     return OK, stop, stop

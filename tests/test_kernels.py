@@ -7,6 +7,8 @@ with tiny chunk sizes so that every test batch is split many ways).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -291,3 +293,16 @@ def test_import_compiles_nothing_and_imports_no_optional_library():
         "assert not heavy & set(sys.modules), heavy & set(sys.modules)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("where", [(0, 0, 0, 0), (1, 2, 5, 7), (1, 3, 8, 10)], ids=str)
+def test_nan_in_channels_first_scores_is_reported_and_changes_nothing(where, path):
+    rng = np.random.default_rng(8)
+    scores = rng.normal(size=(2, 4, 9, 11))
+    scores[where] = np.nan
+    acc = ConfusionAccumulator(4)
+    acc.update([0, 1], [1, 1])
+    before = acc.matrix.copy()
+    with pytest.raises(ValueError, match=rf"NaN at position {re.escape(str(where))}"):
+        acc.update(rng.integers(0, 4, (2, 9, 11)), scores)
+    np.testing.assert_array_equal(acc.matrix, before)
