@@ -76,7 +76,18 @@ SCORE_TILE = 256
 # Integral weights are converted to int64; larger values cannot be represented exactly.
 _MAX_INTEGRAL_WEIGHT = 9.2e18
 
-_JIT = {"cache": True, "nogil": True}
+def _kernel(function):
+    """``njit(nogil=True)`` with the on-disk cache when there is somewhere to write it.
+
+    Numba caches next to the package, or in the user's cache directory (``NUMBA_CACHE_DIR``,
+    else ``~/.cache``) when the package directory is read-only. With neither writable it
+    refuses ``cache=True`` at decoration time; the kernels then compile in each process
+    instead of making ``import metricstream`` fail.
+    """
+    try:
+        return njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return njit(nogil=True)(function)
 
 
 # ---------------------------------------------------------------------------- element helpers
@@ -130,7 +141,7 @@ def _is_weight(w, integral):
 
 
 # ---------------------------------------------------------------------------- labels
-@njit(**_JIT)
+@_kernel
 def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_index):
     """Count pairs ``(y_true[i], y_pred[i])`` for ``i`` in ``[start, stop)`` into ``out``.
 
@@ -369,7 +380,7 @@ def _first_nan(row):
     return -1
 
 
-@njit(**_JIT)
+@_kernel
 def count_argmax_rows(y_true, scores, weights, out, start, stop, sign, flags, ignore_index):
     """Count ``(y_true[i], argmax_c scores[i, c])`` for ``i`` in ``[start, stop)``.
 
@@ -418,7 +429,7 @@ def count_argmax_rows(y_true, scores, weights, out, start, stop, sign, flags, ig
     return OK, stop, stop
 
 
-@njit(**_JIT)
+@_kernel
 def count_argmax(y_true, scores, weights, out, start, stop, sign, flags, ignore_index):
     """Count ``(y_true[a, r], argmax_c scores[a, c, r])`` for flat indices in ``[start, stop)``.
 

@@ -306,3 +306,65 @@ def test_nan_in_channels_first_scores_is_reported_and_changes_nothing(where, pat
     with pytest.raises(ValueError, match=rf"NaN at position {re.escape(str(where))}"):
         acc.update(rng.integers(0, 4, (2, 9, 11)), scores)
     np.testing.assert_array_equal(acc.matrix, before)
+
+
+
+@pytest.fixture
+def public_tmp():
+    """A temporary directory an unprivileged user can reach (pytest's tmp_path is 0700)."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp(prefix="metricstream-ro-"))
+    os.chmod(path, 0o755)
+    yield path
+    for sub in [path, *path.rglob("*")]:
+        if sub.is_dir():
+            os.chmod(sub, 0o755)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _run_from_read_only_copy(root, home):
+    """Import metricstream from a read-only copy as an unprivileged user; count one batch."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run as an unprivileged user")
+    package = Path(metricstream.__file__).parent
+    site = root / "site"
+    shutil.copytree(package, site / "metricstream", ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [site, *site.rglob("*")]:
+        os.chmod(path, 0o555 if path.is_dir() else 0o444)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("NUMBA_")}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), PYTHONPATH=str(site))
+    code = (
+        "import numpy as np, metricstream\n"
+        "acc = metricstream.ConfusionAccumulator(3)\n"
+        "acc.update(np.array([0, 2]), np.array([1, 2]))\n"
+        f"assert acc.matrix.sum() == 2 and metricstream.__file__.startswith({str(site)!r})\n"
+    )
+    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                    sys.executable, "-c", code], env=env, cwd=root, check=True)
+    return site
+
+
+def test_read_only_package_caches_kernels_in_the_user_cache_dir(public_tmp):
+    import os
+
+    home = public_tmp / "home"
+    home.mkdir()
+    os.chown(home, 65534, 65534)
+    site = _run_from_read_only_copy(public_tmp, home)
+    assert list(home.rglob("*.nbi")), "no kernel cached under the user's home"
+    assert not list(site.rglob("*.nbi")), "kernel cached inside the read-only package"
+
+
+def test_import_works_with_no_writable_cache_dir(public_tmp):
+    # Neither the package nor HOME is writable: kernels compile in memory instead of failing.
+    _run_from_read_only_copy(public_tmp, public_tmp / "missing-home")
