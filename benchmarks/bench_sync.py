@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
+    "all_gather_object", "broadcast",
     "broadcast_object_list", "reduce", "gather", "scatter", "reduce_scatter",
     "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier",
 )
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = times["raw all_reduce"]
     print(f"sync of a K={k} int64 confusion matrix ({k * k * 8 / 1e6:.1f} MB) across "
           f"{args.world_size} gloo ranks on 127.0.0.1; {args.repeats} interleaved repetitions, "
-          f"rank 0 wall clock")
+          f"rank 0 wall clock; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print(f"{'variant':<25} {'median':>9} {'min':>9} {'median/raw':>11} {'paired':>7}  collectives")
     for name, samples in times.items():
         median = statistics.median(samples)

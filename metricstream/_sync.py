@@ -2,13 +2,13 @@
 
 A sync is two collectives, whatever the engine (torch.distributed, MPI):
 
-1. a *configuration check*: one element-wise MAX all-reduce of a small int64 vector
-   ``[f, -f]``, where ``f`` encodes the fields that must agree for a merge (``num_classes``,
-   ``weighted``, ``ignore_index``, a hash of ``class_names``, the buffer length and the
-   protocol version). Afterwards every rank holds ``max(f)`` and ``-min(f)``, and so knows
-   whether any rank differs and in which field. Every rank derives the *same* error message from
-   the *same* reduced vector and raises before the data collective, so a misconfigured job fails
-   on all ranks instead of hanging (or summing matrices of different sizes).
+1. a *configuration check*: an all-gather of 7 int64 values per rank that encode the fields that
+   must agree for a merge (``num_classes``, ``weighted``, ``ignore_index``, a hash of
+   ``class_names``, the buffer length and the sync protocol version). Every rank then holds every
+   rank's values, derives the *same* error message from them (naming the field and which rank
+   has which value) and raises before the data collective, so a misconfigured job fails on all
+   ranks instead of hanging (or summing matrices of different sizes). An all-gather rather than
+   a MAX all-reduce: with 2 ranks it is one exchange instead of two, and it can name the ranks.
 2. one SUM all-reduce of the packed buffer. The accumulator's only counters are its K×K matrix,
    so the packed buffer is the matrix itself: no copies on CPU when synced in place.
 """
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 SYNC_PROTOCOL = 1
 
 _FIELDS = (
-    "sync protocol version (metricstream version)",
+    "sync protocol",
     "num_classes",
     "weighted",
     "ignore_index is None",
@@ -38,18 +38,19 @@ _FIELDS = (
     "class_names",
     "buffer length",
 )
+NUM_FIELDS = len(_FIELDS)
 
 
 def fingerprint(acc: ConfusionAccumulator) -> np.ndarray:
-    """The int64 vector ``[f, -f]`` whose element-wise MAX over ranks reveals any mismatch."""
+    """This rank's 7 int64 configuration values, to be all-gathered."""
     names = acc.class_names
     if names is None:
         names_hash = 0
     else:
         digest = hashlib.blake2b(json.dumps(list(names)).encode("utf-8"), digest_size=8).digest()
-        names_hash = int.from_bytes(digest, "little") >> 2  # 62 bits: ±value fits in int64
+        names_hash = int.from_bytes(digest, "little") >> 1  # 63 bits: a non-negative int64
     ignore = acc.ignore_index
-    fields = np.array(
+    return np.array(
         [
             SYNC_PROTOCOL,
             acc.num_classes,
@@ -61,30 +62,37 @@ def fingerprint(acc: ConfusionAccumulator) -> np.ndarray:
         ],
         dtype=np.int64,
     )
-    return np.concatenate([fields, -fields])
 
 
-def check_reduced(reduced: np.ndarray, world_size: int, engine: str) -> None:
-    """Raise the same ``ValueError`` on every rank if the reduced fingerprint shows a mismatch."""
-    reduced = np.asarray(reduced, dtype=np.int64).reshape(-1)
-    count = len(_FIELDS)
-    highest, lowest = reduced[:count], -reduced[count:]
-    differing = [i for i in range(count) if highest[i] != lowest[i]]
-    if not differing:
+def check_gathered(gathered: np.ndarray, engine: str) -> None:
+    """Raise the same ``ValueError`` on every rank if the ranks' fingerprints differ.
+
+    ``gathered`` holds every rank's :func:`fingerprint`, in rank order (any shape that reshapes
+    to ``(world_size, 7)``).
+    """
+    table = np.asarray(gathered, dtype=np.int64).reshape(-1, NUM_FIELDS)
+    world_size = len(table)
+    if (table == table[0]).all():
         return
-    i = differing[0]
-    field = _FIELDS[i]
-    if field == "class_names":
-        detail = "`class_names` differ between ranks"
-    elif field == "ignore_index is None":
-        detail = "`ignore_index` is None on some ranks and set on others"
-    elif field == "weighted":
-        detail = "`weighted` is True on some ranks and False on others"
-    elif field.startswith("sync protocol"):
-        detail = (f"ranks run metricstream versions with different sync protocols "
-                  f"({lowest[i]} to {highest[i]})")
+    column = {name: table[:, i] for i, name in enumerate(_FIELDS)}
+    if len(set(column["sync protocol"].tolist())) > 1:
+        detail = ("the ranks run metricstream versions with different sync protocols: "
+                  + _by_rank(column["sync protocol"].tolist()))
+    elif len(set(column["num_classes"].tolist())) > 1:
+        detail = "`num_classes` is " + _by_rank(column["num_classes"].tolist())
+    elif len(set(column["weighted"].tolist())) > 1:
+        detail = "`weighted` is " + _by_rank([bool(v) for v in column["weighted"].tolist()])
+    elif len({(a, b) for a, b in zip(column["ignore_index is None"].tolist(),
+                                      column["ignore_index"].tolist(), strict=True)}) > 1:
+        values = [None if none else value for none, value in
+                  zip(column["ignore_index is None"].tolist(), column["ignore_index"].tolist(),
+                      strict=True)]
+        detail = "`ignore_index` is " + _by_rank(values)
     else:
-        detail = f"`{field}` ranges from {lowest[i]} to {highest[i]} across ranks"
+        hashes = column["class_names"].tolist()
+        labels = {h: f"list {i + 1}" for i, h in enumerate(dict.fromkeys(hashes))}
+        detail = ("`class_names` differ between ranks (" + _by_rank([labels[h] for h in hashes])
+                  + ")")
     raise ValueError(
         f"cannot {engine} accumulators configured differently across the {world_size} ranks: "
         f"{detail}. Every rank must create its accumulator with the same `num_classes`, "
@@ -92,25 +100,36 @@ def check_reduced(reduced: np.ndarray, world_size: int, engine: str) -> None:
     )
 
 
+def _by_rank(values: list) -> str:
+    """``[7, 8, 7]`` -> ``"7 on ranks 0, 2 and 8 on rank 1"`` (values in order of first rank)."""
+    groups: dict = {}
+    for rank, value in enumerate(values):
+        groups.setdefault(value, []).append(rank)
+    parts = []
+    for value, ranks in groups.items():
+        shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
+        parts.append(f"{value} on rank{'s' if len(ranks) > 1 else ''} {shown}")
+    return " and ".join(parts) if len(parts) == 2 else "; ".join(parts)
+
+
 def synchronize(
     acc: ConfusionAccumulator,
     *,
-    check: Callable[[np.ndarray], np.ndarray],
+    gather: Callable[[np.ndarray], np.ndarray],
     reduce_sum: Callable[[np.ndarray], np.ndarray],
-    world_size: int,
     engine: str,
     inplace: bool,
 ) -> ConfusionAccumulator:
     """Run the two collectives and return the summed accumulator.
 
-    ``check`` MAX-reduces an int64 vector across ranks and returns the result; ``reduce_sum``
-    SUM-reduces a C-contiguous buffer and returns the result, writing into the given buffer when
-    it can (the CPU engines do, so an in-place sync copies nothing). With ``inplace=True`` the
-    accumulator's lock is held through the collective, so an ``update`` from another thread waits
-    rather than being lost; with ``inplace=False`` the local counts are copied once and left
-    untouched.
+    ``gather`` all-gathers an int64 vector and returns every rank's copy, in rank order;
+    ``reduce_sum`` SUM-reduces a C-contiguous buffer and returns the result, writing into the
+    given buffer when it can (the CPU engines do, so an in-place sync copies nothing). With
+    ``inplace=True`` the accumulator's lock is held through the collective, so an ``update`` from
+    another thread waits rather than being lost; with ``inplace=False`` the local counts are
+    copied once and left untouched.
     """
-    check_reduced(check(fingerprint(acc)), world_size, engine)
+    check_gathered(gather(fingerprint(acc)), engine)
     if inplace:
         with acc._lock:
             # Summed straight into the matrix: a failing collective (a rank died, a timeout)

@@ -80,7 +80,7 @@ def confusion(
             the message names the chunk or partition that held it.
     """
     dask = _import("dask")
-    config = {"num_classes": num_classes, "class_names": class_names,
+    config: dict[str, Any] = {"num_classes": num_classes, "class_names": class_names,
               "ignore_index": ignore_index, "weighted": weighted, "class_axis": class_axis}
     empty = ConfusionAccumulator(**config)  # validates the configuration before any task runs
     config = {**config, "class_names": empty.class_names}
@@ -177,7 +177,8 @@ def _array_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any, num_classes
     if scores_axis is not None:
         pred_blocks = np.take(pred_blocks, 0, axis=scores_axis)
     weight_blocks = None if weights is None else optimized[2].to_delayed(optimize_graph=False)
-    starts = [np.concatenate([[0], np.cumsum(c)[:-1]]) if c else [] for c in y_true.chunks]
+    starts: list[Any] = [np.concatenate([[0], np.cumsum(c)[:-1]]) if c else []
+                         for c in y_true.chunks]
     pieces = []
     for index in np.ndindex(true_blocks.shape):
         start = tuple(int(starts[d][i]) for d, i in enumerate(index))

@@ -4,10 +4,11 @@ PyTorch is imported on first use, not with this module (``pip install "metricstr
 
 A sync is exactly two collectives, whatever K:
 
-1. ``all_reduce(MAX)`` of 14 int64 values that encode the configuration. If any rank differs
-   (``num_classes``, ``class_names``, ``ignore_index``, ``weighted``, metricstream version),
-   every rank raises the same ``ValueError`` naming the field, and no rank blocks in a second
-   collective that the others would not join.
+1. an all-gather of 7 int64 values per rank that encode the configuration
+   (``all_gather_single``). If any rank differs (``num_classes``, ``class_names``,
+   ``ignore_index``, ``weighted``, metricstream version), every rank raises the same
+   ``ValueError`` naming the field and which rank holds which value, and no rank blocks in a
+   second collective that the others would not join.
 2. ``all_reduce(SUM)`` of the packed counts (the K×K matrix, int64 or float64). On CPU backends
    (gloo, mpi) the tensor shares memory with the accumulator, so an in-place sync copies nothing;
    with NCCL the counts travel through a tensor on the current CUDA device
@@ -84,10 +85,15 @@ def all_reduce(
         )
     target = _choose_device(torch, dist, group, device)
 
-    def check(vector: np.ndarray) -> np.ndarray:
-        tensor = torch.from_numpy(vector).to(target)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
-        return tensor.cpu().numpy()
+    world_size = dist.get_world_size(group)
+    # Newer torch calls it ``all_gather_single``; older releases ``all_gather_into_tensor``.
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def gather(vector: np.ndarray) -> np.ndarray:
+        mine = torch.from_numpy(vector).to(target)
+        every = torch.empty(world_size * len(vector), dtype=mine.dtype, device=target)
+        all_gather(every, mine, group=group)
+        return every.cpu().numpy()
 
     def reduce_sum(buffer: np.ndarray) -> np.ndarray:
         if target.type == "cpu":
@@ -100,9 +106,8 @@ def all_reduce(
 
     return _sync.synchronize(
         acc,
-        check=check,
+        gather=gather,
         reduce_sum=reduce_sum,
-        world_size=dist.get_world_size(group),
         engine="all_reduce",
         inplace=inplace,
     )

@@ -3,9 +3,9 @@
 mpi4py is imported on first use, not with this module (``pip install "metricstream[mpi]"``,
 plus an MPI library such as Open MPI: ``apt-get install openmpi-bin``).
 
-Like :func:`metricstream.distributed.all_reduce`, a sync is two collectives: an ``Allreduce(MAX)``
-of 14 int64 values that checks every rank holds the same configuration (a mismatch raises the
-same ``ValueError`` on every rank, before any count is exchanged), then one in-place
+Like :func:`metricstream.distributed.all_reduce`, a sync is two collectives: an ``Allgather`` of
+7 int64 values per rank that checks every rank holds the same configuration (a mismatch raises
+the same ``ValueError`` on every rank, before any count is exchanged), then one in-place
 ``Allreduce(SUM)`` of the K×K matrix through the buffer interface (no pickling, no copy).
 
 Run under ``mpirun -n 4 python evaluate.py``::
@@ -53,16 +53,17 @@ def allreduce(acc: ConfusionAccumulator, comm: Any = None, *,
     if comm is None:
         comm = mpi.COMM_WORLD
 
-    def check(vector: np.ndarray) -> np.ndarray:
-        comm.Allreduce(mpi.IN_PLACE, vector, op=mpi.MAX)
-        return vector
+    def gather(vector: np.ndarray) -> np.ndarray:
+        every = np.empty(comm.Get_size() * len(vector), dtype=vector.dtype)
+        comm.Allgather(vector, every)
+        return every
 
     def reduce_sum(buffer: np.ndarray) -> np.ndarray:
         comm.Allreduce(mpi.IN_PLACE, buffer, op=mpi.SUM)
         return buffer
 
-    return _sync.synchronize(acc, check=check, reduce_sum=reduce_sum,
-                             world_size=comm.Get_size(), engine="allreduce", inplace=inplace)
+    return _sync.synchronize(acc, gather=gather, reduce_sum=reduce_sum, engine="allreduce",
+                             inplace=inplace)
 
 
 def _import_mpi() -> Any:

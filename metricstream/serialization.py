@@ -99,7 +99,9 @@ def from_state_dict(state: Any,
             shape, dtype or values do not fit the configuration.
     """
     if cls is None:
-        from .accumulator import ConfusionAccumulator as cls  # noqa: N813 - lazy, avoids a cycle
+        from .accumulator import ConfusionAccumulator  # lazy: accumulator imports this module
+
+        cls = ConfusionAccumulator
     acc = cls.__new__(cls)
     restore(acc, state)
     return acc

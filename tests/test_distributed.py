@@ -29,7 +29,8 @@ BIG_K = 1000
 TIMEOUT = 300  # seconds for the whole 2-rank session, far above the ~10 s it needs
 
 COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast",
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
+    "all_gather_object", "broadcast",
     "broadcast_object_list", "reduce", "gather", "scatter", "reduce_scatter",
     "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier", "send", "recv",
 )
@@ -37,12 +38,15 @@ COLLECTIVES = (
 MISMATCHES = {
     # name: (rank-1 configuration change, expected message fragment)
     "num_classes": ({"num_classes": K + 1, "class_names": [*NAMES, "extra"]},
-                    r"`num_classes` ranges from 7 to 8 across ranks"),
-    "class_names": ({"class_names": NAMES[::-1]}, r"`class_names` differ between ranks"),
+                    r"`num_classes` is 7 on rank 0 and 8 on rank 1\."),
+    "class_names": ({"class_names": NAMES[::-1]},
+                    r"`class_names` differ between ranks "
+                    r"\(list 1 on rank 0 and list 2 on rank 1\)"),
     "ignore_index-None": ({"ignore_index": None},
-                          r"`ignore_index` is None on some ranks and set on others"),
-    "ignore_index-value": ({"ignore_index": 254}, r"`ignore_index` ranges from 254 to 255"),
-    "weighted": ({"weighted": True}, r"`weighted` is True on some ranks and False on others"),
+                          r"`ignore_index` is 255 on rank 0 and None on rank 1\."),
+    "ignore_index-value": ({"ignore_index": 254},
+                           r"`ignore_index` is 255 on rank 0 and 254 on rank 1\."),
+    "weighted": ({"weighted": True}, r"`weighted` is False on rank 0 and True on rank 1\."),
 }
 
 
@@ -249,10 +253,11 @@ def test_synced_matches_scikit_learn(ranks):
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_exactly_two_collectives_per_sync(ranks, scenario):
-    """One MAX all_reduce of the 14-value configuration check, one SUM of the K*K counts."""
+    """One all-gather of the 7-value configuration check (2 ranks: 14 values), one SUM of K*K."""
     k = BIG_K if scenario == "big" else K
     for rank in ranks:
-        assert rank[scenario]["calls"] == [["all_reduce", 14, "MAX"], ["all_reduce", k * k, "SUM"]]
+        assert rank[scenario]["calls"] == [["all_gather_single", 14, None],
+                                           ["all_reduce", k * k, "SUM"]]
 
 
 def test_configuration_travels_with_the_result(ranks):
@@ -282,11 +287,55 @@ def test_mismatch_raises_the_same_error_on_every_rank(ranks, name):
     assert re.search(fragment, messages[0])
     for rank in ranks:
         # Only the configuration check ran: no rank entered the data collective.
-        assert rank["mismatch"][name]["calls"] == [["all_reduce", 14, "MAX"]]
+        assert rank["mismatch"][name]["calls"] == [["all_gather_single", 14, None]]
         assert rank["mismatch"][name]["unchanged"] is True
 
 
 # ---------------------------------------------------------------------------- in-process checks
+def _gathered(*accs):
+    from metricstream import _sync
+
+    return np.concatenate([_sync.fingerprint(acc) for acc in accs])
+
+
+@pytest.mark.parametrize(
+    "accs, message",
+    [
+        ([ConfusionAccumulator(7), ConfusionAccumulator(8), ConfusionAccumulator(7),
+          ConfusionAccumulator(7)], "`num_classes` is 7 on ranks 0, 2, 3 and 8 on rank 1."),
+        ([ConfusionAccumulator(3), ConfusionAccumulator(4), ConfusionAccumulator(5)],
+         "`num_classes` is 3 on rank 0; 4 on rank 1; 5 on rank 2."),
+        ([ConfusionAccumulator(2, ignore_index=-1), ConfusionAccumulator(2)],
+         "`ignore_index` is -1 on rank 0 and None on rank 1."),
+        ([ConfusionAccumulator(2, class_names=["a", "b"]), ConfusionAccumulator(2)],
+         "`class_names` differ between ranks (list 1 on rank 0 and list 2 on rank 1)."),
+    ],
+    ids=["four-ranks", "three-values", "ignore-index", "names-vs-none"],
+)
+def test_mismatch_messages_name_the_ranks(accs, message):
+    from metricstream import _sync
+
+    with pytest.raises(ValueError) as info:
+        _sync.check_gathered(_gathered(*accs), "all_reduce")
+    assert f"configured differently across the {len(accs)} ranks: {message}" in str(info.value)
+
+
+def test_matching_fingerprints_pass_and_class_axis_may_differ():
+    from metricstream import _sync
+
+    same = [ConfusionAccumulator(4, ["a", "b", "c", "d"], 255, class_axis=ax) for ax in (1, -1)]
+    _sync.check_gathered(_gathered(*same), "all_reduce")  # class_axis does not affect merging
+
+
+def test_protocol_mismatch_is_reported_first():
+    from metricstream import _sync
+
+    table = _gathered(ConfusionAccumulator(3), ConfusionAccumulator(4)).reshape(2, -1)
+    table[1, 0] += 1
+    with pytest.raises(ValueError, match=r"different sync protocols: 1 on rank 0 and 2 on rank 1"):
+        _sync.check_gathered(table, "all_reduce")
+
+
 def test_requires_an_initialized_process_group():
     pytest.importorskip("torch")
     from metricstream.distributed import all_reduce
