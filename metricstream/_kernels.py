@@ -174,12 +174,16 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
     # core, 10^7 labels: uint8 K=10 3.9 -> 3.2 ms, int64 K=10 5.8 -> 4.3 ms. Only for ranges
     # long enough to amortise zeroing and folding the copies; int32 cells cannot overflow for
     # ranges below 2^31.
+    # Weighted pairs use copies of the matrix's own dtype (float64 sums of a copy are added
+    # to the matrix at the end; the float result may differ from a sequential sum in the last
+    # bits, as any summation order does).
     stride = num_classes * num_classes + 1
     copies = 0
-    if (buffered and commit and weights is None and num_classes <= SUB_HISTOGRAM_MAX_CLASSES
+    if (buffered and commit and num_classes <= SUB_HISTOGRAM_MAX_CLASSES
             and SUB_HISTOGRAM_MIN_LABELS_PER_CELL * stride <= stop - start < 2**31):
         copies = 4 if num_classes <= 16 else 2
-    sub = np.zeros(copies * stride, dtype=np.int32)
+    sub = np.zeros(copies * stride if weights is None else 0, dtype=np.int32)
+    weighted_sub = np.zeros(copies * stride if weights is not None else 0, dtype=out.dtype)
     status = OK
     position = stop
     counted = stop
@@ -241,7 +245,25 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
                 break
         if not commit:
             continue
-        if copies:
+        if copies and weights is not None:
+            wb = weights[lo:hi]
+            j = 0
+            if copies == 4:
+                while j + 4 <= n:
+                    weighted_sub[cells[j]] += wb[j]
+                    weighted_sub[stride + cells[j + 1]] += wb[j + 1]
+                    weighted_sub[2 * stride + cells[j + 2]] += wb[j + 2]
+                    weighted_sub[3 * stride + cells[j + 3]] += wb[j + 3]
+                    j += 4
+            else:
+                while j + 2 <= n:
+                    weighted_sub[cells[j]] += wb[j]
+                    weighted_sub[stride + cells[j + 1]] += wb[j + 1]
+                    j += 2
+            while j < n:
+                weighted_sub[cells[j]] += wb[j]
+                j += 1
+        elif copies:
             j = 0
             if copies == 4:
                 while j + 4 <= n:
@@ -294,9 +316,14 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
                 flat[_label_key(t, num_classes) * limit
                      + _label_key(pb[j], num_classes)] += sign * wb[j]
     for copy in range(copies):
-        counts = sub[copy * stride:copy * stride + stride - 1]
-        for cell in range(stride - 1):
-            flat[cell] += sign * counts[cell]
+        if weights is None:
+            counts = sub[copy * stride:copy * stride + stride - 1]
+            for cell in range(stride - 1):
+                flat[cell] += sign * counts[cell]
+        else:
+            sums = weighted_sub[copy * stride:copy * stride + stride - 1]
+            for cell in range(stride - 1):
+                flat[cell] += sign * sums[cell]
     return status, position, counted
 
 
