@@ -122,6 +122,14 @@ def render(results: suite.Results, quick: bool, elapsed: float) -> str:
             "read-only). The first-ever update of a kind costs one compilation: "
             + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in compile_times.items())
             + " on this machine; later processes load the cached machine code.", ""]
+    lines += [
+        "Notes: narrow (uint8) labels are limited by the scattered increments (about one "
+        "increment per cycle per core), not by memory: the read-only loop reads their 20 MB in "
+        "well under a millisecond. Wide (int64) labels are limited by memory bandwidth, most "
+        "of which one core already draws on this virtual machine, so the second thread adds "
+        "less there than on cache-resident data (see the threshold table). Two-thread results "
+        "move from run to run with the other jobs sharing the two cores; single-thread kernel "
+        "costs are in the comments of `metricstream/_kernels.py`.", ""]
     if "threshold" in results.extra:
         lines += ["Serial versus two threads for one update, int64 labels, K=10 (sets "
                   "`PARALLEL_MIN_LABELS`):", ""]
