@@ -15,8 +15,12 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 
 def _run(script: str, *args: str) -> str:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True,
-                          text=True, timeout=600, env=env)
+    for _attempt in range(3):
+        proc = subprocess.run([sys.executable, str(EXAMPLES / script), *args],
+                              capture_output=True, text=True, timeout=600, env=env)
+        # A free port probed by the example can be taken by another process before it binds.
+        if proc.returncode == 0 or "address already in use" not in proc.stderr.lower():
+            break
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
 
