@@ -226,6 +226,13 @@ def _json_number(value: Any) -> int | float:
     return int(value) if value.is_integer() and abs(value) < 2**53 else value
 
 
+def _json_numbers(values: np.ndarray) -> list:
+    """:func:`_json_number` over an array, converted in bulk."""
+    if values.dtype.kind in "iu":
+        return values.tolist()
+    return [_json_number(v) for v in values.tolist()]
+
+
 def summary(
     matrix_or_counts: MatrixLike,
     *,
@@ -284,17 +291,19 @@ def summary(
         "npv": negative_predictive_value(counts, zero_division=zd),
         "iou": jaccard(counts, zero_division=zd),
     }
-    per_class = []
-    for i in range(k):
-        entry: dict[str, Any] = {
-            "index": i,
-            "name": names[i],
-            "support": _json_number(counts.actual_positives[i]),
-            "predicted": _json_number(counts.predicted_positives[i]),
-        }
-        for key, values in per_class_values.items():
-            entry[key] = _json_float(values[i])
-        per_class.append(entry)
+    # Columns are converted to Python numbers in bulk (``tolist``), not value by value: at
+    # K = 1000 this is most of the cost of a summary.
+    columns: dict[str, list] = {
+        "index": list(range(k)),
+        "name": names,
+        "support": _json_numbers(counts.actual_positives),
+        "predicted": _json_numbers(counts.predicted_positives),
+    }
+    for key, values in per_class_values.items():
+        column = np.asarray(values, dtype=np.float64)
+        columns[key] = [None if v != v else v for v in column.tolist()]
+    keys = list(columns)
+    per_class = [dict(zip(keys, row, strict=True)) for row in zip(*columns.values(), strict=True)]
     return {
         "num_classes": k,
         "num_samples": _json_number(counts.total),

@@ -126,10 +126,12 @@ def matthews_corrcoef(matrix: MatrixLike, *, zero_division: float = 0.0) -> floa
     """
     counts = as_counts(matrix)
     replacement = zero_division_value(zero_division) if zero_division != "warn" else None
-    confusion = counts.matrix
-    t_sum = confusion.sum(axis=1, dtype=np.float64)
-    p_sum = confusion.sum(axis=0, dtype=np.float64)
-    n_correct = np.trace(confusion, dtype=np.float64)
+    # From the cached marginals, O(K): for integer counts these float64 sums are exact, so the
+    # result is scikit-learn's bit for bit; a weighted matrix's marginals are the same row and
+    # column sums scikit-learn takes.
+    t_sum = counts.actual_positives.astype(np.float64)
+    p_sum = counts.predicted_positives.astype(np.float64)
+    n_correct = counts.true_positives.sum(dtype=np.float64)
     n_samples = p_sum.sum()
     cov_ytyp = n_correct * n_samples - np.dot(t_sum, p_sum)
     cov_ypyp = n_samples**2 - np.dot(p_sum, p_sum)

@@ -12,7 +12,7 @@ predicted classes, ``C`` is the K×K matrix):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence, Union
 
 import numpy as np
@@ -35,6 +35,9 @@ class ClassCounts:
     actual_positives: np.ndarray
     predicted_positives: np.ndarray
     total: Any
+    # O(K²) intermediates shared by several metrics (e.g. the mutual information behind both MI
+    # and NMI), computed at most once per state because an accumulator caches this object.
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_matrix(cls, matrix: Any, *, validate: bool = True) -> ClassCounts:

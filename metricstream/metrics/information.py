@@ -38,6 +38,13 @@ def _xlogx_sum(values: np.ndarray) -> float:
 
 
 def _mutual_information(counts) -> float:
+    cached = counts.memo.get("mutual_information")
+    if cached is None:
+        cached = counts.memo["mutual_information"] = _compute_mutual_information(counts)
+    return cached
+
+
+def _compute_mutual_information(counts) -> float:
     # MI = (sum C log C - sum AP log AP - sum PP log PP) / N + log N: one logarithm per non-zero
     # cell (K = 1000, dense: 6 ms instead of 21 ms for scikit-learn's per-cell terms), equal to
     # scikit-learn's mutual_info_score to ~1e-15 absolute.
