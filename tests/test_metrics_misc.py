@@ -1,7 +1,6 @@
-"""Hand-computed examples, the asymmetric-kappa fix, and the K = 1000 speed budget."""
+"""Hand-computed examples, the asymmetric-kappa fix, and every metric on a K = 1000 matrix."""
 
 from __future__ import annotations
-
 
 import numpy as np
 import pytest
@@ -95,3 +94,11 @@ def _all_metrics(counts):
         getattr(ms, name)(counts)
     report.classification_report(counts, zero_division=np.nan)
     report.summary(counts, zero_division=np.nan)
+
+
+def test_every_metric_runs_on_a_k1000_matrix():
+    # Speed is benchmark target 7 (python -m benchmarks); here only that every call works.
+    rng = np.random.default_rng(0)
+    matrix = rng.poisson(2.0, size=(1000, 1000)).astype(np.int64)
+    matrix[np.diag_indices(1000)] += rng.integers(0, 5000, 1000)
+    _all_metrics(ms.ClassCounts.from_matrix(matrix))
