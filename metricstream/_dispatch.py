@@ -153,7 +153,7 @@ def _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ign
     first_failure = [num_chunks]
     done_direct: list[tuple[int, int]] = []
 
-    def work(target: np.ndarray, record: list[tuple[int, int]] | None) -> None:
+    def take_chunks(target: np.ndarray, record: list[tuple[int, int]] | None) -> None:
         while True:
             chunk = next(next_chunk)
             if chunk >= num_chunks or chunk > first_failure[0]:
@@ -169,11 +169,11 @@ def _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ign
 
     pool = _get_pool()
     helpers = [
-        pool.submit(work, partials[w - 1] if direct else partials[w], None)
+        pool.submit(take_chunks, partials[w - 1] if direct else partials[w], None)
         for w in range(1, num_workers)
     ]
     try:
-        work(out if direct else partials[0], done_direct if direct else None)
+        take_chunks(out if direct else partials[0], done_direct if direct else None)
     finally:
         for future in helpers:
             future.result()

@@ -178,7 +178,7 @@ class ConfusionAccumulator:
         # Lock in a global order so that a.merge(b) and b.merge(a) in two threads cannot deadlock.
         first, second = sorted((self, other), key=id)
         with first._lock, second._lock:
-            self._matrix += other._matrix
+            np.add(self._matrix, other._matrix, out=self._matrix)
             self._changed()
         return self
 

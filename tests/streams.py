@@ -27,7 +27,7 @@ class Case:
 
     def batches(self):
         bounds = np.concatenate([[0], self.cuts, [self.y_true.size]])
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
             w = None if self.weights is None else self.weights[lo:hi]
             yield self.y_true[lo:hi], self.y_pred[lo:hi], w
 

@@ -33,7 +33,7 @@ def streams(draw, weighted=False):
 
 def _pieces(y_true, y_pred, weights, cuts):
     bounds = [0, *cuts, y_true.size]
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         yield y_true[lo:hi], y_pred[lo:hi], None if weights is None else weights[lo:hi]
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 import numpy as np
 
-Average = Optional[Literal["micro", "macro", "weighted"]]
+Average = Literal["micro", "macro", "weighted"] | None
 AVERAGES = (None, "micro", "macro", "weighted")
 
 

@@ -12,13 +12,13 @@ undefined and is replaced by ``zero_division``, exactly as scikit-learn does:
 from __future__ import annotations
 
 import warnings
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 
 from ..exceptions import UndefinedMetricWarning
 
-ZeroDivision = Union[Literal["warn"], float]
+ZeroDivision = Literal["warn"] | float
 
 
 def zero_division_value(zero_division: ZeroDivision) -> float:

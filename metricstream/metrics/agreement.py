@@ -4,7 +4,7 @@ Matthews correlation coefficient (multiclass R_K and one-vs-rest per class)."""
 from __future__ import annotations
 
 import functools
-from typing import Literal, Union
+from typing import Literal
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from ._selection import reduce_scores, select
 from ._zero_division import ZeroDivision, divide, undefined_scalar, zero_division_value
 from .counts import Labels, MatrixLike, as_counts
 
-KappaWeights = Union[Literal["linear", "quadratic"], None, np.ndarray]
+KappaWeights = Literal["linear", "quadratic"] | np.ndarray | None
 
 
 @functools.lru_cache(maxsize=8)

@@ -12,13 +12,14 @@ predicted classes, ``C`` is the K×K matrix):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence, Union
+from typing import Any, Literal, Union
 
 import numpy as np
 
 MatrixLike = Union[np.ndarray, "ClassCounts", Sequence[Sequence[float]]]
-Labels = Union[Sequence[int], np.ndarray, None]
+Labels = Sequence[int] | np.ndarray | None
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ def label_indices(labels: Labels, num_classes: int) -> np.ndarray | None:
     if indices.ndim == 0:
         indices = indices.reshape(1)
     if indices.ndim != 1 or indices.size == 0:
-        raise ValueError(f"`labels` must be a non-empty 1-D sequence of class indices, got {labels!r}.")
+        raise ValueError(
+            f"`labels` must be a non-empty 1-D sequence of class indices, got {labels!r}."
+        )
     if indices.dtype.kind not in "iu":
         raise TypeError(
             f"`labels` must hold integer class indices, got dtype {indices.dtype} "
