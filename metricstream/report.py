@@ -48,6 +48,28 @@ def _present_labels(counts: ClassCounts) -> np.ndarray:
     return np.flatnonzero(present)
 
 
+def _nanaverage(values: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """The mean of the non-NaN ``values`` exactly as scikit-learn's ``_nanaverage`` computes it.
+
+    ``np.nanmean`` over the whole array (NaN entries summed as 0) rather than ``np.mean`` of the
+    defined entries: both are the same number mathematically, but numpy's pairwise summation
+    groups the terms by position, so dropping entries can change the last bit. Weighted:
+    ``np.average`` of the defined entries, or their plain mean when the weights sum to 0.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return math.nan
+    mask = np.isnan(values)
+    if mask.all():
+        return math.nan
+    if weights is None:
+        return float(np.nanmean(values))
+    kept, kept_weights = values[~mask], np.asarray(weights)[~mask]
+    if kept_weights.sum() == 0:
+        return float(np.average(kept))
+    return float(np.average(kept, weights=kept_weights))
+
+
 def _target_names(
     target_names: Sequence[str] | None,
     indices: np.ndarray,
@@ -98,7 +120,12 @@ def classification_report(
       cover every class present in the data; otherwise a ``micro avg`` row is printed instead;
     * ``macro avg`` and ``weighted avg`` (weighted by support ``AP_i``) follow;
     * supports print as integers for an integer matrix and as floats (``3.0``) for a float
-      matrix (what scikit-learn prints whenever ``sample_weight`` is given);
+      matrix (what scikit-learn prints whenever ``sample_weight`` is given), and also for an
+      integer matrix with an all-zero diagonal (no sample classified correctly), where
+      scikit-learn counts supports from float zeros;
+    * the macro and weighted averages leave out NaN entries (``zero_division=np.nan``) and are
+      computed in scikit-learn's order of operations (``np.nanmean``; ``np.average`` weighted by
+      support), so they agree to the last bit;
     * the name column is as wide as the longest name, at least ``len("weighted avg")`` and
       ``digits``.
 
@@ -155,6 +182,10 @@ def classification_report(
 
     p, r, f, s = precision_recall_fscore_support(counts, average=None, labels=indices,
                                                  zero_division=zero_division)
+    if counts.matrix.dtype.kind in "iub" and not counts.true_positives.any():
+        # scikit-learn counts the supports with float zeros when no sample at all is classified
+        # correctly (its "pathological case"), so they then print as ``3.0``, not ``3``.
+        s = s.astype(np.float64)
     rows = list(zip(names, p, r, f, s, strict=False))  # truncates, as scikit-learn
 
     if output_dict:
@@ -173,9 +204,15 @@ def classification_report(
     total_support = np.sum(s)
     for average in ("micro", "macro", "weighted"):
         heading = "accuracy" if average == "micro" and micro_is_accuracy else f"{average} avg"
-        avg_p, avg_r, avg_f, _ = precision_recall_fscore_support(
-            counts, average=average, labels=indices, zero_division=zero_division
-        )
+        if average == "micro":
+            avg_p, avg_r, avg_f, _ = precision_recall_fscore_support(
+                counts, average=average, labels=indices, zero_division=zero_division
+            )
+        else:
+            # From the per-class values above, in scikit-learn's order of operations, so that
+            # the averages agree to the last bit (also when NaN entries are left out).
+            weights = None if average == "macro" else s
+            avg_p, avg_r, avg_f = (_nanaverage(values, weights) for values in (p, r, f))
         values = [avg_p, avg_r, avg_f, total_support]
         if output_dict:
             report[heading] = dict(zip(_HEADERS, [float(value) for value in values], strict=True))
@@ -245,14 +282,24 @@ def summary(
 
         {"num_classes": K, "num_samples": N,
          "overall": {"accuracy", "balanced_accuracy", "cohen_kappa", "matthews_corrcoef",
-                     "miou", "fwiou", "macro_f1"},
+                     "miou", "fwiou", "macro_precision", "macro_recall", "macro_f1",
+                     "weighted_precision", "weighted_recall", "weighted_f1"},
          "per_class": [{"index", "name", "support", "predicted", "precision", "recall",
-                        "f1", "specificity", "npv", "iou"}, ...]}
+                        "f1", "specificity", "npv", "iou"}, ...],
+         "class_names": [K names], "weighted": bool,
+         "confusion_matrix": [[C_00, C_01, ...], ...]}
+
+    The last three keys are the whole state, so the metrics can be recomputed from the dict
+    (or its JSON) alone: ``ConfusionAccumulator.from_matrix(d["confusion_matrix"],
+    class_names=d["class_names"], weighted=d["weighted"])``. ``weighted`` is True for a float
+    matrix (sums of sample weights), whose cells are then written as floats.
 
     Counts (``num_samples``, ``support``, ``predicted``) are ints for an integer matrix
     (whole-valued floats of a weighted matrix are also written as ints). Every rate follows
     ``zero_division``; an undefined value with ``zero_division=np.nan`` is written as ``None``
-    (JSON ``null``), never as NaN. ``macro_f1`` scores every class (scikit-learn's macro);
+    (JSON ``null``), never as NaN. The macro averages score every class of the matrix
+    (scikit-learn's macro with ``labels=range(K)``; NaN entries left out), the weighted ones
+    weight each class by its support ``AP_i``;
     ``miou`` leaves out classes absent from both truth and prediction (the segmentation
     convention), and ``fwiou`` weights IoU by support.
 
@@ -281,7 +328,12 @@ def summary(
             counts, zero_division=0.0 if zd == "warn" else zd),
         "miou": miou(counts, zero_division=zd),
         "fwiou": fwiou(counts, zero_division=zd),
+        "macro_precision": precision(counts, average="macro", zero_division=zd),
+        "macro_recall": recall(counts, average="macro", zero_division=zd),
         "macro_f1": f1(counts, average="macro", zero_division=zd),
+        "weighted_precision": precision(counts, average="weighted", zero_division=zd),
+        "weighted_recall": recall(counts, average="weighted", zero_division=zd),
+        "weighted_f1": f1(counts, average="weighted", zero_division=zd),
     }
     per_class_values: dict[str, Any] = {
         "precision": precision(counts, zero_division=zd),
@@ -304,11 +356,17 @@ def summary(
         columns[key] = [None if v != v else v for v in column.tolist()]
     keys = list(columns)
     per_class = [dict(zip(keys, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+    weighted = counts.matrix.dtype.kind == "f"
     return {
         "num_classes": k,
         "num_samples": _json_number(counts.total),
         "overall": {key: _json_float(value) for key, value in overall.items()},
         "per_class": per_class,
+        "class_names": list(names),
+        "weighted": weighted,
+        # ``tolist`` gives Python ints (or floats for weights) in one pass over the matrix.
+        "confusion_matrix": counts.matrix.astype(np.float64 if weighted else np.int64,
+                                                 copy=False).tolist(),
     }
 
 
@@ -316,11 +374,17 @@ def _fmt(value: float | None, digits: int) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _fmt_count(value: int | float, digits: int) -> str:
+    """A count as printed: an int as is, a sum of fractional weights with ``digits`` decimals."""
+    return str(value) if isinstance(value, int) else f"{value:.{digits}f}"
+
+
 def _table(data: dict, digits: int) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
     overall = [[label, _fmt(data["overall"][key], digits)] for key, label in _OVERALL]
     header = ["class", "support", "predicted"] + [label for _, label in _PER_CLASS]
     rows = [
-        [entry["name"], str(entry["support"]), str(entry["predicted"])]
+        [entry["name"], _fmt_count(entry["support"], digits),
+         _fmt_count(entry["predicted"], digits)]
         + [_fmt(entry[key], digits) for key, _ in _PER_CLASS]
         for entry in data["per_class"]
     ]
@@ -356,7 +420,8 @@ def summary_text(
     data = summary(matrix_or_counts, class_names=class_names, zero_division=zero_division)
     overall, header, rows = _table(data, digits)
     label_width = max(len(label) for label, _ in overall)
-    lines = [f"samples: {data['num_samples']}, classes: {data['num_classes']}", ""]
+    samples = _fmt_count(data["num_samples"], digits)
+    lines = [f"samples: {samples}, classes: {data['num_classes']}", ""]
     lines += [f"{label:>{label_width}}  {value}" for label, value in overall]
     lines.append("")
     table = header + rows
@@ -429,7 +494,8 @@ def summary_html(
     esc = html.escape
     parts = [
         "<div class=\"metricstream-summary\">",
-        f"<p><b>ConfusionAccumulator</b>: {esc(str(data['num_samples']))} samples, "
+        f"<p><b>ConfusionAccumulator</b>: {esc(_fmt_count(data['num_samples'], digits))} "
+        f"samples, "
         f"{data['num_classes']} classes</p>",
         "<table><tbody>",
     ]

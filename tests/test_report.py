@@ -144,7 +144,7 @@ def _is_json_ready(value) -> bool:
         return all(_is_json_ready(v) for v in value)
     if isinstance(value, float):
         return math.isfinite(value)
-    return value is None or type(value) in (int, str, float)
+    return value is None or type(value) in (int, str, float, bool)
 
 
 @pytest.mark.parametrize("zd", [0, 1, np.nan], ids=["0", "1", "nan"])
@@ -240,3 +240,121 @@ def test_report_grid_digits_zero_division_weights(digits, zd, weighted):
             got_dict = acc.classification_report(output_dict=True, **kwargs)
         assert got == expected
         assert _dict_equal(got_dict, expected_dict)
+
+
+# ---------------------------------------------------------------------- scikit-learn's corners
+def test_supports_are_floats_when_nothing_is_classified_correctly():
+    y_true, y_pred = [0, 0, 1], [1, 1, 0]
+    matrix = ConfusionAccumulator(2).update(y_true, y_pred).matrix
+    got = classification_report(matrix, zero_division=0)
+    assert got == sk_classification_report(y_true, y_pred, zero_division=0)
+    assert "       2.0\n" in got and "       3.0\n" in got
+    assert _dict_equal(classification_report(matrix, zero_division=0, output_dict=True),
+                       sk_classification_report(y_true, y_pred, zero_division=0,
+                                                output_dict=True))
+
+
+def _no_true_positive_case(seed: int):
+    """Every prediction wrong: a random derangement of the true classes, some absent."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(2, 12))
+    n = int(rng.integers(1, 50))
+    y_true = rng.integers(0, k, size=n)
+    y_pred = (y_true + rng.integers(1, k, size=n)) % k
+    labels = None
+    if rng.random() < 0.3:
+        labels = [int(v) for v in rng.choice(k, size=int(rng.integers(1, k + 1)), replace=False)]
+    return k, y_true, y_pred, labels
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_report_without_true_positives_matches_sklearn(seed):
+    k, y_true, y_pred, labels = _no_true_positive_case(seed)
+    acc = ConfusionAccumulator(k).update(y_true, y_pred)
+    zd = ZERO_DIVISIONS[seed % 4]
+    for digits in (0, 2, 5):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = sk_classification_report(y_true, y_pred, labels=labels, digits=digits,
+                                                zero_division=zd)
+            expected_dict = sk_classification_report(y_true, y_pred, labels=labels,
+                                                     zero_division=zd, output_dict=True)
+            got = classification_report(acc.matrix, labels=labels, digits=digits,
+                                        zero_division=zd)
+            got_dict = classification_report(acc.matrix, labels=labels, zero_division=zd,
+                                             output_dict=True)
+        assert got == expected, f"\n{got}\n{expected}"
+        assert _dict_equal(got_dict, expected_dict), (got_dict, expected_dict)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_nan_averages_are_bit_equal_to_sklearn(seed):
+    """Many classes and ``zero_division=np.nan``: numpy's pairwise sums group by position."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(8, 40))
+    n = int(rng.integers(k, 4 * k))
+    y_true = rng.integers(0, k, size=n)
+    y_pred = np.where(rng.random(n) < 0.4, y_true, rng.integers(0, k, size=n))
+    weights = rng.integers(1, 9, size=n) / 8 if seed % 3 == 0 else None
+    acc = ConfusionAccumulator(k, weighted=weights is not None).update(y_true, y_pred, weights)
+    expected = sk_classification_report(y_true, y_pred, sample_weight=weights,
+                                        zero_division=np.nan, output_dict=True)
+    got = classification_report(acc.matrix, zero_division=np.nan, output_dict=True)
+    assert _dict_equal(got, expected), (got["macro avg"], expected["macro avg"])
+    assert classification_report(acc.matrix, zero_division=np.nan, digits=17) == \
+        sk_classification_report(y_true, y_pred, sample_weight=weights, zero_division=np.nan,
+                                 digits=17)
+
+
+def test_nan_macro_average_of_the_reported_case():
+    # 10 classes, 3 of them never predicted: nanmean over all 10 entries, not mean over 7
+    precision = np.array([0.5, np.nan, 0.2, 1 / 3, np.nan, 0.7, 0.1, np.nan, 0.9, 0.3])
+    from metricstream.report import _nanaverage
+
+    assert _nanaverage(precision) == np.nanmean(precision)
+    assert np.isnan(_nanaverage(np.array([np.nan, np.nan])))
+    assert _nanaverage(np.array([0.5, 1.0]), np.array([0, 0])) == 0.75
+
+
+# ---------------------------------------------------------------------- summary: the whole state
+def test_summary_carries_the_matrix_the_names_and_the_averages():
+    from metricstream import metrics
+
+    data = summary(MATRIX, class_names=["cat", "fish", "hen", "yak"], zero_division=0)
+    assert data["confusion_matrix"] == MATRIX.tolist()
+    assert data["class_names"] == ["cat", "fish", "hen", "yak"]
+    assert data["weighted"] is False
+    overall = data["overall"]
+    for average in ("macro", "weighted"):
+        assert overall[f"{average}_precision"] == metrics.precision(MATRIX, average=average,
+                                                                     zero_division=0)
+        assert overall[f"{average}_recall"] == metrics.recall(MATRIX, average=average,
+                                                               zero_division=0)
+        assert overall[f"{average}_f1"] == metrics.f1(MATRIX, average=average, zero_division=0)
+    assert _is_json_ready(data)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["counts", "weights"])
+def test_an_accumulator_is_rebuilt_from_the_json_summary(weighted):
+    rng = np.random.default_rng(7)
+    y_true, y_pred = rng.integers(0, 5, 300), rng.integers(0, 5, 300)
+    weights = rng.random(300) * 3 if weighted else None
+    names = ["a", "b", "c", "d", "e"]
+    acc = ConfusionAccumulator(5, class_names=names, weighted=weighted)
+    acc.update(y_true, y_pred, weights)
+    data = json.loads(json.dumps(acc.summary("dict", zero_division=0), allow_nan=False))
+    rebuilt = ConfusionAccumulator.from_matrix(np.array(data["confusion_matrix"]),
+                                               class_names=data["class_names"],
+                                               weighted=data["weighted"])
+    assert rebuilt == acc
+    assert rebuilt.matrix.tobytes() == acc.matrix.tobytes()  # bit for bit, also the weights
+    assert rebuilt.summary("dict", zero_division=0) == data
+
+
+def test_fractional_sample_counts_are_formatted():
+    matrix = np.array([[20.1, 0.089], [4.1, 30.0]])
+    text = summary_text(matrix, zero_division=0, digits=4)
+    assert text.startswith("samples: 54.2890, classes: 2\n")
+    assert "20.1890" in text and "54.288999" not in text
+    assert summary_text(MATRIX, zero_division=0).startswith("samples: 25, classes: 4\n")
+    assert "54.2890 samples" in summary_html(matrix)
