@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._averaging import Average
-from ._selection import reduce_scores, select
+from ._averaging import BinaryAverage
+from ._selection import LabelCounts, reduce_scores, select
 from ._zero_division import ZeroDivision, divide, undefined_scalar, zero_division_value
 from .counts import Labels, MatrixLike, as_counts
 from .precision_recall import fbeta
 
 
 def jaccard(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """Jaccard index (IoU) ``TP_i / (AP_i + PP_i - TP_i) = TP_i / (TP_i + FP_i + FN_i)``.
 
@@ -28,31 +29,38 @@ def jaccard(
     ``jaccard(average="macro")`` averages over *all* selected classes, giving absent classes the
     ``zero_division`` value; with ``ignore_absent=True`` (and :func:`miou`) classes absent from
     both truth and prediction are left out of the mean, as segmentation benchmarks do.
+    ``average="binary"`` gives the float of class ``pos_label`` (at most two classes);
+    ``labels=[i]`` a one-element array with ``average=None`` and the float of class ``i`` with
+    any average (see :func:`~metricstream.metrics.precision`).
 
     Example:
         >>> jaccard([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.2667, 0.1818, 0.5   ])
+        >>> jaccard([[5, 1], [2, 3]], average="binary")  # 3 / (3 + 1 + 2)
+        0.5
     """
     zero_division_value(zero_division)
-    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent)
+    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent,
+                 pos_label=pos_label)
     union = sel.ap + sel.pp - sel.tp
     scores = divide(sel.tp, union, zero_division, metric="Jaccard", missing="true or predicted")
     return reduce_scores(scores, average, sel.support, zero_division, metric="Jaccard")
 
 
 def dice(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """Dice coefficient (Sørensen–Dice) ``2 TP_i / (AP_i + PP_i)``, identical to per-class F1.
 
     ``Dice_i = 2 IoU_i / (1 + IoU_i)``. 0/0 (class neither true nor predicted) gives
     ``zero_division``. The segmentation "mean Dice" is ``dice(average="macro",
-    ignore_absent=True)``. Arguments as :func:`jaccard`; see
+    ignore_absent=True)``. Arguments (``average="binary"``, ``pos_label``) as :func:`jaccard`; see
     :func:`~metricstream.metrics.f1`.
 
     Example:
@@ -60,7 +68,7 @@ def dice(
         array([0.4211, 0.3077, 0.6667])
     """
     return fbeta(matrix, 1.0, average=average, labels=labels, zero_division=zero_division,
-                 ignore_absent=ignore_absent)
+                 ignore_absent=ignore_absent, pos_label=pos_label)
 
 
 def miou(matrix: MatrixLike, *, zero_division: ZeroDivision = "warn") -> float:

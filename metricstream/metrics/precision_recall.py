@@ -20,29 +20,32 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._averaging import Average
-from ._selection import reduce_scores, select
+from ._averaging import BinaryAverage
+from ._selection import LabelCounts, reduce_scores, select
 from ._zero_division import ZeroDivision, divide, zero_division_value
 from .counts import Labels, MatrixLike, as_counts, label_indices
 
 
-def _selected(matrix: MatrixLike, labels: Labels, average: Average, ignore_absent: bool = False):
-    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent)
+def _selected(matrix: MatrixLike | LabelCounts, labels: Labels, average: BinaryAverage,
+              ignore_absent: bool = False, pos_label: int = 1):
+    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent,
+                 pos_label=pos_label)
     return sel.tp, sel.pp, sel.ap
 
 
-def _finish(scores: np.ndarray, average: Average, support: np.ndarray,
+def _finish(scores: np.ndarray, average: BinaryAverage, support: np.ndarray,
             zero_division: ZeroDivision = "warn", metric: str = "Score") -> float | np.ndarray:
     return reduce_scores(scores, average, support, zero_division, metric=metric)
 
 
 def precision(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """Precision ``TP_i / PP_i``: of the samples predicted as class ``i``, the share truly ``i``.
 
@@ -50,76 +53,101 @@ def precision(
 
     Args:
         matrix: K×K confusion matrix (rows true, columns predicted) or ``ClassCounts``.
-        average: None (per class), "micro", "macro" or "weighted".
-        labels: class indices to include, in output order (default: all).
+        average: None (per class), "binary" (the float of class ``pos_label``; at most two
+            classes, else ValueError), "micro", "macro" or "weighted" (by support ``AP_i``).
+        labels: class indices to include, in output order (default: all). A one-element
+            selection ``labels=[i]`` gives a one-element array with ``average=None`` (as
+            scikit-learn) and the float score of class ``i`` with any average; for a float of
+            one class use ``average="binary", pos_label=i`` (two classes) or
+            ``labels=[i], average="macro"``. Ignored with ``average="binary"``.
         zero_division: "warn" (0.0 and a warning), 0, 1 or np.nan (left out of averages).
         ignore_absent: leave classes absent from both truth and prediction out of averages
             (the segmentation convention, mmsegmentation's ``nanmean``).
+        pos_label: the positive class of ``average="binary"`` (default 1). Given with another
+            average and not 1, it is ignored with a ``UserWarning`` (as scikit-learn).
 
     Example:
         >>> precision([[4, 1, 1], [6, 2, 2], [3, 0, 6]], average="micro")
         0.48
+        >>> precision([[5, 1], [2, 3]], average="binary")  # TP 3 of PP 4
+        0.75
+        >>> precision([[5, 1], [2, 3]], average="binary", pos_label=0)
+        0.7142857142857143
+        >>> precision([[5, 1], [2, 3]], labels=[1])
+        array([0.75])
     """
     zero_division_value(zero_division)
-    tp, pp, ap = _selected(matrix, labels, average, ignore_absent)
+    tp, pp, ap = _selected(matrix, labels, average, ignore_absent, pos_label)
     scores = divide(tp, pp, zero_division, metric="Precision", missing="predicted")
     return _finish(scores, average, ap, zero_division, "Precision")
 
 
 def recall(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """Recall (sensitivity, TPR) ``TP_i / AP_i``: of the samples of class ``i``, the share found.
 
     0/0 (class absent from the truth) gives ``zero_division``. Weighted recall over all classes
-    equals accuracy. Arguments as :func:`precision`.
+    equals accuracy. Arguments (``average="binary"`` with ``pos_label``, one-element
+    ``labels``) as :func:`precision`.
 
     Example:
         >>> recall([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.6667, 0.2   , 0.6667])
+        >>> recall([[5, 1], [2, 3]], average="binary")  # TP 3 of AP 5
+        0.6
     """
     zero_division_value(zero_division)
-    tp, pp, ap = _selected(matrix, labels, average, ignore_absent)
+    tp, pp, ap = _selected(matrix, labels, average, ignore_absent, pos_label)
     scores = divide(tp, ap, zero_division, metric="Recall", missing="true")
     return _finish(scores, average, ap, zero_division, "Recall")
 
 
 def fbeta(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     beta: float,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """F-beta ``(1 + beta²) TP_i / (beta² AP_i + PP_i)``, the weighted harmonic mean of P and R.
 
     ``beta < 1`` favours precision, ``beta > 1`` recall; ``beta = 0`` is precision and
-    ``beta = inf`` is recall. 0/0 (class neither true nor predicted) gives ``zero_division``.
-    Arguments as :func:`precision`.
+    ``beta = inf`` is recall, with their 0/0 rule (class never predicted, resp. never true) but
+    without a warning, as scikit-learn's ``fbeta_score``. Otherwise 0/0 (class neither true nor
+    predicted) gives ``zero_division``. Arguments (``average="binary"`` with ``pos_label``,
+    one-element ``labels``) as :func:`precision`.
 
     Example:
         >>> round(fbeta([[4, 1, 1], [6, 2, 2], [3, 0, 6]], 2.0, average="macro"), 4)
         0.4799
+        >>> round(fbeta([[5, 1], [2, 3]], 0.5, average="binary"), 4)
+        0.7143
     """
     if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)):
         raise TypeError(f"`beta` must be a number, got {type(beta).__name__}.")
     if not beta >= 0:
         raise ValueError(f"`beta` must be non-negative, got {beta!r}.")
-    if np.isposinf(beta):
-        return recall(matrix, average=average, labels=labels, zero_division=zero_division,
-                      ignore_absent=ignore_absent)
-    if beta == 0:
-        return precision(matrix, average=average, labels=labels, zero_division=zero_division,
-                         ignore_absent=ignore_absent)
+    if np.isposinf(beta) or beta == 0:
+        # scikit-learn's fbeta_score only warns about the F-score, and with beta 0 or inf the
+        # F-score is precision or recall itself: their 0/0 takes the value silently.
+        silent = 0.0 if isinstance(zero_division, str) and zero_division == "warn" else (
+            zero_division)
+        zero_division_value(zero_division)
+        limit = recall if np.isposinf(beta) else precision
+        return limit(matrix, average=average, labels=labels, zero_division=silent,
+                     ignore_absent=ignore_absent, pos_label=pos_label)
     zero_division_value(zero_division)
-    tp, pp, ap = _selected(matrix, labels, average, ignore_absent)
+    tp, pp, ap = _selected(matrix, labels, average, ignore_absent, pos_label)
     beta2 = float(beta) ** 2
     numerator = (1 + beta2) * tp.astype(np.float64)
     denominator = beta2 * ap.astype(np.float64) + pp.astype(np.float64)
@@ -129,40 +157,56 @@ def fbeta(
 
 
 def f1(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """F1 ``2 TP_i / (AP_i + PP_i)`` (the Dice coefficient); :func:`fbeta` with ``beta = 1``.
+
+    0/0 (class neither true nor predicted) gives ``zero_division``. Arguments
+    (``average="binary"`` with ``pos_label``, one-element ``labels``) as :func:`precision`.
 
     Example:
         >>> f1([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.4211, 0.3077, 0.6667])
+        >>> round(f1([[5, 1], [2, 3]], average="binary"), 4)
+        0.6667
     """
     return fbeta(matrix, 1.0, average=average, labels=labels, zero_division=zero_division,
-                 ignore_absent=ignore_absent)
+                 ignore_absent=ignore_absent, pos_label=pos_label)
 
 
 def precision_recall_fscore_support(
     matrix: MatrixLike,
     *,
     beta: float = 1.0,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
+    pos_label: int = 1,
 ) -> tuple:
     """``(precision, recall, fbeta, support)`` in one call, as scikit-learn's function.
 
-    ``support`` (``AP_i``) is returned per class when ``average`` is None, else None.
+    Formulas and 0/0 rules of :func:`precision`, :func:`recall` and :func:`fbeta` (with beta 0
+    or inf, the F-score repeats no warning). ``support`` (``AP_i``) is returned per class when
+    ``average`` is None, else None. ``average="binary"`` with ``pos_label`` and one-element
+    ``labels`` as :func:`precision`.
+
+    Example:
+        >>> precision_recall_fscore_support([[5, 1], [2, 3]], average="binary")
+        (0.75, 0.6, 0.6666666666666666, None)
     """
     zero_division_value(zero_division)
+    common: dict = dict(average=average, labels=labels, zero_division=zero_division,
+                        pos_label=pos_label)
     result = (
-        precision(matrix, average=average, labels=labels, zero_division=zero_division),
-        recall(matrix, average=average, labels=labels, zero_division=zero_division),
-        fbeta(matrix, beta, average=average, labels=labels, zero_division=zero_division),
+        precision(matrix, **common),
+        recall(matrix, **common),
+        fbeta(matrix, beta, **common),
     )
     if average is not None:
         return result + (None,)

@@ -26,7 +26,9 @@ prevalence                             ``AP_i / N``                   no samples
 ``inf`` (a perfect rule-in/rule-out test), not undefined; scikit-learn's
 ``class_likelihood_ratios`` calls that case undefined instead.
 
-Averages (``average=``) for the rates, informedness and markedness: ``"micro"`` divides the
+Averages (``average=``) for the rates, informedness and markedness: ``"binary"`` gives the
+float of class ``pos_label`` of a two-class matrix (e.g. specificity of the positive class,
+which is the recall of the negative class); ``"micro"`` divides the
 summed counts of the selected classes (over all K classes micro FNR = 1 − accuracy and
 micro FPR = (1 − accuracy)/(K − 1)); ``"macro"`` is the plain mean of the per-class
 values; ``"weighted"`` weights them by ``AP_i``. ``ignore_absent=True`` leaves classes absent
@@ -37,8 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._averaging import Average
-from ._selection import reduce_scores, select
+from ._averaging import BinaryAverage
+from ._selection import LabelCounts, reduce_scores, select
 from ._zero_division import (
     ZeroDivision,
     divide,
@@ -65,21 +67,23 @@ __all__ = [
 
 
 def _rate(matrix, numerator, denominator, *, average, labels, zero_division, ignore_absent,
-          metric, missing):
+          pos_label, metric, missing):
     zero_division_value(zero_division)
-    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent)
+    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent,
+                 pos_label=pos_label)
     scores = divide(numerator(sel), denominator(sel), zero_division, metric=metric,
                     missing=missing, stacklevel=5)
     return reduce_scores(scores, average, sel.support, zero_division, metric=metric)
 
 
 def specificity(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """Specificity (true negative rate) ``TN_i / (TN_i + FP_i)``: of the samples not of class
     ``i``, the share not predicted ``i``.
@@ -88,10 +92,15 @@ def specificity(
 
     Args:
         matrix: K×K confusion matrix (rows true, columns predicted) or ``ClassCounts``.
-        average: None (per class), "micro", "macro" or "weighted" (by support ``AP_i``).
-        labels: class indices to include, in output order (default: all).
+        average: None (per class), "binary" (the float of class ``pos_label``; at most two
+            classes), "micro", "macro" or "weighted" (by support ``AP_i``).
+        labels: class indices to include, in output order (default: all). ``labels=[i]``
+            gives a one-element array with ``average=None`` and the float of class ``i``
+            with any average; ignored with ``average="binary"``.
         zero_division: "warn" (0.0 and a warning), 0, 1 or np.nan (left out of averages).
         ignore_absent: leave classes absent from truth and prediction out of averages.
+        pos_label: the positive class of ``average="binary"`` (default 1); another value
+            with another average is ignored with a ``UserWarning`` (as scikit-learn).
 
     Example:
         >>> specificity([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
@@ -99,16 +108,17 @@ def specificity(
     """
     return _rate(matrix, lambda s: s.tn, lambda s: s.tn + s.fp, average=average, labels=labels,
                  zero_division=zero_division, ignore_absent=ignore_absent,
-                 metric="Specificity", missing="negative")
+                 pos_label=pos_label, metric="Specificity", missing="negative")
 
 
 def negative_predictive_value(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """Negative predictive value ``TN_i / (TN_i + FN_i)``: of the samples predicted as not
     ``i``, the share truly not ``i``.
@@ -122,16 +132,18 @@ def negative_predictive_value(
     """
     return _rate(matrix, lambda s: s.tn, lambda s: s.tn + s.fn, average=average, labels=labels,
                  zero_division=zero_division, ignore_absent=ignore_absent,
-                 metric="Negative predictive value", missing="predicted negative")
+                 pos_label=pos_label, metric="Negative predictive value",
+                 missing="predicted negative")
 
 
 def false_positive_rate(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """False positive rate (fall-out) ``FP_i / (FP_i + TN_i)`` = 1 − specificity.
 
@@ -144,16 +156,17 @@ def false_positive_rate(
     """
     return _rate(matrix, lambda s: s.fp, lambda s: s.tn + s.fp, average=average, labels=labels,
                  zero_division=zero_division, ignore_absent=ignore_absent,
-                 metric="False positive rate", missing="negative")
+                 pos_label=pos_label, metric="False positive rate", missing="negative")
 
 
 def false_negative_rate(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """False negative rate (miss rate) ``FN_i / (TP_i + FN_i) = FN_i / AP_i`` = 1 − recall.
 
@@ -165,16 +178,17 @@ def false_negative_rate(
     """
     return _rate(matrix, lambda s: s.fn, lambda s: s.ap, average=average, labels=labels,
                  zero_division=zero_division, ignore_absent=ignore_absent,
-                 metric="False negative rate", missing="true")
+                 pos_label=pos_label, metric="False negative rate", missing="true")
 
 
 def false_discovery_rate(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """False discovery rate ``FP_i / (TP_i + FP_i) = FP_i / PP_i`` = 1 − precision.
 
@@ -186,16 +200,17 @@ def false_discovery_rate(
     """
     return _rate(matrix, lambda s: s.fp, lambda s: s.pp, average=average, labels=labels,
                  zero_division=zero_division, ignore_absent=ignore_absent,
-                 metric="False discovery rate", missing="predicted")
+                 pos_label=pos_label, metric="False discovery rate", missing="predicted")
 
 
 def false_omission_rate(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """False omission rate ``FN_i / (FN_i + TN_i)`` = 1 − NPV.
 
@@ -208,13 +223,15 @@ def false_omission_rate(
     """
     return _rate(matrix, lambda s: s.fn, lambda s: s.fn + s.tn, average=average, labels=labels,
                  zero_division=zero_division, ignore_absent=ignore_absent,
-                 metric="False omission rate", missing="predicted negative")
+                 pos_label=pos_label, metric="False omission rate",
+                 missing="predicted negative")
 
 
 def _sum_of_rates(matrix, a_num, a_den, b_num, b_den, *, average, labels, zero_division,
-                  ignore_absent, metric, missing):
+                  ignore_absent, pos_label, metric, missing):
     zero_division_value(zero_division)
-    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent)
+    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent,
+                 pos_label=pos_label)
     a = divide(a_num(sel), a_den(sel), np.nan, metric=metric, missing=missing)
     b = divide(b_num(sel), b_den(sel), np.nan, metric=metric, missing=missing)
     scores = a + b - 1
@@ -224,12 +241,13 @@ def _sum_of_rates(matrix, a_num, a_den, b_num, b_den, *, average, labels, zero_d
 
 
 def informedness(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """Informedness (Youden's J, bookmaker informedness) ``TPR_i + TNR_i - 1``, in [-1, 1].
 
@@ -245,16 +263,18 @@ def informedness(
     return _sum_of_rates(matrix, lambda s: s.tp, lambda s: s.ap, lambda s: s.tn,
                          lambda s: s.tn + s.fp, average=average, labels=labels,
                          zero_division=zero_division, ignore_absent=ignore_absent,
-                         metric="Informedness", missing="true or no negative")
+                         pos_label=pos_label, metric="Informedness",
+                         missing="true or no negative")
 
 
 def markedness(
-    matrix: MatrixLike,
+    matrix: MatrixLike | LabelCounts,
     *,
-    average: Average = None,
+    average: BinaryAverage = None,
     labels: Labels = None,
     zero_division: ZeroDivision = "warn",
     ignore_absent: bool = False,
+    pos_label: int = 1,
 ) -> float | np.ndarray:
     """Markedness ``PPV_i + NPV_i - 1``, in [-1, 1].
 
@@ -270,7 +290,8 @@ def markedness(
     return _sum_of_rates(matrix, lambda s: s.tp, lambda s: s.pp, lambda s: s.tn,
                          lambda s: s.tn + s.fn, average=average, labels=labels,
                          zero_division=zero_division, ignore_absent=ignore_absent,
-                         metric="Markedness", missing="predicted or no predicted negative")
+                         pos_label=pos_label, metric="Markedness",
+                         missing="predicted or no predicted negative")
 
 
 def _ratio_of_rates(matrix, a_num, a_den, b_num, b_den, *, labels, zero_division, metric,
