@@ -1,0 +1,460 @@
+"""Numba kernels of the bootstrap: exact random variates and replicate counting.
+
+Arithmetic only: the Python layer (:mod:`metricstream.bootstrap`,
+:mod:`metricstream.clustered`) validates, allocates and words the errors.
+
+Random numbers
+--------------
+Every replicate ``b`` has its own SplitMix64 stream, seeded from ``(seed, b)`` (SplitMix64
+passes BigCrush; its 64-bit state lives in one register). Replicates are therefore independent
+of how many are drawn at once, of chunking, and of the order they are drawn in: replicate 17 of
+seed 3 is the same matrix whether 20 or 2,000 replicates are asked for. Uniforms have 53 bits
+and lie in the open interval (0, 1).
+
+Exact samplers (all are exact up to float64 rounding, none is a normal approximation):
+
+* Binomial(n, p): sequential-search inversion when ``n·min(p, 1-p) < 10`` (one uniform, one
+  ``exp``, about ``n·p + 1`` multiply-adds); otherwise Hörmann's BTRS transformed rejection
+  with squeeze (1993, "The generation of binomial random variates"; the variant of
+  TensorFlow's ``random_binomial_op``), which accepts about 86% of proposals without a single
+  logarithm.
+* Poisson(λ): sequential-search inversion for ``λ < 10``, Hörmann's PTRS (1993, "The
+  transformed rejection method for generating Poisson random variables") for ``λ >= 10``.
+  The per-cell constants depend on λ only, so they are computed once per cell, not per draw.
+* Multinomial(N, C/N) over the non-zero cells: conditional binomials,
+  ``X_k ~ Binomial(N - sum_{j<k} X_j, C_k / sum_{j>=k} C_j)``; the last cell takes the rest.
+* Poisson(1) weights of the clustered bootstrap: inversion of a 53-bit uniform that is a hash
+  of (key, replicate) against the cumulative table of Poisson(1), so any process computes the
+  same weight for the same cluster without communicating.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+
+def _kernel(function):
+    """``njit(nogil=True)`` with the on-disk cache when there is somewhere to write it."""
+    try:
+        return njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return njit(nogil=True)(function)
+
+
+def _inline(function):
+    return njit(inline="always")(function)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30 = np.uint64(30)
+_S27 = np.uint64(27)
+_S31 = np.uint64(31)
+_S11 = np.uint64(11)
+_TWO_M53 = 1.0 / 9007199254740992.0
+
+# Below this mean the inversion samplers are cheaper than the rejection ones (and the rejection
+# constants of BTRS/PTRS are only valid from about 10 on).
+INVERSION_MAX_MEAN = 10.0
+
+
+def _stirling_tail(k: int) -> float:
+    """``log k! - [(k + 1/2) log(k + 1) - (k + 1) + log(2π)/2]`` (exact, for the table)."""
+    return math.lgamma(k + 1) - ((k + 0.5) * math.log(k + 1) - (k + 1)
+                                 + 0.5 * math.log(2 * math.pi))
+
+
+_STIRLING_TABLE = np.array([_stirling_tail(k) for k in range(10)])
+
+
+def _poisson1_cdf() -> np.ndarray:
+    """Cumulative probabilities of Poisson(1), up to where float64 reaches 1."""
+    cdf = []
+    total = 0.0
+    term = math.exp(-1.0)
+    k = 0
+    while total < 1.0 and k < 40:
+        total += term
+        cdf.append(min(total, 1.0))
+        k += 1
+        term /= k
+    cdf[-1] = 1.0
+    return np.array(cdf)
+
+
+POISSON1_CDF = _poisson1_cdf()
+# The largest weight a cluster can get in one replicate (bounds the growth of replicate counts).
+MAX_POISSON1_WEIGHT = len(POISSON1_CDF) - 1
+
+
+# ---------------------------------------------------------------------------- random bits
+@_inline
+def mix64(z):
+    """SplitMix64's finaliser: a bijective 64-bit hash (``z`` is uint64)."""
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@_inline
+def stream_state(seed, replicate):
+    """Initial state of replicate ``replicate``'s stream under ``seed`` (both uint64)."""
+    return mix64(seed ^ mix64(replicate * _GOLDEN + np.uint64(1)))
+
+
+@_inline
+def _uniform(state):
+    """Advance ``state`` (a uint64 array of one element) and return a uniform in (0, 1)."""
+    state[0] += _GOLDEN
+    return (np.float64(mix64(state[0]) >> _S11) + 0.5) * _TWO_M53
+
+
+@_inline
+def hash_uniform(key, replicate):
+    """A uniform in (0, 1) that is a pure function of ``(key, replicate)`` (uint64 each)."""
+    return (np.float64(mix64(key ^ mix64((replicate + np.uint64(1)) * _GOLDEN)) >> _S11)
+            + 0.5) * _TWO_M53
+
+
+@_inline
+def _poisson1_from_uniform(u):
+    k = 0
+    while u > POISSON1_CDF[k]:
+        k += 1
+    return k
+
+
+# ---------------------------------------------------------------------------- binomial
+@_inline
+def _stirling(k):
+    if k < 10:
+        return _STIRLING_TABLE[int(k)]
+    k1 = k + 1.0
+    k1sq = k1 * k1
+    return (1.0 / 12 - (1.0 / 360 - 1.0 / 1260 / k1sq) / k1sq) / k1
+
+
+@_inline
+def _binomial_inversion(state, n, p):
+    """Binomial(n, p) by sequential search from 0 (``n·p`` small, ``p <= 1/2``)."""
+    q = 1.0 - p
+    pk = math.exp(n * math.log1p(-p))
+    ratio = p / q
+    u = _uniform(state)
+    k = 0
+    while u > pk and k < n:
+        u -= pk
+        pk *= ratio * (n - k) / (k + 1)
+        k += 1
+    return k
+
+
+@_inline
+def _binomial_btrs(state, n, p):
+    """Binomial(n, p) by Hörmann's BTRS (``n·p >= 10``, ``p <= 1/2``)."""
+    count = np.float64(n)
+    stddev = math.sqrt(count * p * (1.0 - p))
+    b = 1.15 + 2.53 * stddev
+    a = -0.0873 + 0.0248 * b + 0.01 * p
+    c = count * p + 0.5
+    v_r = 0.92 - 4.2 / b
+    r = p / (1.0 - p)
+    alpha = (2.83 + 5.1 / b) * stddev
+    m = math.floor((count + 1) * p)
+    while True:
+        u = _uniform(state) - 0.5
+        v = _uniform(state)
+        us = 0.5 - abs(u)
+        k = math.floor((2 * a / us + b) * u + c)
+        if us >= 0.07 and v <= v_r:
+            return np.int64(k)
+        if k < 0 or k > count:
+            continue
+        v = math.log(v * alpha / (a / (us * us) + b))
+        bound = ((m + 0.5) * math.log((m + 1) / (r * (count - m + 1)))
+                 + (count + 1) * math.log((count - m + 1) / (count - k + 1))
+                 + (k + 0.5) * math.log(r * (count - k + 1) / (k + 1))
+                 + _stirling(m) + _stirling(count - m) - _stirling(k) - _stirling(count - k))
+        if v <= bound:
+            return np.int64(k)
+
+
+@_inline
+def binomial(state, n, p):
+    """An exact Binomial(n, p) variate (``n >= 0`` an integer, ``0 <= p <= 1``)."""
+    if n <= 0 or p <= 0.0:
+        return np.int64(0)
+    if p >= 1.0:
+        return np.int64(n)
+    flip = p > 0.5
+    if flip:
+        p = 1.0 - p
+    if n * p < INVERSION_MAX_MEAN:
+        k = _binomial_inversion(state, n, p)
+    else:
+        k = _binomial_btrs(state, n, p)
+    return np.int64(n - k) if flip else np.int64(k)
+
+
+@_kernel
+def binomial_draws(n, p, seed, size):
+    """``size`` Binomial(n, p) variates from stream 0 of ``seed`` (for tests and benchmarks)."""
+    out = np.empty(size, dtype=np.int64)
+    state = np.empty(1, dtype=np.uint64)
+    state[0] = stream_state(np.uint64(seed), np.uint64(0))
+    for i in range(size):
+        out[i] = binomial(state, n, p)
+    return out
+
+
+# ---------------------------------------------------------------------------- poisson
+@_kernel
+def poisson_constants(lam):
+    """Per-cell constants of the Poisson samplers, one row per mean in ``lam``.
+
+    Columns: exp(-λ) (inversion) or, for λ >= 10, PTRS's ``a, b, 1/α, v_r, log λ``.
+    """
+    out = np.zeros((lam.shape[0], 6))
+    for i in range(lam.shape[0]):
+        m = lam[i]
+        out[i, 0] = math.exp(-m)
+        if m >= INVERSION_MAX_MEAN:
+            slam = math.sqrt(m)
+            b = 0.931 + 2.53 * slam
+            out[i, 1] = -0.059 + 0.02483 * b
+            out[i, 2] = b
+            out[i, 3] = 1.1239 + 1.1328 / (b - 3.4)
+            out[i, 4] = 0.9277 - 3.6224 / (b - 2)
+            out[i, 5] = math.log(m)
+    return out
+
+
+@_inline
+def poisson(state, lam, consts):
+    """An exact Poisson(λ) variate; ``consts`` is ``lam``'s row of :func:`poisson_constants`."""
+    if lam <= 0.0:
+        return np.int64(0)
+    if lam < INVERSION_MAX_MEAN:
+        pk = consts[0]
+        u = _uniform(state)
+        k = 0
+        while u > pk:
+            u -= pk
+            k += 1
+            pk *= lam / k
+            if pk == 0.0:  # float64 rounding left u above the total mass: draw again
+                pk = consts[0]
+                u = _uniform(state)
+                k = 0
+        return np.int64(k)
+    a = consts[1]
+    b = consts[2]
+    inv_alpha = consts[3]
+    v_r = consts[4]
+    log_lam = consts[5]
+    while True:
+        u = _uniform(state) - 0.5
+        v = _uniform(state)
+        us = 0.5 - abs(u)
+        k = math.floor((2 * a / us + b) * u + lam + 0.43)
+        if us >= 0.07 and v <= v_r:
+            return np.int64(k)
+        if k < 0 or (us < 0.013 and v > us):
+            continue
+        if (math.log(v) + math.log(inv_alpha) - math.log(a / (us * us) + b)
+                <= -lam + k * log_lam - math.lgamma(k + 1)):
+            return np.int64(k)
+
+
+@_kernel
+def poisson_draws(lam, seed, size):
+    """``size`` Poisson(λ) variates from stream 0 of ``seed`` (for tests and benchmarks)."""
+    out = np.empty(size, dtype=np.int64)
+    consts = poisson_constants(np.array([lam]))
+    state = np.empty(1, dtype=np.uint64)
+    state[0] = stream_state(np.uint64(seed), np.uint64(0))
+    for i in range(size):
+        out[i] = poisson(state, lam, consts[0])
+    return out
+
+
+# ---------------------------------------------------------------------------- replicates
+@_inline
+def _draw_replicate(state, counts, total, conditional, consts, multinomial, out):
+    """One replicate of the non-zero ``counts`` into ``out`` (same length)."""
+    size = counts.shape[0]
+    if multinomial:
+        remaining = total
+        for k in range(size - 1):
+            x = binomial(state, remaining, conditional[k])
+            out[k] = x
+            remaining -= x
+        if size:
+            out[size - 1] = remaining
+    else:
+        for k in range(size):
+            out[k] = poisson(state, np.float64(counts[k]), consts[k])
+
+
+@_inline
+def _prepare(counts, multinomial):
+    size = counts.shape[0]
+    conditional = np.zeros(size)
+    if multinomial:
+        rest = np.float64(0.0)
+        for k in range(size - 1, -1, -1):
+            rest += counts[k]
+            conditional[k] = counts[k] / rest
+        consts = np.zeros((0, 6))
+    else:
+        consts = poisson_constants(counts.astype(np.float64))
+    return conditional, consts
+
+
+@_kernel
+def replicate_cells(counts, seed, first, stop, multinomial):
+    """Replicates ``first .. stop-1`` of the non-zero ``counts`` (int64, 1-D): (B, len(counts)).
+
+    ``multinomial``: Multinomial(sum(counts), counts/sum(counts)); else independent
+    Poisson(counts[k]) cells.
+    """
+    total = np.int64(0)
+    for k in range(counts.shape[0]):
+        total += counts[k]
+    conditional, consts = _prepare(counts, multinomial)
+    out = np.zeros((stop - first, counts.shape[0]), dtype=np.int64)
+    state = np.empty(1, dtype=np.uint64)
+    seed64 = np.uint64(seed)
+    for b in range(first, stop):
+        state[0] = stream_state(seed64, np.uint64(b))
+        _draw_replicate(state, counts, total, conditional, consts, multinomial, out[b - first])
+    return out
+
+
+@_kernel
+def replicate_marginals(rows, cols, counts, num_classes, seed, first, stop, multinomial):
+    """Per-class counts of replicates ``first .. stop-1`` of a sparse confusion matrix.
+
+    The matrix is given by its non-zero cells ``(rows[k], cols[k], counts[k])``. Returns
+    ``(tp, ap, pp, total)``: ``(B, K)`` int64 arrays of the diagonal, row sums and column sums of
+    each replicate, and its ``(B,)`` total. Draws exactly the cells :func:`replicate_cells`
+    draws, without holding B×nnz of them.
+    """
+    size = counts.shape[0]
+    total = np.int64(0)
+    for k in range(size):
+        total += counts[k]
+    conditional, consts = _prepare(counts, multinomial)
+    count = stop - first
+    tp = np.zeros((count, num_classes), dtype=np.int64)
+    ap = np.zeros((count, num_classes), dtype=np.int64)
+    pp = np.zeros((count, num_classes), dtype=np.int64)
+    totals = np.zeros(count, dtype=np.int64)
+    cells = np.zeros(size, dtype=np.int64)
+    state = np.empty(1, dtype=np.uint64)
+    seed64 = np.uint64(seed)
+    for b in range(first, stop):
+        state[0] = stream_state(seed64, np.uint64(b))
+        _draw_replicate(state, counts, total, conditional, consts, multinomial, cells)
+        i = b - first
+        tpb = tp[i]
+        apb = ap[i]
+        ppb = pp[i]
+        n = np.int64(0)
+        for k in range(size):
+            x = cells[k]
+            r = rows[k]
+            c = cols[k]
+            apb[r] += x
+            ppb[c] += x
+            if r == c:
+                tpb[r] += x
+            n += x
+        totals[i] = n
+    return tp, ap, pp, totals
+
+
+# ---------------------------------------------------------------------------- clustered
+@_kernel
+def poisson1_weights(keys, seed, num_replicates, out):
+    """``out[c, b]`` = the Poisson(1) weight of cluster key ``keys[c]`` in replicate ``b``."""
+    seed64 = np.uint64(seed)
+    for c in range(keys.shape[0]):
+        key = mix64(np.uint64(keys[c]) ^ seed64)
+        for b in range(num_replicates):
+            out[c, b] = _poisson1_from_uniform(hash_uniform(key, np.uint64(b)))
+
+
+@_kernel
+def add_cluster_matrix(local, key, seed, replicates, matrix):
+    """Add one cluster's K×K counts ``local`` to ``matrix`` and, with weight Poisson(1) drawn
+    from ``(key, b, seed)``, to each replicate ``replicates[b]`` (``(B, K*K)``, flat)."""
+    num_replicates = replicates.shape[0]
+    flat = local.reshape(-1)
+    main = matrix.reshape(-1)
+    weights = np.empty(num_replicates, dtype=np.int64)
+    hashed = mix64(np.uint64(key) ^ np.uint64(seed))
+    for b in range(num_replicates):
+        weights[b] = _poisson1_from_uniform(hash_uniform(hashed, np.uint64(b)))
+    for cell in range(flat.shape[0]):
+        v = flat[cell]
+        if v == 0:
+            continue
+        main[cell] += v
+        for b in range(num_replicates):
+            w = weights[b]
+            if w:
+                replicates[b, cell] += w * v
+
+
+@_kernel
+def add_clusters(y_true, y_pred, weights, cluster_ids, run_length, ignore_index, has_ignore,
+                 num_classes, seed, replicates, scratch, touched):
+    """Add each sample to the replicates with its cluster's Poisson(1) weight.
+
+    Sample ``i`` belongs to cluster ``cluster_ids[i // run_length]``. Consecutive samples of
+    one cluster are first counted into ``scratch`` (a zeroed flat K×K buffer; ``touched``
+    lists its non-zero cells), then added to each replicate ``b`` of ``replicates`` (``(B,
+    K*K)``) with that cluster's weight: O(B × distinct cells) per run of a cluster rather than
+    O(B) per sample. The labels must already be validated (the main matrix counts them).
+    Returns the number of runs.
+    """
+    num_replicates = replicates.shape[0]
+    seed64 = np.uint64(seed)
+    wts = np.empty(num_replicates, dtype=replicates.dtype)
+    n = y_true.shape[0]
+    num_touched = 0
+    runs = 0
+    i = 0
+    while i < n:
+        cluster = cluster_ids[i // run_length]
+        # the run of samples of this cluster
+        j = i
+        while j < n and cluster_ids[j // run_length] == cluster:
+            t = y_true[j]
+            if not (has_ignore and t == ignore_index):
+                cell = np.int64(t) * num_classes + np.int64(y_pred[j])
+                w = 1 if weights is None else weights[j]
+                if w != 0:
+                    if scratch[cell] == 0:
+                        touched[num_touched] = cell
+                        num_touched += 1
+                    scratch[cell] += w
+            j += 1
+        key = mix64(np.uint64(cluster) ^ seed64)
+        for b in range(num_replicates):
+            wts[b] = _poisson1_from_uniform(hash_uniform(key, np.uint64(b)))
+        for m in range(num_touched):
+            cell = touched[m]
+            v = scratch[cell]
+            scratch[cell] = 0
+            for b in range(num_replicates):
+                replicates[b, cell] += wts[b] * v
+        num_touched = 0
+        runs += 1
+        i = j
+    return runs
