@@ -32,12 +32,20 @@ Errors are :class:`InputError`: one line naming the file, the column, and the ro
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import csv
+import functools
 import itertools
+import math
 import os
+import re
+import shutil
+import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +69,16 @@ CSV_PARSE_BLOCK_BYTES = 1 << 20
 CSV_SAMPLE_ROWS = 1000
 # Bytes from which pyarrow infers the column types (its own default block size).
 CSV_PEEK_BYTES = 1 << 20
-# In index mode a label is a row of a K×K int64 matrix: 4096 classes are a 128 MiB matrix.
-# Larger integers are more likely identifiers than class indices; read them as names instead.
-MAX_INDEX_LABEL = 4096
+# The matrix is K×K int64: 4096 classes are 128 MiB (and a few copies of it while reading and
+# reporting). More classes than this are more likely identifiers than classes, so both index
+# labels (``label < max_classes``) and distinct names are capped; ``--max-classes`` raises the cap.
+MAX_CLASSES = 4096
+MAX_INDEX_LABEL = MAX_CLASSES  # the former name
+# A CSV record longer than this (an unclosed quote, or a file that is not a table) is an error
+# rather than a reason to hold ever more of the file in memory.
+MAX_RECORD_BYTES = 4 << 20
 
 CSV_DELIMITERS = {".csv": ",", ".tsv": "\t", ".tab": "\t"}
-SUFFIXES = (*CSV_DELIMITERS, ".parquet", ".pq", ".npy", ".npz")
 
 _IGNORED = -1  # code of the ignored truth label in names mode (the accumulator skips it)
 _UNKNOWN = -2  # a name outside a fixed ``classes`` list
@@ -86,6 +98,14 @@ class InputError(ValueError):
 
 
 # ---------------------------------------------------------------------- the label registry
+class TooManyClasses(Exception):
+    """A new class name beyond the registry's ``max_size`` (carries the name)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
 class LabelRegistry:
     """One mapping from class names to class indices, shared by the truth and the prediction.
 
@@ -100,16 +120,18 @@ class LabelRegistry:
         ['cat', 'dog', 'hen']
     """
 
-    def __init__(self, names: Sequence[str] = (), *, frozen: bool = False) -> None:
+    def __init__(self, names: Sequence[str] = (), *, frozen: bool = False,
+                 max_size: int | None = None, source: str = "`--classes`") -> None:
         self._index: dict[str, int] = {}
         self.names: list[str] = []
         for name in names:
             if name in self._index:
-                raise InputError(f"`--classes` lists {name!r} twice; class names must be unique.",
+                raise InputError(f"{source} lists {name!r} twice; class names must be unique.",
                                  usage=True)
             self._index[name] = len(self.names)
             self.names.append(name)
         self.frozen = frozen
+        self.max_size = max_size
 
     def __len__(self) -> int:
         return len(self.names)
@@ -118,7 +140,7 @@ class LabelRegistry:
         """The class index of each name in ``dictionary`` (new names are added unless frozen).
 
         ``ignore`` maps to ``-1``; an unknown name of a frozen registry to ``-2``; ``""`` to
-        ``-3``.
+        ``-3``. A new name beyond ``max_size`` names raises :class:`TooManyClasses`.
         """
         out = np.empty(len(dictionary), dtype=np.int64)
         index = self._index
@@ -132,6 +154,8 @@ class LabelRegistry:
                 elif self.frozen:
                     code = _UNKNOWN
                 else:
+                    if self.max_size is not None and len(self.names) >= self.max_size:
+                        raise TooManyClasses(name)
                     code = index[name] = len(self.names)
                     self.names.append(name)
             out[position] = code
@@ -181,11 +205,12 @@ class Source:
     class_names: list[str] | None = None
     header: bool = True
     text: bool = False  # a text file: any column can be read as any kind, row by row
+    order: str = "C"  # the order in which elements of multi-dimensional columns are read
 
     def where(self, flat_index: int) -> str:
         """'row N' (1-based) or 'element (i, j, k)' for error messages."""
         if self.shape is not None and len(self.shape) > 1:
-            index = np.unravel_index(flat_index, self.shape)
+            index = np.unravel_index(flat_index, self.shape, order=self.order)
             return f"element {tuple(int(i) for i in index)}"
         return f"row {flat_index + 1}"
 
@@ -198,37 +223,84 @@ def _missing_pyarrow(path: Path, what: str) -> InputError:
     )
 
 
+@dataclass(frozen=True)
+class OpenOptions:
+    """How to open a file: the options of the command line that concern reading."""
+
+    delimiter: str | None = None
+    header: bool = True
+    prefer_pyarrow: bool = True
+
+
+# File formats, by suffix: each opener reads the file's header (columns and their kinds) and
+# returns a Source whose ``read`` streams chunks. A new format is one function and one entry.
+Opener = Callable[[Path, OpenOptions], Source]
+READERS: dict[str, Opener] = {}
+
+
+def register_reader(*suffixes: str) -> Callable[[Opener], Opener]:
+    """Register ``opener(path, options) -> Source`` for files ending in ``suffixes``."""
+
+    def decorate(opener: Opener) -> Opener:
+        for suffix in suffixes:
+            READERS[suffix] = opener
+        return opener
+
+    return decorate
+
+
+# Leading bytes of formats that are not delimited text, for a clear error when such a file is
+# named like a CSV file (gzip data named .csv would otherwise read as "empty" or as garbage).
+_MAGIC = (
+    (b"\x1f\x8b", "gzip-compressed data", "decompress it first, e.g. `gunzip -k FILE`"),
+    (b"BZh", "bzip2-compressed data", "decompress it first, e.g. `bunzip2 -k FILE`"),
+    (b"\xfd7zXZ\x00", "xz-compressed data", "decompress it first, e.g. `unxz -k FILE`"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data", "decompress it first, e.g. `unzstd FILE`"),
+    (b"PK\x03\x04", "a zip archive", "name it .npz if it is a numpy archive, else unzip it"),
+    (b"PAR1", "a Parquet file", "name it .parquet"),
+    (b"\x93NUMPY", "a numpy array", "name it .npy"),
+)
+
+
+def _sniff(path: Path) -> tuple[str, str] | None:
+    """What a file holds if its first bytes name a binary format: (description, remedy)."""
+    with open(path, "rb") as file:
+        head = file.read(8)
+    for magic, what, remedy in _MAGIC:
+        if head.startswith(magic):
+            return what, remedy
+    return None
+
+
 def open_source(path: str | os.PathLike, *, delimiter: str | None = None, header: bool = True,
                 prefer_pyarrow: bool = True) -> Source:
     """Open ``path`` for chunked reading, choosing the reader from its suffix.
 
     Raises:
-        InputError: the file does not exist, its type is unknown, or its header is unreadable.
+        InputError: the file does not exist, is not a regular file, its type is unknown, or
+            its header is unreadable.
     """
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file.", usage=True)
     if path.is_dir():
         raise InputError(f"{path}: is a directory, expected a prediction file.", usage=True)
+    if not path.is_file():
+        # A pipe would be read twice (once for its header) and a device may never end.
+        raise InputError(f"{path}: is not a regular file (a pipe or a device); save the "
+                         f"predictions to a file first.", usage=True)
+    options = OpenOptions(delimiter, header, prefer_pyarrow)
     suffix = path.suffix.lower()
-    if suffix in CSV_DELIMITERS or delimiter is not None:
-        sep = delimiter if delimiter is not None else CSV_DELIMITERS[suffix]
-        if prefer_pyarrow and _have_pyarrow():
-            return _open_csv_arrow(path, sep, header)
-        return _open_csv_stdlib(path, sep, header)
-    if suffix in (".parquet", ".pq"):
-        if not _have_pyarrow():
-            raise _missing_pyarrow(path, "Parquet")
-        return _open_parquet(path)
-    if suffix == ".npy":
-        return _open_npy(path)
-    if suffix == ".npz":
-        return _open_npz(path)
-    raise InputError(
-        f"{path}: unknown file type {suffix or '(no suffix)'!r}; expected one of "
-        f"{', '.join(SUFFIXES)} (or pass `--delimiter` for another delimited text file).",
-        usage=True,
-    )
+    if delimiter is not None or suffix in CSV_DELIMITERS:
+        return _open_delimited(path, options)
+    opener = READERS.get(suffix)
+    if opener is None:
+        raise InputError(
+            f"{path}: unknown file type {suffix or '(no suffix)'!r}; expected one of "
+            f"{', '.join(READERS)} (or pass `--delimiter` for another delimited text file).",
+            usage=True,
+        )
+    return opener(path, options)
 
 
 def _have_pyarrow() -> bool:
@@ -237,6 +309,20 @@ def _have_pyarrow() -> bool:
     except ImportError:
         return False
     return True
+
+
+# ---------------------------------------------------------------------- CSV
+@register_reader(*CSV_DELIMITERS)
+def _open_delimited(path: Path, options: OpenOptions) -> Source:
+    sniffed = _sniff(path)
+    if sniffed is not None:
+        what, remedy = sniffed
+        raise InputError(f"{path}: holds {what}, not delimited text; {remedy}.", usage=True)
+    suffix = path.suffix.lower()
+    sep = options.delimiter if options.delimiter is not None else CSV_DELIMITERS[suffix]
+    if options.prefer_pyarrow and _have_pyarrow():
+        return _open_csv_arrow(path, sep, options.header)
+    return _open_csv_stdlib(path, sep, options.header)
 
 
 # ---------------------------------------------------------------------- CSV, standard library
@@ -251,10 +337,67 @@ def _csv_kind(values: Sequence[str]) -> str:
     return "str"
 
 
+def _utf8_error(path: Path) -> InputError:
+    """Where the first byte that is not UTF-8 is: found again in binary (only on this error)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    lines = 1
+    with open(path, "rb") as file:
+        while True:
+            block = file.read(1 << 20)
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as error:
+                # the decoder may hold back a few bytes of the previous block: its error counts
+                # positions in those bytes followed by this block
+                pending = len(error.object) - len(block)
+                bad = offset - pending + error.start
+                lines += block.count(b"\n", 0, max(error.start - pending, 0))
+                byte = error.object[error.start]
+                return InputError(
+                    f"{path}: line {lines} is not UTF-8 text (byte 0x{byte:02x} at offset "
+                    f"{bad:,}); save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`).")
+            if not block:
+                break
+            lines += block.count(b"\n")
+            offset += len(block)
+    return InputError(f"{path}: is not UTF-8 text; save the file as UTF-8.")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _text_errors(path: Path, where: Callable[[], int]) -> Iterator[None]:
+    """Turn the standard library's decoding and CSV errors into one-line input errors."""
+    try:
+        yield
+    except UnicodeDecodeError:
+        raise _utf8_error(path) from None
+    except csv.Error as error:
+        message = str(error)
+        if "field larger than field limit" in message:
+            message = (f"a field is longer than {csv.field_size_limit():,} characters, too long "
+                       f"for a label (a quoted field that is never closed?)")
+        raise InputError(f"{path}: line {where()}: {message}.") from None
+
+
+def _bounded_lines(file: Any, path: Path) -> Iterator[str]:
+    """The lines of ``file``, refusing one longer than ``MAX_RECORD_BYTES`` characters."""
+    number = 0
+    while True:
+        line = file.readline(MAX_RECORD_BYTES)
+        if not line:
+            return
+        number += 1
+        if len(line) >= MAX_RECORD_BYTES and not line.endswith(("\n", "\r")):
+            raise InputError(f"{path}: line {number} is longer than {MAX_RECORD_BYTES >> 20} Mi "
+                             f"characters; a table of labels has no lines this long.")
+        yield line
+
+
 def _open_csv_stdlib(path: Path, sep: str, header: bool) -> Source:
     with open(path, newline="", encoding="utf-8-sig") as file:
-        reader = csv.reader(file, delimiter=sep)
-        rows = [row for row in itertools.islice(reader, CSV_SAMPLE_ROWS + 1) if row]
+        reader = csv.reader(_bounded_lines(file, path), delimiter=sep)
+        with _text_errors(path, lambda: reader.line_num):
+            rows = [row for row in itertools.islice(reader, CSV_SAMPLE_ROWS + 1) if row]
     if not rows:
         raise InputError(f"{path}: the file is empty; expected a header line and rows.")
     columns = rows[0] if header else [f"f{i}" for i in range(len(rows[0]))]
@@ -277,12 +420,14 @@ def _read_csv_stdlib(path: Path, sep: str, header: bool, columns: list[str], sel
     width = len(columns)
     positions = [columns.index(name) for name in selected]
     with open(path, newline="", encoding="utf-8-sig") as file:
-        reader = csv.reader(file, delimiter=sep)
-        if header:
-            next(reader, None)
+        reader = csv.reader(_bounded_lines(file, path), delimiter=sep)
+        with _text_errors(path, lambda: reader.line_num):
+            if header:
+                next(reader, None)
         start = 0
         while True:
-            block = list(itertools.islice(reader, STDLIB_CHUNK_ROWS))
+            with _text_errors(path, lambda: reader.line_num):
+                block = list(itertools.islice(reader, STDLIB_CHUNK_ROWS))
             if not block:
                 return
             rows = [row for row in block if row]  # blank lines are skipped, as pyarrow does
@@ -418,18 +563,33 @@ def _read_csv_arrow(path: Path, sep: str, header: bool, columns: list[str],
             end = filled + got
             if end == 0:
                 return
-            cut = end if got == 0 else _record_end(buffer, end)
-            if cut == 0:  # one record longer than the buffer: make room and read on
-                buffer.extend(bytes(len(buffer)))
+            cut = end if got == 0 else _record_end(buffer, end, sep)
+            if cut == 0:  # one record longer than the buffer: make room and read on, up to a cap
+                if len(buffer) >= MAX_RECORD_BYTES:
+                    raise InputError(
+                        f"{path}: row {start + 1} is longer than {MAX_RECORD_BYTES >> 20} MiB "
+                        f"(a quoted field that is never closed?); a table of labels has no "
+                        f"rows this long.")
+                buffer.extend(bytes(min(len(buffer), MAX_RECORD_BYTES - len(buffer))))
                 filled = end
                 continue
             data = bytes(buffer[:cut])
             buffer[: end - cut] = buffer[cut:end]
             filled = end - cut
             if data.strip():
-                table = pacsv.read_csv(pa.py_buffer(data), read_options=read_options,
-                                       parse_options=parse_options,
-                                       convert_options=convert_options)
+                try:
+                    table = pacsv.read_csv(pa.py_buffer(data), read_options=read_options,
+                                           parse_options=parse_options,
+                                           convert_options=convert_options)
+                except pa.ArrowInvalid as error:
+                    if "straddl" not in str(error):
+                        raise
+                    # a record longer than a parse block (up to MAX_RECORD_BYTES): one block
+                    long_options = pacsv.ReadOptions(column_names=columns,
+                                                     block_size=len(data) + 1)
+                    table = pacsv.read_csv(pa.py_buffer(data), read_options=long_options,
+                                           parse_options=parse_options,
+                                           convert_options=convert_options)
                 for batch in table.to_batches():
                     chunk = {name: _from_arrow(batch.column(i), path, name, start)
                              for i, name in enumerate(batch.schema.names)}
@@ -439,15 +599,29 @@ def _read_csv_arrow(path: Path, sep: str, header: bool, columns: list[str],
                 return
 
 
-def _record_end(buffer: bytearray, end: int) -> int:
-    """The end of the last whole record in ``buffer[:end]``: after a newline outside quotes."""
-    cut = buffer.rfind(b"\n", 0, end) + 1
-    if buffer.find(b'"', 0, end) != -1:
-        # A newline inside a quoted field does not end a record; quotes are balanced (an escaped
-        # quote is doubled) exactly at the newlines that do.
-        while cut and buffer.count(b'"', 0, cut) % 2:
-            cut = buffer.rfind(b"\n", 0, cut - 1) + 1
-    return cut
+@functools.lru_cache(maxsize=8)
+def _records_pattern(sep: str) -> re.Pattern[bytes]:
+    """Whole CSV records from the start of a buffer, as pyarrow's parser reads them.
+
+    A quote opens a quoted field only at the start of a field; inside one, ``""`` is a quote
+    and any other byte (newlines too) is data, up to the closing quote, after which the field
+    goes on unquoted. Elsewhere a quote is an ordinary character (``tv 12"``). Possessive
+    quantifiers never backtrack, so a match is linear in the buffer whatever it holds; it ends
+    before the first record that is not complete (a quoted field still open at the end).
+    """
+    d = re.escape(sep.encode())
+    field = (rb'(?:"(?:[^"]|"")*+"[^' + d + rb'\r\n]*+|[^"' + d + rb'\r\n][^' + d
+             + rb'\r\n]*+|)')
+    record = field + rb"(?:" + d + field + rb")*+(?:\r\n|\n|\r)"
+    return re.compile(rb"(?:" + record + rb")*+")
+
+
+def _record_end(buffer: bytearray, end: int, sep: str = ",") -> int:
+    """The end of the last whole record in ``buffer[:end]`` (which starts at a record start)."""
+    if buffer.find(b'"', 0, end) == -1:  # the usual case: no quotes, cut after the last newline
+        return buffer.rfind(b"\n", 0, end) + 1
+    match = _records_pattern(sep).match(buffer, 0, end)
+    return match.end() if match else 0
 
 
 def _from_arrow(array: Any, path: Path, name: str, start: int) -> Any:
@@ -483,7 +657,10 @@ def _arrow_numbers(array: Any) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- Parquet
-def _open_parquet(path: Path) -> Source:
+@register_reader(".parquet", ".pq")
+def _open_parquet(path: Path, options: OpenOptions) -> Source:
+    if not _have_pyarrow():
+        raise _missing_pyarrow(path, "Parquet")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -536,7 +713,8 @@ def _load_npy(path: Path, **kwargs: Any) -> Any:
         raise InputError(f"{path}: not a readable numpy file ({error}).") from None
 
 
-def _open_npy(path: Path) -> Source:
+@register_reader(".npy")
+def _open_npy(path: Path, options: OpenOptions) -> Source:
     array = _load_npy(path, mmap_mode="r")
     if array.dtype.names:
         columns = list(array.dtype.names)
@@ -563,15 +741,101 @@ def _open_npy(path: Path) -> Source:
     return Source(path, columns, kinds, None, rows, "rows", read)
 
 
+# Errors that a damaged zip member raises while it is read (a bad CRC only at its end).
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError)
+# The most bytes of a ``class_names`` member read (names are small; the header is not trusted).
+MAX_CLASS_NAMES_BYTES = 64 << 20
+
+
+def _read_npy_header(file: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
+    version = np.lib.format.read_magic(file)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(file)
+    return np.lib.format.read_array_header_2_0(file)  # versions 2 and 3 share the layout
+
+
 def _npz_header(archive: zipfile.ZipFile, member: str) -> tuple[tuple[int, ...], bool, np.dtype]:
     with archive.open(member) as file:
-        version = np.lib.format.read_magic(file)
-        if version == (1, 0):
-            return np.lib.format.read_array_header_1_0(file)
-        return np.lib.format.read_array_header_2_0(file)
+        return _read_npy_header(file)
 
 
-def _open_npz(path: Path) -> Source:
+class _MemberReader:
+    """Reads consecutive elements of one .npz member without loading it whole.
+
+    The data of a member is stored in its own order (C, or Fortran when its header says so) and
+    is decompressed as a stream. ``order`` is the order elements are read in: the member's own
+    (streamed), or C for a Fortran member that must match C-ordered ones, which is first
+    decompressed to a temporary file and read through a memory map (bounded memory either way).
+    """
+
+    def __init__(self, path: Path, archive: zipfile.ZipFile, column: str, shape: tuple[int, ...],
+                 fortran: bool, dtype: np.dtype, order: str) -> None:
+        self.path, self.member, self.shape, self.dtype = path, column + ".npy", shape, dtype
+        self.size = math.prod(shape)
+        self.file = archive.open(self.member)
+        self.map: np.memmap | None = None
+        self.spill: Any = None
+        with self._errors():
+            _read_npy_header(self.file)
+            if fortran and order == "C" and self.size:
+                self.spill = tempfile.TemporaryFile()
+                shutil.copyfileobj(self.file, self.spill, 1 << 20)
+                self.spill.flush()
+                stored = self.spill.tell()
+                if stored < self.size * dtype.itemsize:
+                    raise self._short(stored // max(dtype.itemsize, 1))
+                self.map = np.memmap(self.spill, dtype=dtype, mode="r", shape=shape, order="F")
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except InputError:
+            raise
+        except _ZIP_ERRORS as error:
+            raise InputError(f"{self.path}: member {self.member!r} is damaged and cannot be "
+                             f"read ({error}).") from None
+
+    def _short(self, elements: int) -> InputError:
+        return InputError(f"{self.path}: member {self.member!r} ends after {elements:,} elements, "
+                          f"but its header announces shape {self.shape} ({self.size:,} "
+                          f"elements); the file is truncated or damaged.")
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        with self._errors():
+            if self.map is not None:
+                index = np.unravel_index(np.arange(start, start + count), self.shape)
+                return np.asarray(self.map[index])
+            data = self.file.read(count * self.dtype.itemsize)
+            if len(data) < count * self.dtype.itemsize:
+                raise self._short(start + len(data) // max(self.dtype.itemsize, 1))
+            return np.frombuffer(data, dtype=self.dtype, count=count)
+
+    def close(self) -> None:
+        self.map = None
+        self.file.close()
+        if self.spill is not None:
+            self.spill.close()
+
+
+def _npz_class_names(path: Path, archive: zipfile.ZipFile,
+                     header: tuple[tuple[int, ...], bool, np.dtype]) -> list[str]:
+    shape, _, dtype = header
+    if dtype.hasobject or dtype.kind not in "biuUS":
+        raise InputError(f"{path}: member 'class_names.npy' must hold strings or numbers, got "
+                         f"dtype {dtype}.", usage=True)
+    if len(shape) != 1 or shape[0] * dtype.itemsize > MAX_CLASS_NAMES_BYTES:
+        raise InputError(f"{path}: member 'class_names.npy' must be one short list of names, "
+                         f"got shape {shape} of dtype {dtype}.", usage=True)
+    reader = _MemberReader(path, archive, "class_names", shape, False, dtype, "C")
+    try:
+        return [str(name) for name in reader.read(0, shape[0]).tolist()]
+    finally:
+        reader.close()
+
+
+@register_reader(".npz")
+def _open_npz(path: Path, options: OpenOptions) -> Source:
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as error:
@@ -582,14 +846,15 @@ def _open_npz(path: Path) -> Source:
         for member in members:
             try:
                 headers[member[:-4]] = _npz_header(archive, member)
-            except ValueError as error:
-                raise InputError(f"{path}: member {member!r} is not a numpy array ({error}).") \
-                    from None
-    class_names = None
-    if "class_names" in headers:
-        with _load_npy(path) as loaded:
-            class_names = [str(name) for name in loaded["class_names"].tolist()]
-        del headers["class_names"]
+            except _ZIP_ERRORS as error:
+                raise InputError(f"{path}: member {member!r} is not a readable numpy array "
+                                 f"({error}).") from None
+            if math.prod(headers[member[:-4]][0]) >= 2**62:
+                raise InputError(f"{path}: member {member!r} announces shape "
+                                 f"{headers[member[:-4]][0]}, too large to be real.")
+        class_names = None
+        if "class_names" in headers:
+            class_names = _npz_class_names(path, archive, headers.pop("class_names"))
     columns = list(headers)
     kinds = {name: _numpy_kind(dtype) for name, (_, _, dtype) in headers.items()}
 
@@ -599,46 +864,40 @@ def _open_npz(path: Path) -> Source:
             described = ", ".join(f"{name!r} {headers[name][0]}" for name in selected)
             raise InputError(f"{path}: the selected arrays differ in shape ({described}); "
                              f"they must have one shape.", usage=True)
-        size = int(np.prod(headers[selected[0]][0], dtype=np.int64))
-        if any(headers[name][1] or headers[name][2].hasobject for name in selected):
-            # Fortran-ordered or object arrays cannot be streamed element by element in C order.
-            with _load_npy(path) as loaded:
-                arrays = {name: loaded[name].reshape(-1) for name in selected}
-            for start in range(0, size, CHUNK_ROWS):
-                yield Chunk(start, {name: _numpy_column(arrays[name][start:start + CHUNK_ROWS],
-                                                        as_kinds[name]) for name in selected},
-                            min(start + CHUNK_ROWS, size))
-            return
+        for name in selected:
+            if headers[name][2].hasobject:
+                raise InputError(
+                    f"{path}: member '{name}.npy' holds Python objects (dtype object), which are "
+                    f"not read because loading them would run pickle; save the labels as "
+                    f"numbers or as fixed-width strings (e.g. `np.asarray(labels, dtype=str)`).")
+        size = math.prod(headers[selected[0]][0])
+        # Elements are counted in any order as long as every column uses the same one: when all
+        # members are Fortran-ordered, stream them as stored; positions are then unravelled in
+        # Fortran order.
+        fortran = {headers[name][1] for name in selected}
+        order = "F" if fortran == {True} else "C"
+        source.order = order
         with zipfile.ZipFile(path) as archive:
-            files = {}
+            readers: dict[str, _MemberReader] = {}
             try:
                 for name in selected:
-                    files[name] = archive.open(name + ".npy")
-                    _npz_header_skip(files[name])
+                    shape, is_fortran, dtype = headers[name]
+                    readers[name] = _MemberReader(path, archive, name, shape, is_fortran, dtype,
+                                                  order)
                 for start in range(0, size, CHUNK_ROWS):
                     count = min(CHUNK_ROWS, size - start)
-                    chunk = {}
-                    for name in selected:
-                        dtype = headers[name][2]
-                        data = files[name].read(count * dtype.itemsize)
-                        values = np.frombuffer(data, dtype=dtype, count=count)
-                        chunk[name] = _numpy_column(values, as_kinds[name])
+                    chunk = {name: _numpy_column(readers[name].read(start, count),
+                                                 as_kinds[name]) for name in selected}
                     yield Chunk(start, chunk, start + count)
             finally:
-                for file in files.values():
-                    file.close()
+                for reader in readers.values():
+                    reader.close()
 
     shape = next(iter(headers.values()))[0] if headers else None
-    total = int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
-    return Source(path, columns, kinds, shape, total, "elements", read, class_names=class_names)
-
-
-def _npz_header_skip(file: Any) -> None:
-    version = np.lib.format.read_magic(file)
-    if version == (1, 0):
-        np.lib.format.read_array_header_1_0(file)
-    else:
-        np.lib.format.read_array_header_2_0(file)
+    total = math.prod(shape) if shape is not None else 0
+    source = Source(path, columns, kinds, shape, total, "elements", read,
+                    class_names=class_names)
+    return source
 
 
 # ---------------------------------------------------------------------- column selection
@@ -682,6 +941,9 @@ def select_columns(source: Source, truth: str | None = None, pred: str | None = 
 
 
 # ---------------------------------------------------------------------- accumulation
+_INT64 = np.iinfo(np.int64)
+
+
 @dataclass
 class ReadResult:
     """What :func:`read_confusion` found: the accumulator and where it came from."""
@@ -693,6 +955,13 @@ class ReadResult:
     path: Path
     growths: int = 0
     shape: tuple[int, ...] | None = None  # of .npz arrays (e.g. masks), else None
+    ignore: str | None = None  # the ignored true label, as given
+    ignored_rows: int = 0  # rows (or elements) skipped because their truth is ``ignore``
+    notes: list[str] = field(default_factory=list)  # things worth a warning on stderr
+
+
+def _classes_option(value: int) -> str:
+    return f"pass `--max-classes {value:,}` to raise the limit".replace(",", "")
 
 
 def read_confusion(
@@ -707,6 +976,7 @@ def read_confusion(
     delimiter: str | None = None,
     header: bool = True,
     prefer_pyarrow: bool = True,
+    max_classes: int = MAX_CLASSES,
     on_progress: Callable[[int, int, str], None] | None = None,
     source: Source | None = None,
 ) -> ReadResult:
@@ -716,10 +986,12 @@ def read_confusion(
         path: a .csv/.tsv, .parquet, .npy or .npz file.
         truth, pred, weight: column names (default ``y_true``/``y_pred``, else the first two).
         classes: class names in order. Text labels must be among them; integer labels index
-            into them.
+            into them (whatever the other column holds).
         ignore: a truth label whose rows are skipped (e.g. ``"255"`` for void pixels).
         labels: ``"auto"`` (numbers are class indices, text is class names), ``"int"`` or
             ``"str"`` (read every label as a name).
+        max_classes: the most classes read: integer labels must be below it, and at most this
+            many distinct names are read (the matrix takes ``8 * max_classes**2`` bytes).
         on_progress: called as ``on_progress(position, total, unit)`` after each chunk.
 
     Raises:
@@ -727,19 +999,32 @@ def read_confusion(
     """
     if labels not in ("auto", "int", "str"):
         raise InputError(f"`--labels` must be auto, int or str, got {labels!r}.", usage=True)
+    if isinstance(max_classes, bool) or not isinstance(max_classes, int) or max_classes < 1:
+        raise InputError(f"`--max-classes` must be a positive whole number, got "
+                         f"{max_classes!r}.", usage=True)
     src = source if source is not None else open_source(
         path, delimiter=delimiter, header=header, prefer_pyarrow=prefer_pyarrow)
     selection = select_columns(src, truth, pred, weight)
+    classes_from = "given by `--classes`"
     if classes is None and src.class_names is not None:
         classes = src.class_names
+        classes_from = "named by the file's `class_names` member"
+    label_columns = (selection.truth, selection.pred)
     label_kinds = [src.kinds[selection.truth], src.kinds[selection.pred]]
+    read_kinds: dict[str, str] = {}
+    index_columns: set[str] = set()
     if labels == "str" or (labels == "auto" and "str" in label_kinds):
         mode = "names"
-        read_kinds = {selection.truth: "str", selection.pred: "str"}
+        for column, kind in zip(label_columns, label_kinds, strict=True):
+            if classes is not None and labels == "auto" and kind != "str":
+                # with a list of classes, numbers index into it whatever the other column holds
+                read_kinds[column] = kind
+                index_columns.add(column)
+            else:
+                read_kinds[column] = "str"
     else:
         mode = "index"
-        read_kinds = {}
-        for column, kind in zip((selection.truth, selection.pred), label_kinds, strict=True):
+        for column, kind in zip(label_columns, label_kinds, strict=True):
             if labels == "int" and src.text:
                 kind = "int"  # a value that is not an integer is then reported by its row
             elif kind == "str":
@@ -751,7 +1036,8 @@ def read_confusion(
             raise InputError(f"{src.path}: weight column {selection.weight!r} holds text; weights "
                              f"must be numbers.", usage=True)
         read_kinds[selection.weight] = "weight"
-    builder = _Builder(src, selection, mode, classes, ignore)
+    builder = _Builder(src, selection, mode, classes, ignore, max_classes=max_classes,
+                       classes_from=classes_from, index_columns=index_columns)
     for chunk in src.read(selection.names, read_kinds):
         builder.add(chunk)
         if on_progress is not None:
@@ -759,51 +1045,83 @@ def read_confusion(
     return builder.finish()
 
 
+def _parse_ignore(ignore: str) -> int | None:
+    """``ignore`` as an int64 label, or None when it is not an integer."""
+    try:
+        value = int(ignore)
+    except ValueError:
+        return None
+    if not _INT64.min <= value <= _INT64.max:
+        raise InputError(f"`--ignore` is {ignore}, outside the range of 64-bit integer labels "
+                         f"[{_INT64.min}, {_INT64.max}].", usage=True)
+    return value
+
+
 class _Builder:
     """Feeds chunks to an accumulator, growing it when new classes appear."""
 
     def __init__(self, source: Source, selection: Selection, mode: str,
-                 classes: Sequence[str] | None, ignore: str | None) -> None:
+                 classes: Sequence[str] | None, ignore: str | None, *,
+                 max_classes: int = MAX_CLASSES, classes_from: str = "given by `--classes`",
+                 index_columns: set[str] | None = None) -> None:
         self.source = source
         self.selection = selection
         self.mode = mode
         self.classes = None if classes is None else [str(c) for c in classes]
+        self.classes_from = classes_from
+        self.max_classes = max_classes
+        self.index_columns = index_columns or set()
         self.weighted = selection.weight is not None
-        self.registry: LabelRegistry | None
+        self.registry: LabelRegistry | None = None
         self.num_rows = 0
         self.growths = 0
+        self.ignore = ignore
+        self.ignored_rows = 0
+        self.fixed = self.classes is not None
+        what = "`--classes`" if classes_from.endswith("`--classes`") else \
+            "the file's `class_names` member"
+        if self.fixed and not self.classes:
+            raise InputError(f"{what} is empty.", usage=True)
+        if self.classes is not None and len(set(self.classes)) != len(self.classes):
+            twice = next(n for n in self.classes if self.classes.count(n) > 1)
+            raise InputError(f"{what} lists {twice!r} twice; class names must be unique.",
+                             usage=True)
+        if self.classes is not None and len(self.classes) > max_classes:
+            raise InputError(f"{what} holds {len(self.classes):,} classes, over the limit of "
+                             f"{max_classes:,}; {_classes_option(len(self.classes))}.",
+                             usage=True)
+        # the ignored truth label as an integer, for columns of numbers
+        self.ignore_int = None if ignore is None else _parse_ignore(ignore)
         if mode == "names":
-            self.registry = LabelRegistry(self.classes or (), frozen=self.classes is not None)
-            self.ignore_name = ignore
+            self.registry = LabelRegistry(self.classes or (), frozen=self.fixed,
+                                          max_size=None if self.fixed else max_classes)
             self.ignore_index: int | None = _IGNORED
         else:
-            self.registry = None
-            if ignore is None:
-                self.ignore_index = None
-            else:
-                try:
-                    self.ignore_index = int(ignore)
-                except ValueError:
-                    raise InputError(
-                        f"`--ignore` is {ignore!r}, but the labels are integers; give an "
-                        f"integer (e.g. 255) or pass `--labels str`.", usage=True) from None
-        self.fixed = self.classes is not None
+            if ignore is not None and self.ignore_int is None:
+                raise InputError(
+                    f"`--ignore` is {ignore!r}, but the labels are integers; give an "
+                    f"integer (e.g. 255) or pass `--labels str`.", usage=True)
+            self.ignore_index = self.ignore_int
         size = len(self.classes) if self.classes else 1
-        if self.fixed and size == 0:
-            raise InputError("`--classes` is empty.", usage=True)
         self.acc = ConfusionAccumulator(size, ignore_index=self.ignore_index,
                                         weighted=self.weighted)
 
     # -- growth
     def _grow(self, num_classes: int) -> None:
+        """Make room for ``num_classes`` classes, doubling (so that growth costs O(K²) overall)."""
         old = self.acc.matrix
         k = old.shape[0]
         if num_classes <= k:
             return
-        matrix = np.zeros((num_classes, num_classes), dtype=old.dtype)
-        matrix[:k, :k] = old
-        self.acc = ConfusionAccumulator.from_matrix(matrix, ignore_index=self.ignore_index,
-                                                    weighted=self.weighted)
+        size = min(max(num_classes, 2 * k), max(self.max_classes, num_classes))
+        try:
+            matrix = np.zeros((size, size), dtype=old.dtype)
+            matrix[:k, :k] = old
+            self.acc = ConfusionAccumulator.from_matrix(matrix, ignore_index=self.ignore_index,
+                                                        weighted=self.weighted)
+        except MemoryError:
+            raise InputError(f"{self.source.path}: not enough memory for a {size:,}×{size:,} "
+                             f"confusion matrix ({8 * size * size / 2**30:.1f} GiB).") from None
         self.growths += 1
 
     def _fail(self, column: str, flat_index: int, message: str) -> InputError:
@@ -816,8 +1134,8 @@ class _Builder:
         t, p = chunk.columns[sel.truth], chunk.columns[sel.pred]
         w = chunk.columns[sel.weight] if sel.weight else None
         if self.mode == "names":
-            t = self._codes(t, sel.truth, chunk.start, self.ignore_name)
-            p = self._codes(p, sel.pred, chunk.start, None)
+            t = self._label_codes(t, sel.truth, chunk.start, self.ignore)
+            p = self._label_codes(p, sel.pred, chunk.start, None)
             self._grow(len(self.registry))  # type: ignore[arg-type]
         count = len(t)
         try:
@@ -838,11 +1156,37 @@ class _Builder:
                 top = max(int(kept.max()) if kept.size else 0, int(p.max()) if p.size else 0)
                 self._grow(top + 1)
             self.acc.update(t, p, w)
+        if self.ignore_index is not None:
+            self.ignored_rows += int(np.count_nonzero(t == self.ignore_index))
         self.num_rows += count
+
+    def _label_codes(self, column: Any, name: str, start: int, ignore: str | None) -> np.ndarray:
+        """Class indices of a label column in names mode (names, or numbers indexing classes)."""
+        if name not in self.index_columns:
+            return self._codes(column, name, start, ignore)
+        values = np.asarray(column)
+        ignore_int = self.ignore_int if ignore is not None else None
+        self._check(values, name, start, ignore_int)
+        codes = values.astype(np.int64)
+        if ignore_int is not None:
+            codes[values == ignore_int] = _IGNORED
+        return codes
 
     def _codes(self, column: Any, name: str, start: int, ignore: str | None) -> np.ndarray:
         assert isinstance(column, Coded) and self.registry is not None
-        mapping = self.registry.codes(column.dictionary, ignore)
+        try:
+            mapping = self.registry.codes(column.dictionary, ignore)
+        except TooManyClasses as error:
+            code = column.dictionary.index(error.name)
+            row = int(np.flatnonzero(column.codes == code)[0])
+            limit = self.max_classes
+            raise self._fail(
+                name, start + row,
+                f"{error.name!r} is distinct label number {limit + 1:,}, over the limit of "
+                f"{limit:,} classes (a {limit:,}×{limit:,} matrix takes "
+                f"{8 * limit * limit / 2**20:,.0f} MiB, and every new class makes it larger); "
+                f"{_classes_option(2 * limit)}, or check that the columns are labels, not "
+                f"identifiers.") from None
         bad = np.flatnonzero(mapping < _IGNORED)
         if bad.size:
             rows = np.flatnonzero(np.isin(column.codes, bad))
@@ -851,14 +1195,20 @@ class _Builder:
                 value = column.dictionary[column.codes[row]]
                 if value == "":
                     raise self._fail(name, start + row, "the label is empty.")
+                shown = ", ".join(self.registry.names[:20])
+                if len(self.registry) > 20:
+                    shown += f", ... ({len(self.registry):,} in all)"
+                hint = ""
+                if name == self.selection.truth and self.ignore is None:
+                    hint = f"; pass `--ignore {value}` if it marks rows without a label"
                 raise self._fail(name, start + row,
-                                 f"{value!r} is not one of the classes given by `--classes` "
-                                 f"({', '.join(self.registry.names)}).")
+                                 f"{value!r} is not one of the classes {self.classes_from} "
+                                 f"({shown}){hint}.")
         return mapping[column.codes]
 
     def _check(self, values: np.ndarray, name: str, start: int, ignore: int | None) -> None:
         """Raise for the first label that is not a usable class index."""
-        limit = len(self.classes) if self.classes is not None else MAX_INDEX_LABEL
+        limit = len(self.classes) if self.classes is not None else self.max_classes
         ok = (values >= 0) & (values < limit)
         if values.dtype.kind == "f":
             ok &= values == np.floor(values)
@@ -868,27 +1218,38 @@ class _Builder:
         if not bad.size:
             return
         value = values[bad[0]].item()
+        truth = name == self.selection.truth and ignore is None
+        void = f"`--ignore {value}` if it marks void pixels or rows without a label"
         if isinstance(value, float) and (value != value or value != int(value)):
-            reason = "is not a whole number"
+            message = (f"label {value!r} is not a whole number; integer labels must be class "
+                       f"indices 0, 1, 2, ... (pass `--labels str` to read labels as names).")
         elif value < 0:
-            reason = "is negative"
+            message = (f"label {value!r} is negative; integer labels must be class indices "
+                       f"0, 1, 2, ... (pass {void + ', or ' if truth else ''}`--labels str` "
+                       f"to read labels as names).")
         elif self.fixed:
-            reason = f"is not an index into the {limit} classes given by `--classes`"
+            message = (f"label {value!r} is not an index into the {limit} classes "
+                       f"{self.classes_from}" + (f"; pass {void}." if truth else "."))
         else:
-            reason = (f"is too large to be a class index (at most {MAX_INDEX_LABEL - 1}); pass "
-                      f"`--labels str` to read labels as names")
-        hint = "" if self.fixed or reason.startswith("is too") else \
-            "; integer labels must be class indices 0, 1, 2, ... (pass `--ignore` to skip a " \
-            "void label, or `--labels str` to read labels as names)"
-        raise self._fail(name, start + int(bad[0]), f"label {value!r} {reason}{hint}.")
+            message = (f"label {value!r} is too large to be a class index (at most {limit - 1}); "
+                       f"pass {void + ', ' if truth else ''}`--max-classes "
+                       f"{int(value) + 1}` if the file really has that many classes, or "
+                       f"`--labels str` to read labels as names.")
+        raise self._fail(name, start + int(bad[0]), message)
 
     # -- the end
     def finish(self) -> ReadResult:
         if self.num_rows == 0:
             raise InputError(f"{self.source.path}: no data rows to count.")
-        matrix = self.acc.matrix.copy()
+        notes: list[str] = []
+        if self.mode == "names":
+            assert self.registry is not None
+            size = len(self.registry)
+            matrix = self.acc.matrix[:size, :size]
+        else:
+            matrix = self.acc.matrix
         if not matrix.any():
-            what = "the ignored truth label" if self.ignore_index is not None else "weight 0"
+            what = "the ignored truth label" if self.ignore is not None else "weight 0"
             raise InputError(f"{self.source.path}: nothing to count: every one of the "
                              f"{self.num_rows:,} rows has {what}.")
         if self.mode == "names":
@@ -901,17 +1262,38 @@ class _Builder:
         elif self.fixed:
             assert self.classes is not None
             names = self.classes
+            matrix = matrix.copy()
             ignore_index = self.ignore_index
         else:
             # Drop classes that occur nowhere (below the largest label seen), as scikit-learn's
             # unique_labels would not list them.
-            present = np.flatnonzero(matrix.sum(axis=0) + matrix.sum(axis=1) > 0)
+            actual, predicted = matrix.sum(axis=1), matrix.sum(axis=0)
+            present = np.flatnonzero(actual + predicted > 0)
             if present.size == 0:
                 present = np.arange(matrix.shape[0])
             matrix = matrix[np.ix_(present, present)]
             names = [str(i) for i in present]
             ignore_index = self.ignore_index
+            void = self._void_label(present, predicted)
+            if void is not None:
+                others = present[present != void]
+                notes.append(
+                    f"true label {void} is never predicted and lies far above the other labels "
+                    f"({others.min()}–{others.max()}); if it marks void pixels or rows without a "
+                    f"label, pass `--ignore {void}` to leave those rows out.")
         acc = ConfusionAccumulator.from_matrix(matrix, class_names=names,
                                                ignore_index=ignore_index, weighted=self.weighted)
         return ReadResult(acc, self.selection, self.num_rows, self.mode, self.source.path,
-                          self.growths, self.source.shape)
+                          self.growths, self.source.shape, self.ignore, self.ignored_rows, notes)
+
+    def _void_label(self, present: np.ndarray, predicted: np.ndarray) -> int | None:
+        """A true label that looks like a void marker (e.g. 255 beside classes 0-20)."""
+        if self.ignore is not None or present.size < 2:
+            return None
+        top, second = int(present[-1]), int(present[-2])
+        if predicted[top] == 0 and top >= 8 and top > 2 * (second + 1):
+            return top
+        return None
+
+
+SUFFIXES = tuple(READERS)  # every suffix with a reader, in registration order
