@@ -139,11 +139,10 @@ def _stirling(k):
 
 
 @_inline
-def _binomial_inversion(state, n, p):
-    """Binomial(n, p) by sequential search from 0 (``n·p`` small, ``p <= 1/2``)."""
-    q = 1.0 - p
-    pk = math.exp(n * math.log1p(-p))
-    ratio = p / q
+def _binomial_inversion(state, n, log_q, ratio):
+    """Binomial(n, p) by sequential search from 0 (``n·p`` small, ``p <= 1/2``);
+    ``log_q = log(1 - p)``, ``ratio = p / (1 - p)``."""
+    pk = math.exp(n * log_q)
     u = _uniform(state)
     k = 0
     while u > pk and k < n:
@@ -154,26 +153,27 @@ def _binomial_inversion(state, n, p):
 
 
 @_inline
-def _binomial_btrs(state, n, p):
-    """Binomial(n, p) by Hörmann's BTRS (``n·p >= 10``, ``p <= 1/2``)."""
+def _binomial_btrs(state, n, p, r):
+    """Binomial(n, p) by Hörmann's BTRS (``n·p >= 10``, ``p <= 1/2``, ``r = p / (1 - p)``)."""
     count = np.float64(n)
     stddev = math.sqrt(count * p * (1.0 - p))
     b = 1.15 + 2.53 * stddev
+    inv_b = 1.0 / b
     a = -0.0873 + 0.0248 * b + 0.01 * p
+    two_a = 2 * a
     c = count * p + 0.5
-    v_r = 0.92 - 4.2 / b
-    r = p / (1.0 - p)
-    alpha = (2.83 + 5.1 / b) * stddev
-    m = math.floor((count + 1) * p)
+    v_r = 0.92 - 4.2 * inv_b
     while True:
         u = _uniform(state) - 0.5
         v = _uniform(state)
         us = 0.5 - abs(u)
-        k = math.floor((2 * a / us + b) * u + c)
+        k = math.floor((two_a / us + b) * u + c)
         if us >= 0.07 and v <= v_r:
             return np.int64(k)
         if k < 0 or k > count:
             continue
+        alpha = (2.83 + 5.1 * inv_b) * stddev
+        m = math.floor((count + 1) * p)
         v = math.log(v * alpha / (a / (us * us) + b))
         bound = ((m + 0.5) * math.log((m + 1) / (r * (count - m + 1)))
                  + (count + 1) * math.log((count - m + 1) / (count - k + 1))
@@ -184,20 +184,27 @@ def _binomial_btrs(state, n, p):
 
 
 @_inline
+def binomial_prepared(state, n, p, flip, log_q, ratio):
+    """Binomial(n, p') with ``p' = 1 - p`` if ``flip`` else ``p``, where ``p <= 1/2``,
+    ``log_q = log(1 - p)`` and ``ratio = p / (1 - p)`` are computed once per probability."""
+    if n <= 0 or p <= 0.0:
+        k = np.int64(0)
+    elif n * p < INVERSION_MAX_MEAN:
+        k = np.int64(_binomial_inversion(state, n, log_q, ratio))
+    else:
+        k = _binomial_btrs(state, n, p, ratio)
+    return np.int64(n - k) if flip else k
+
+
+@_inline
 def binomial(state, n, p):
     """An exact Binomial(n, p) variate (``n >= 0`` an integer, ``0 <= p <= 1``)."""
-    if n <= 0 or p <= 0.0:
-        return np.int64(0)
     if p >= 1.0:
-        return np.int64(n)
+        return np.int64(max(n, 0))
     flip = p > 0.5
     if flip:
         p = 1.0 - p
-    if n * p < INVERSION_MAX_MEAN:
-        k = _binomial_inversion(state, n, p)
-    else:
-        k = _binomial_btrs(state, n, p)
-    return np.int64(n - k) if flip else np.int64(k)
+    return binomial_prepared(state, n, p, flip, math.log1p(-p), p / (1.0 - p))
 
 
 @_kernel
@@ -290,7 +297,11 @@ def _draw_replicate(state, counts, total, conditional, consts, multinomial, out)
     if multinomial:
         remaining = total
         for k in range(size - 1):
-            x = binomial(state, remaining, conditional[k])
+            if remaining == 0:
+                out[k] = 0
+                continue
+            x = binomial_prepared(state, remaining, conditional[k, 0], conditional[k, 1] != 0,
+                                  conditional[k, 2], conditional[k, 3])
             out[k] = x
             remaining -= x
         if size:
@@ -303,12 +314,19 @@ def _draw_replicate(state, counts, total, conditional, consts, multinomial, out)
 @_inline
 def _prepare(counts, multinomial):
     size = counts.shape[0]
-    conditional = np.zeros(size)
+    # per cell: p <= 1/2, flip (the cell's probability is 1 - p), log(1 - p), p / (1 - p)
+    conditional = np.zeros((size, 4))
     if multinomial:
         rest = np.float64(0.0)
         for k in range(size - 1, -1, -1):
             rest += counts[k]
-            conditional[k] = counts[k] / rest
+            p = counts[k] / rest
+            if p > 0.5:
+                p = 1.0 - p
+                conditional[k, 1] = 1.0
+            conditional[k, 0] = p
+            conditional[k, 2] = math.log1p(-p)
+            conditional[k, 3] = p / (1.0 - p)
         consts = np.zeros((0, 6))
     else:
         consts = poisson_constants(counts.astype(np.float64))
