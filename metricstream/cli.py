@@ -23,13 +23,14 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ._io import SUFFIXES, InputError, read_confusion
+from ._io import MAX_CLASSES, SUFFIXES, InputError, ReadResult, read_confusion
 
 __all__ = ["main"]
 
@@ -41,8 +42,12 @@ _ZERO_DIVISION: dict[str, Any] = {"warn": "warn", "0": 0, "1": 1, "nan": np.nan}
 _REPORT_EPILOG = """\
 columns: the truth and prediction columns default to `y_true` and `y_pred`, else to the first
 two columns (for .npz files: arrays). Numeric labels are class indices (the report lists those
-that occur); text labels are class names, shared by truth and prediction and sorted. Rows are
+that occur); text labels are class names, shared by truth and prediction and sorted. With
+`--classes`, text labels must be among the names and numbers index into them. Rows are
 counted from 1, not counting the header line (row N is on line N+1 of a CSV file).
+
+limits: at most --max-classes classes (default %(max_classes)s; the matrix takes 8 K² bytes),
+records of at most 4 MiB; memory does not grow with the number of rows.
 
 exit codes: 0 success, 1 bad data in the file, 2 bad command line (including a missing file or
 an unknown column).
@@ -83,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the metrics of a file of predictions (and write JSON, markdown, plots)",
         description="Stream a file of predictions into one confusion matrix and report every "
                     "metric. Reads " + ", ".join(SUFFIXES) + " files.",
-        epilog=_REPORT_EPILOG,
+        epilog=_REPORT_EPILOG % {"max_classes": f"{MAX_CLASSES:,}"},
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument("path", metavar="PATH", help="the file of predictions")
@@ -105,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     labels.add_argument("--labels", choices=("auto", "int", "str"), default="auto",
                         help="read labels as class indices (int) or names (str); default: auto, "
                              "from the column types")
+    labels.add_argument("--max-classes", type=_positive_int, default=MAX_CLASSES, metavar="K",
+                        help=f"read at most K classes: integer labels must be below K and at "
+                             f"most K distinct names are read (default {MAX_CLASSES}; the "
+                             f"matrix takes 8·K² bytes)")
 
     reading = report.add_argument_group("reading")
     reading.add_argument("--delimiter", metavar="CHAR",
@@ -131,15 +140,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write the summary as markdown tables")
     output.add_argument("--plot", metavar="FILE", type=Path,
                         help="write the confusion-matrix heatmap (.png, .svg, .pdf; needs "
-                             "matplotlib)")
+                             "matplotlib); a directory gets confusion_matrix.png")
     output.add_argument("--plot-per-class", metavar="FILE", type=Path,
-                        help="write a bar chart of per-class precision, recall, F1 and IoU")
+                        help="write a bar chart of per-class precision, recall, F1 and IoU; a "
+                             "directory gets per_class.png")
     output.add_argument("--normalize", choices=("true", "pred", "all"),
                         help="plot rates instead of counts: rows (true), columns (pred) or all")
     output.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar on stderr (default: only when stdout and "
                              "stderr are both terminals)")
+    for section in SECTIONS:
+        if section.add_arguments is not None:
+            section.add_arguments(report)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a positive number, got 0")
+    return value
 
 
 def _non_negative_int(text: str) -> int:
@@ -172,6 +192,70 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------------- report
+@dataclass
+class Report:
+    """What the sections of a report see: the file's counts and the output options."""
+
+    result: ReadResult
+    zero_division: Any
+    digits: int
+    args: argparse.Namespace
+
+    @property
+    def accumulator(self) -> Any:
+        return self.result.accumulator
+
+
+@dataclass
+class Section:
+    """One part of the printed report.
+
+    ``enabled(args)`` says whether it is printed; ``text``/``markdown`` render it for the text
+    and markdown formats, ``data`` for JSON (under the key ``name``, except the summary, whose
+    keys are the top level); ``add_arguments(parser)`` adds its options to ``report``.
+    A new part of the report (e.g. confidence intervals) is one more entry in ``SECTIONS``.
+    """
+
+    name: str
+    text: Callable[[Report], str]
+    markdown: Callable[[Report], str]
+    data: Callable[[Report], dict]
+    enabled: Callable[[argparse.Namespace], bool] = lambda args: True
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+SECTIONS: list[Section] = [
+    Section(
+        "summary",
+        text=lambda r: str(r.accumulator.summary("text", zero_division=r.zero_division,
+                                                 digits=r.digits)),
+        markdown=lambda r: str(r.accumulator.summary("markdown", zero_division=r.zero_division,
+                                                     digits=r.digits)),
+        data=lambda r: r.accumulator.summary("dict", zero_division=r.zero_division),
+    ),
+]
+
+
+def _sections(report: Report) -> list[Section]:
+    return [section for section in SECTIONS if section.enabled(report.args)]
+
+
+def _report_data(report: Report) -> dict:
+    data: dict[str, Any] = {}
+    for section in _sections(report):
+        part = section.data(report)
+        if section.name == "summary":
+            data.update(part)
+        else:
+            data[section.name] = part
+    return data
+
+
+def _report_text(report: Report, kind: str) -> str:
+    render = (lambda s: s.text(report)) if kind == "text" else (lambda s: s.markdown(report))
+    return "\n\n".join(render(section) for section in _sections(report))
+
+
 def _report(args: argparse.Namespace) -> int:
     plots = [p for p in (args.plot, args.plot_per_class) if p is not None]
     if plots and importlib.util.find_spec("matplotlib") is None:
@@ -182,6 +266,10 @@ def _report(args: argparse.Namespace) -> int:
         classes = [name.strip() for name in args.classes.split(",")]
         if any(name == "" for name in classes):
             _fail(f"`--classes` holds an empty name: {args.classes!r}.", EXIT_USAGE)
+        twice = sorted({name for name in classes if classes.count(name) > 1})
+        if twice:
+            _fail(f"`--classes` lists {', '.join(map(repr, twice))} more than once; class names "
+                  f"must be unique.", EXIT_USAGE)
     if args.reader == "pyarrow" and importlib.util.find_spec("pyarrow") is None:
         _fail("`--reader pyarrow` needs pyarrow, which is not installed; "
               "`pip install pyarrow`.", EXIT_USAGE)
@@ -190,58 +278,98 @@ def _report(args: argparse.Namespace) -> int:
         delimiter = {"\\t": "\t", "tab": "\t"}.get(delimiter, delimiter)
         if len(delimiter) != 1:
             _fail(f"`--delimiter` must be one character, got {args.delimiter!r}.", EXIT_USAGE)
+    # Check every output before the (possibly long) read.
+    for option, path in (("--json", args.json), ("--markdown", args.markdown)):
+        if path is not None:
+            _check_output(option, path)
+    plot = _plot_path("--plot", args.plot, "confusion_matrix.png")
+    plot_per_class = _plot_path("--plot-per-class", args.plot_per_class, "per_class.png")
 
     with _progress_bar(args.progress) as on_progress:
         result = read_confusion(
             args.path, truth=args.truth, pred=args.pred, weight=args.weight, classes=classes,
             ignore=args.ignore, labels=args.labels, delimiter=delimiter, header=args.header,
-            prefer_pyarrow=args.reader != "python", on_progress=on_progress,
+            prefer_pyarrow=args.reader != "python", max_classes=args.max_classes,
+            on_progress=on_progress,
         )
+    for note in result.notes:
+        print(f"{PROG}: warning: {note}", file=sys.stderr)
     acc = result.accumulator
-    zero_division = _ZERO_DIVISION[args.zero_division]
-    digits = args.digits
+    default_digits = 2 if args.format == "sklearn" else 4
+    report = Report(result, _ZERO_DIVISION[args.zero_division],
+                    default_digits if args.digits is None else args.digits, args)
 
     with _warnings_to_stderr():
         if args.format == "json":
-            printed = json.dumps(acc.summary("dict", zero_division=zero_division), indent=2,
-                                 allow_nan=False)
+            sys.stdout.write(json.dumps(_report_data(report), indent=2, allow_nan=False) + "\n")
         elif args.format == "sklearn":
-            printed = _header(result) + "\n\n" + str(acc.classification_report(
-                digits=2 if digits is None else digits, zero_division=zero_division)).rstrip()
+            # exactly scikit-learn's classification_report (its trailing newline included), so
+            # that the output can be compared with `diff`; what was read goes to stderr
+            print(_header(result), file=sys.stderr)
+            sys.stdout.write(str(acc.classification_report(digits=report.digits,
+                                                           zero_division=report.zero_division)))
         elif args.format == "markdown":
-            printed = str(acc.summary("markdown", zero_division=zero_division,
-                                      digits=4 if digits is None else digits))
+            sys.stdout.write(_report_text(report, "markdown") + "\n")
         else:
-            printed = _header(result) + "\n\n" + str(acc.summary(
-                "text", zero_division=zero_division, digits=4 if digits is None else digits))
-        print(printed, flush=True)
+            sys.stdout.write(_header(result) + "\n\n" + _report_text(report, "text") + "\n")
+        sys.stdout.flush()
 
         if args.json is not None:
-            data = acc.summary("dict", zero_division=zero_division)
-            _write(args.json, json.dumps(data, indent=2, allow_nan=False) + "\n")
+            _write(args.json, json.dumps(_report_data(report), indent=2, allow_nan=False) + "\n")
         if args.markdown is not None:
-            markdown = acc.summary("markdown", zero_division=zero_division,
-                                   digits=4 if digits is None else digits)
-            _write(args.markdown, f"{markdown}\n")
-    if args.plot is not None:
-        _save_plot(args.plot, acc.plot(normalize=args.normalize))
-    if args.plot_per_class is not None:
-        _save_plot(args.plot_per_class, acc.plot_per_class())
+            _write(args.markdown, _report_text(report, "markdown") + "\n")
+    if plot is not None:
+        _save_plot(plot, acc.plot(normalize=args.normalize))
+    if plot_per_class is not None:
+        _save_plot(plot_per_class, acc.plot_per_class())
     return EXIT_OK
 
 
-def _header(result: Any) -> str:
+# Formats matplotlib writes (its default backends); anything else is refused before reading.
+_PLOT_FORMATS = ("png", "svg", "svgz", "pdf", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp",
+                 "pgf", "raw", "rgba")
+
+
+def _check_output(option: str, path: Path) -> None:
+    if path.is_dir():
+        _fail(f"`{option}` {path} is a directory; give a file name.", EXIT_USAGE)
+    parent = path.parent
+    if not parent.is_dir():
+        _fail(f"`{option}` {path}: the directory {parent} does not exist.", EXIT_USAGE)
+
+
+def _plot_path(option: str, path: Path | None, default_name: str) -> Path | None:
+    """Where a plot goes: a directory gets ``default_name``; no suffix means .png."""
+    if path is None:
+        return None
+    if path.is_dir():
+        path = path / default_name
+    elif not path.suffix:
+        path = path.with_name(path.name + ".png")  # what matplotlib would write
+    suffix = path.suffix[1:].lower()
+    if suffix not in _PLOT_FORMATS:
+        _fail(f"`{option}` {path}: unknown image format {path.suffix!r}; use one of "
+              f"{', '.join('.' + s for s in _PLOT_FORMATS[:6])}, ...", EXIT_USAGE)
+    _check_output(option, path)
+    return path
+
+
+def _header(result: ReadResult) -> str:
     sel = result.selection
-    acc = result.accumulator
     if result.shape is not None and len(result.shape) > 1:
         counted = f"{result.num_rows:,} labels in arrays of shape {result.shape}"
+        unit = "label"
     else:
         counted = f"{result.num_rows:,} rows"
+        unit = "row"
     parts = [f"{result.path}: {counted}", f"truth {sel.truth!r}, prediction {sel.pred!r}"]
     if sel.weight:
         parts.append(f"weights {sel.weight!r}")
-    if acc.ignore_index is not None:
-        parts.append(f"ignoring true label {acc.ignore_index}")
+    if result.ignore is not None:
+        shown = result.ignore if result.mode == "index" else repr(result.ignore)
+        skipped = result.ignored_rows
+        plural = "" if skipped == 1 else "s"
+        parts.append(f"ignoring true label {shown} ({skipped:,} {unit}{plural})")
     return "; ".join(parts)
 
 
@@ -270,6 +398,10 @@ def _warnings_to_stderr() -> Iterator[None]:
     seen = set()
     for warning in caught:
         message = " ".join(str(warning.message).split())
+        # the library's advice names its argument; here the option is the way to choose
+        message = message.replace(
+            "Use `zero_division` parameter to control this behavior.",
+            "Pass `--zero-division 0`, `1` or `nan` to choose the value and silence this warning.")
         if message not in seen:
             seen.add(message)
             print(f"{PROG}: warning: {message}", file=sys.stderr)
