@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from . import metrics
 from ._dispatch import get_num_threads, set_num_threads
 from .accumulator import ConfusionAccumulator
+from .base import Accumulator, AccumulatorGroup
 from .exceptions import UndefinedMetricWarning
 
 try:
@@ -19,6 +20,8 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "Accumulator",
+    "AccumulatorGroup",
     "ConfusionAccumulator",
     "UndefinedMetricWarning",
     "__version__",

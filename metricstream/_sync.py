@@ -1,103 +1,195 @@
-"""The engine-independent half of summing an accumulator across processes.
+"""The engine-independent half of summing accumulators (or a group of them) across processes.
 
-A sync is two collectives, whatever the engine (torch.distributed, MPI):
+A sync is one configuration check plus one SUM collective per state dtype, whatever the engine
+(torch.distributed, MPI) and whatever the number of accumulators in a group:
 
-1. a *configuration check*: an all-gather of 7 int64 values per rank that encode the fields that
-   must agree for a merge (``num_classes``, ``weighted``, ``ignore_index``, a hash of
-   ``class_names``, the buffer length and the sync protocol version). Every rank then holds every
-   rank's values, derives the *same* error message from them (naming the field and which rank
-   has which value) and raises before the data collective, so a misconfigured job fails on all
-   ranks instead of hanging (or summing matrices of different sizes). An all-gather rather than
-   a MAX all-reduce: with 2 ranks it is one exchange instead of two, and it can name the ranks.
-2. one SUM all-reduce of the packed buffer. The accumulator's only counters are its K×K matrix,
-   so the packed buffer is the matrix itself: no copies on CPU when synced in place.
+1. **check**: an all-gather of 6 int64 values per rank — the sync protocol version, a 63-bit
+   digest of every member's name, type, format, configuration and array shapes, the lengths of
+   the int64 and float64 buffers, and the largest int64 count and float64 sum (for the overflow
+   check). Every rank then holds every rank's values and takes the same decision:
+
+   * all equal: go on;
+   * different: every rank runs the same two extra all-gathers (the descriptions' lengths, then
+     the descriptions) and raises the same ``ValueError`` naming the member, the field and which
+     rank has which value — no rank is left waiting in a collective the others skipped;
+   * a rank that could not describe its state (a wrong object, say) takes part with an error
+     marker, so the others raise too instead of hanging;
+   * sums that could pass 2**63 - 1 (int64) or overflow float64: every rank raises.
+2. **sum**: the state arrays are packed by dtype into one buffer each (an accumulator with a
+   single array is summed in place, with no copy on CPU) and SUM-all-reduced.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .accumulator import ConfusionAccumulator
+from .base import Accumulator, AccumulatorGroup
 
-# Bump when the packed layout or the fingerprint changes, so ranks running different
+# Bump when the packed layout or the description changes, so that ranks running different
 # metricstream versions refuse to sum rather than sum garbage.
-SYNC_PROTOCOL = 1
+SYNC_PROTOCOL = 2
+NUM_FIELDS = 6
+_ERROR_MARK = -1
+_INT64_MAX = 2**63 - 1
 
-_FIELDS = (
-    "sync protocol",
-    "num_classes",
-    "weighted",
-    "ignore_index is None",
-    "ignore_index",
-    "class_names",
-    "buffer length",
-)
-NUM_FIELDS = len(_FIELDS)
+Syncable = Accumulator | AccumulatorGroup
 
 
-def fingerprint(acc: ConfusionAccumulator) -> np.ndarray:
-    """This rank's 7 int64 configuration values, to be all-gathered."""
-    names = acc.class_names
-    if names is None:
-        names_hash = 0
-    else:
-        digest = hashlib.blake2b(json.dumps(list(names)).encode("utf-8"), digest_size=8).digest()
-        names_hash = int.from_bytes(digest, "little") >> 1  # 63 bits: a non-negative int64
-    ignore = acc.ignore_index
-    return np.array(
-        [
-            SYNC_PROTOCOL,
-            acc.num_classes,
-            int(acc.weighted),
-            int(ignore is None),
-            0 if ignore is None else ignore,
-            names_hash,
-            acc.num_classes * acc.num_classes,
-        ],
-        dtype=np.int64,
-    )
+def synchronize(
+    target: Any,
+    *,
+    gather: Callable[[np.ndarray], np.ndarray],
+    reduce_sum: Callable[[np.ndarray], np.ndarray],
+    engine: str,
+    inplace: bool,
+) -> Any:
+    """Check, then sum ``target`` (an accumulator or a group) over every rank; return the sum.
 
-
-def check_gathered(gathered: np.ndarray, engine: str) -> None:
-    """Raise the same ``ValueError`` on every rank if the ranks' fingerprints differ.
-
-    ``gathered`` holds every rank's :func:`fingerprint`, in rank order (any shape that reshapes
-    to ``(world_size, 7)``).
+    ``gather`` all-gathers an int64 vector of the same length on every rank and returns every
+    rank's copy concatenated in rank order; ``reduce_sum`` SUM-reduces a C-contiguous buffer and
+    returns the result, writing into the given buffer when it can (the CPU engines do). With
+    ``inplace=True`` the locks are held through the collectives, so an ``update`` from another
+    thread waits rather than being lost; with ``inplace=False`` a copy is summed and ``target``
+    is left untouched.
     """
-    table = np.asarray(gathered, dtype=np.int64).reshape(-1, NUM_FIELDS)
+    if not isinstance(target, (Accumulator, AccumulatorGroup)):
+        local_error: Exception | None = TypeError(
+            f"`acc` must be an accumulator or an AccumulatorGroup, got {type(target).__name__}."
+        )
+        _check(np.array([SYNC_PROTOCOL, _ERROR_MARK, 0, 0, 0, 0], dtype=np.int64), None,
+               gather, engine, local_error)
+        raise AssertionError("unreachable")  # pragma: no cover
+    work = target if inplace else target.copy()
+    with _exclusive(work) as arrays:
+        description = _describe(work, arrays)
+        ints = [array for array in arrays.values() if array.dtype.kind == "i"]
+        floats = [array for array in arrays.values() if array.dtype.kind == "f"]
+        int_max = max((int(a.max()) for a in ints if a.size), default=0)
+        float_max = max((float(a.max()) for a in floats if a.size), default=0.0)
+        vector = np.array(
+            [SYNC_PROTOCOL, _digest(description), sum(a.size for a in ints),
+             sum(a.size for a in floats), int_max,
+             np.array(float_max, dtype=np.float64).view(np.int64)],
+            dtype=np.int64,
+        )
+        _check(vector, description, gather, engine, None)
+        for group in (ints, floats):
+            if group:
+                _sum_into(group, reduce_sum)
+    return work
+
+
+@contextmanager
+def _exclusive(target: Syncable) -> Iterator[dict[str, np.ndarray]]:
+    with target.exclusive_state() as arrays:
+        yield arrays
+
+
+def _describe(target: Syncable, arrays: dict[str, np.ndarray]) -> list[Any]:
+    members = target.members() if isinstance(target, AccumulatorGroup) else {"": target}
+    shapes: dict[str, list[Any]] = {}
+    for key, array in arrays.items():
+        owner, _, name = key.rpartition("/")
+        shapes.setdefault(owner, []).append([name, array.dtype.str, list(array.shape)])
+    return [[name, type(member).__name__, member.state_format, member.config(),
+             shapes.get(name, [])] for name, member in members.items()]
+
+
+def _digest(description: list[Any]) -> int:
+    text = json.dumps(description, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # 63 bits: a non-negative int64
+
+
+def _check(vector: np.ndarray, description: list[Any] | None,
+           gather: Callable[[np.ndarray], np.ndarray], engine: str,
+           local_error: Exception | None) -> None:
+    table = np.asarray(gather(vector), dtype=np.int64).reshape(-1, NUM_FIELDS)
     world_size = len(table)
-    if (table == table[0]).all():
-        return
-    column = {name: table[:, i] for i, name in enumerate(_FIELDS)}
-    if len(set(column["sync protocol"].tolist())) > 1:
-        detail = ("the ranks run metricstream versions with different sync protocols: "
-                  + _by_rank(column["sync protocol"].tolist()))
-    elif len(set(column["num_classes"].tolist())) > 1:
-        detail = "`num_classes` is " + _by_rank(column["num_classes"].tolist())
-    elif len(set(column["weighted"].tolist())) > 1:
-        detail = "`weighted` is " + _by_rank([bool(v) for v in column["weighted"].tolist()])
-    elif len({(a, b) for a, b in zip(column["ignore_index is None"].tolist(),
-                                      column["ignore_index"].tolist(), strict=True)}) > 1:
-        values = [None if none else value for none, value in
-                  zip(column["ignore_index is None"].tolist(), column["ignore_index"].tolist(),
-                      strict=True)]
-        detail = "`ignore_index` is " + _by_rank(values)
-    else:
-        hashes = column["class_names"].tolist()
-        labels = {h: f"list {i + 1}" for i, h in enumerate(dict.fromkeys(hashes))}
-        detail = ("`class_names` differ between ranks (" + _by_rank([labels[h] for h in hashes])
-                  + ")")
-    raise ValueError(
-        f"cannot {engine} accumulators configured differently across the {world_size} ranks: "
-        f"{detail}. Every rank must create its accumulator with the same `num_classes`, "
-        f"`class_names`, `ignore_index` and `weighted`; nothing was summed."
-    )
+    if local_error is not None:
+        raise local_error
+    failed = [rank for rank in range(world_size) if table[rank, 1] == _ERROR_MARK]
+    if failed:
+        raise ValueError(
+            f"cannot {engine}: rank(s) {_ranks(failed)} could not take part (they were not "
+            f"given an accumulator; see the error on those ranks); nothing was summed."
+        )
+    protocols = table[:, 0].tolist()
+    if len(set(protocols)) > 1:
+        raise ValueError(
+            f"cannot {engine}: the ranks run metricstream versions with different sync "
+            f"protocols: {_by_rank(protocols)}; nothing was summed."
+        )
+    if not (table[:, 1:4] == table[0, 1:4]).all():
+        assert description is not None
+        detail = _difference(description, gather, world_size)
+        raise ValueError(
+            f"cannot {engine} accumulators configured differently across the {world_size} ranks: "
+            f"{detail}. Every rank must create its accumulators with the same configuration; "
+            f"nothing was summed."
+        )
+    if sum(int(v) for v in table[:, 4]) > _INT64_MAX:
+        raise ValueError(
+            f"cannot {engine}: the summed int64 counts could pass 2**63 - 1 (the ranks' largest "
+            f"counts add up to {sum(int(v) for v in table[:, 4])}); nothing was summed."
+        )
+    float_maxima = table[:, 5].copy().view(np.float64)
+    if not np.isfinite(float_maxima.sum()):
+        raise ValueError(
+            f"cannot {engine}: the summed float64 weights would overflow to infinity; nothing "
+            f"was summed."
+        )
+
+
+def _difference(description: list[Any], gather: Callable[[np.ndarray], np.ndarray],
+                world_size: int) -> str:
+    """Exchange every rank's description (two more all-gathers) and say what differs."""
+    text = json.dumps(description, sort_keys=True).encode("utf-8")
+    lengths = np.asarray(gather(np.array([len(text)], dtype=np.int64))).reshape(-1)
+    width = (int(lengths.max()) + 7) // 8
+    padded = np.zeros(width * 8, dtype=np.uint8)
+    padded[: len(text)] = np.frombuffer(text, dtype=np.uint8)
+    every = np.asarray(gather(padded.view(np.int64))).reshape(world_size, width)
+    descriptions = [
+        json.loads(every[rank].view(np.uint8)[: int(lengths[rank])].tobytes().decode("utf-8"))
+        for rank in range(world_size)
+    ]
+    names = [[member[0] for member in d] for d in descriptions]
+    if any(n != names[0] for n in names):
+        return "the groups hold different members: " + _by_rank([repr(n) for n in names])
+    for index, name in enumerate(names[0]):
+        prefix = f"member {name!r}: " if name else ""
+        members = [d[index] for d in descriptions]
+        types = [m[1] for m in members]
+        if len(set(types)) > 1:
+            return f"{prefix}the accumulator type is " + _by_rank(types)
+        formats = [m[2] for m in members]
+        if len(set(formats)) > 1:
+            return f"{prefix}the state format is " + _by_rank(formats)
+        configs = [m[3] for m in members]
+        for key in configs[0]:
+            values = [_short(c.get(key)) for c in configs]
+            if len(set(values)) > 1:
+                return f"{prefix}`{key}` is " + _by_rank(values)
+        shapes = [json.dumps(m[4]) for m in members]
+        if len(set(shapes)) > 1:
+            return f"{prefix}the state arrays differ (" + _by_rank(shapes) + ")"
+    return "their state descriptions differ"
+
+
+def _short(value: Any) -> str:
+    text = "None" if value is None else json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
 
 
 def _by_rank(values: list) -> str:
@@ -107,42 +199,21 @@ def _by_rank(values: list) -> str:
         groups.setdefault(value, []).append(rank)
     parts = []
     for value, ranks in groups.items():
-        shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
-        parts.append(f"{value} on rank{'s' if len(ranks) > 1 else ''} {shown}")
+        parts.append(f"{value} on rank{'s' if len(ranks) > 1 else ''} {_ranks(ranks)}")
     return " and ".join(parts) if len(parts) == 2 else "; ".join(parts)
 
 
-def synchronize(
-    acc: ConfusionAccumulator,
-    *,
-    gather: Callable[[np.ndarray], np.ndarray],
-    reduce_sum: Callable[[np.ndarray], np.ndarray],
-    engine: str,
-    inplace: bool,
-) -> ConfusionAccumulator:
-    """Run the two collectives and return the summed accumulator.
-
-    ``gather`` all-gathers an int64 vector and returns every rank's copy, in rank order;
-    ``reduce_sum`` SUM-reduces a C-contiguous buffer and returns the result, writing into the
-    given buffer when it can (the CPU engines do, so an in-place sync copies nothing). With
-    ``inplace=True`` the accumulator's lock is held through the collective, so an ``update`` from
-    another thread waits rather than being lost; with ``inplace=False`` the local counts are
-    copied once and left untouched.
-    """
-    check_gathered(gather(fingerprint(acc)), engine)
-    if inplace:
-        with acc._lock:
-            # Summed straight into the matrix: a failing collective (a rank died, a timeout)
-            # leaves the counts undefined, but then the process group is unusable anyway; use
-            # ``inplace=False`` to keep the local counts whatever happens.
-            result = reduce_sum(acc._matrix)
-            if result is not acc._matrix:
-                acc._matrix[...] = result.reshape(acc._matrix.shape)
-            acc._changed()
-        return acc
-    out = acc.copy()
-    result = reduce_sum(out._matrix)
-    if result is not out._matrix:
-        out._matrix[...] = result.reshape(out._matrix.shape)
-    out._changed()
-    return out
+def _sum_into(arrays: list[np.ndarray], reduce_sum: Callable[[np.ndarray], np.ndarray]) -> None:
+    """SUM-reduce ``arrays`` (one dtype) as one buffer and write the sums back into them."""
+    if len(arrays) == 1 and arrays[0].flags.c_contiguous:
+        (only,) = arrays
+        result = reduce_sum(only)
+        if result is not only:
+            only[...] = np.asarray(result).reshape(only.shape)
+        return
+    buffer = np.concatenate([array.reshape(-1) for array in arrays])
+    result = np.asarray(reduce_sum(buffer)).reshape(-1)
+    offset = 0
+    for array in arrays:
+        array[...] = result[offset: offset + array.size].reshape(array.shape)
+        offset += array.size

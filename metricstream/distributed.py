@@ -2,15 +2,18 @@
 
 PyTorch is imported on first use, not with this module (``pip install "metricstream[torch]"``).
 
-A sync is exactly two collectives, whatever K:
+``all_reduce`` takes any accumulator or an :class:`~metricstream.AccumulatorGroup`. A sync is one
+configuration check plus one collective per state dtype, whatever K and however many
+accumulators a group holds (see :mod:`metricstream._sync`):
 
-1. an all-gather of 7 int64 values per rank that encode the configuration
-   (``all_gather_single``). If any rank differs (``num_classes``, ``class_names``,
-   ``ignore_index``, ``weighted``, metricstream version), every rank raises the same
-   ``ValueError`` naming the field and which rank holds which value, and no rank blocks in a
-   second collective that the others would not join.
-2. ``all_reduce(SUM)`` of the packed counts (the K×K matrix, int64 or float64). On CPU backends
-   (gloo, mpi) the tensor shares memory with the accumulator, so an in-place sync copies nothing;
+1. an all-gather of 6 int64 values per rank (``all_gather_single``): the sync protocol, a digest
+   of every member's type and configuration, the buffer lengths, and the largest counts. If any
+   rank differs, every rank raises the same ``ValueError`` naming the member, the field and
+   which rank holds which value, and no rank blocks in a collective the others would not join;
+   sums that could overflow int64 raise on every rank too.
+2. ``all_reduce(SUM)`` of the packed int64 counts, and one of the float64 sums if there are any.
+   A single accumulator with one array (the confusion matrix) is reduced in place: on CPU
+   backends (gloo, mpi) the tensor shares memory with the accumulator, so it copies nothing;
    with NCCL the counts travel through a tensor on the current CUDA device
    (``torch.cuda.current_device()``; call ``torch.cuda.set_device(local_rank)`` first, as
    DDP requires anyway).
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _sync
-from .accumulator import ConfusionAccumulator
+from .base import Accumulator, AccumulatorGroup
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -44,12 +47,12 @@ INSTALL_HINT = 'pip install "metricstream[torch]"'
 
 
 def all_reduce(
-    acc: ConfusionAccumulator,
+    acc: Accumulator | AccumulatorGroup,
     group: Any = None,
     *,
     inplace: bool = True,
     device: torch.device | str | None = None,
-) -> ConfusionAccumulator:
+) -> Any:
     """Sum ``acc`` over every rank of ``group``; every rank gets the global counts.
 
     Must be called by every rank of the group, like any collective. The result is exact
@@ -69,15 +72,11 @@ def all_reduce(
 
     Raises:
         ImportError: PyTorch is not installed; the message gives the pip command.
-        TypeError: ``acc`` is not a ConfusionAccumulator.
+        TypeError: ``acc`` is not an accumulator or a group (raised on every rank).
         ValueError: the default process group is not initialized, or the ranks' accumulators are
             configured differently (raised on every rank, before any count is exchanged).
     """
     torch, dist = _import_torch()
-    if not isinstance(acc, ConfusionAccumulator):
-        raise TypeError(
-            f"`acc` must be a ConfusionAccumulator, got {type(acc).__name__}."
-        )
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError(
             "torch.distributed is not initialized; call "

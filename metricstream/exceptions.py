@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 class UndefinedMetricWarning(UserWarning):
     """A metric was 0/0 for some class and was replaced by the ``zero_division`` value.
@@ -9,3 +11,21 @@ class UndefinedMetricWarning(UserWarning):
     Raised only when ``zero_division="warn"`` (the default, which then uses 0.0, as
     scikit-learn's ``UndefinedMetricWarning``).
     """
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning point at the first caller outside metricstream.
+
+    Warnings are issued deep inside the package (a metric function called by an accumulator
+    method, say); this walks up the stack so that the user sees the line of their own code that
+    asked for the metric, however many layers lie in between.
+    """
+    package = __name__.rsplit(".", 1)[0]
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == package:
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    # ``level`` counts from the frame that called this function; warnings.warn counts from its
+    # own caller, which is that same frame.
+    return level

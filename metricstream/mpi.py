@@ -27,15 +27,15 @@ from typing import Any
 import numpy as np
 
 from . import _sync
-from .accumulator import ConfusionAccumulator
+from .base import Accumulator, AccumulatorGroup
 
 __all__ = ["allreduce"]
 
 INSTALL_HINT = 'pip install "metricstream[mpi]"'
 
 
-def allreduce(acc: ConfusionAccumulator, comm: Any = None, *,
-              inplace: bool = True) -> ConfusionAccumulator:
+def allreduce(acc: Accumulator | AccumulatorGroup, comm: Any = None, *,
+              inplace: bool = True) -> Any:
     """Sum ``acc`` over every rank of ``comm`` (default ``MPI.COMM_WORLD``).
 
     Must be called by every rank of ``comm``. ``inplace=True`` (default) sums into ``acc`` and
@@ -44,12 +44,10 @@ def allreduce(acc: ConfusionAccumulator, comm: Any = None, *,
     Raises:
         ImportError: mpi4py (or the MPI library it loads) is missing; the message says how to
             install it.
-        TypeError: ``acc`` is not a ConfusionAccumulator.
+        TypeError: ``acc`` is not an accumulator or a group (raised on every rank).
         ValueError: the ranks' accumulators are configured differently (on every rank).
     """
     mpi = _import_mpi()
-    if not isinstance(acc, ConfusionAccumulator):
-        raise TypeError(f"`acc` must be a ConfusionAccumulator, got {type(acc).__name__}.")
     if comm is None:
         comm = mpi.COMM_WORLD
 

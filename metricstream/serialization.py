@@ -1,30 +1,38 @@
-"""Durable, versioned state of a :class:`~metricstream.ConfusionAccumulator`.
+"""Durable, versioned state of any accumulator: a codec of (type, format, configuration, arrays).
 
-Three forms, all exact and all carrying the configuration with the counts:
+This module knows no concrete accumulator. It turns the four parts every accumulator has — its
+type name, the format version of its layout, its JSON-able configuration and its named int64 /
+float64 state arrays — into three forms, and back, checking everything it reads:
 
-* **state dict** (:func:`state_dict` / :func:`from_state_dict`): a plain ``dict`` of the
-  configuration, the K×K ``matrix`` (a numpy array) and ``"format"``, the layout version. It is
-  what ``pickle`` stores, and what a checkpoint (``torch.save``, ``np.savez``) can hold.
-* **bytes** (:func:`to_bytes` / :func:`from_bytes`): a self-describing binary container — magic
-  bytes, container version, a JSON header, the little-endian counts and a CRC-32 of everything
-  before it — that needs neither pickle nor numpy's file format to read, so it is safe to load from
-  an untrusted source.
-* **file** (:func:`save` / :func:`load`): the bytes, written atomically (a temporary file in the
-  same directory, flushed and fsynced, then renamed over the target), so a crash never leaves a
-  half-written file under the final name.
+* **state dict** (``acc.state_dict()`` / ``Type.from_state_dict(d)``)::
 
-Compatibility rule: every reader accepts every format version written by earlier releases
-(``tests/fixtures/`` holds files written by each version, and the tests load them); input written by
-a *newer* release, or truncated, corrupt or foreign input, raises ``ValueError`` saying which.
+      {"type": "ConfusionAccumulator", "format": 2, "config": {...},
+       "arrays": {"matrix": {"dtype": "<i8", "shape": [3, 3], "data": b"..."}}}
+
+  Only dicts, lists, strings, numbers, None and bytes: it pickles, and it survives
+  ``torch.load``'s default ``weights_only=True`` inside a ``torch.save`` checkpoint without
+  ``add_safe_globals``. ``acc.state_arrays()`` gives the arrays as numpy arrays.
+* **bytes** (``acc.to_bytes()`` / ``Type.from_bytes(b)``): see :func:`encode`. Safe for untrusted
+  input: the checksum is verified before anything is parsed, and what is allocated is bounded by
+  the size of the input.
+* **file** (``acc.save(path)`` / ``Type.load(path)``): the bytes, written atomically (a temporary
+  file in the same directory, fsynced, renamed over the target); read back with bounded reads
+  (only regular files; the fixed prefix first, then exactly the bytes it announces).
+
+Unpickling runs code chosen by whoever wrote the pickle: never unpickle a state from an untrusted
+source; use ``from_bytes`` (or a state dict loaded with ``torch.load(weights_only=True)``).
+
+Compatibility rule: every reader accepts every format written by earlier releases
+(``tests/fixtures/`` holds files of each version); input from a *newer* release, or truncated,
+corrupt or foreign input, raises ``ValueError`` saying which.
 
 Example:
     >>> from metricstream import ConfusionAccumulator
     >>> acc = ConfusionAccumulator(num_classes=2).update([0, 1, 1], [0, 1, 0])
-    >>> blob = acc.to_bytes()
-    >>> ConfusionAccumulator.from_bytes(blob) == acc
+    >>> ConfusionAccumulator.from_bytes(acc.to_bytes()) == acc
     True
     >>> sorted(acc.state_dict())
-    ['class_axis', 'class_names', 'format', 'ignore_index', 'matrix', 'num_classes', 'weighted']
+    ['arrays', 'config', 'format', 'type']
 """
 
 from __future__ import annotations
@@ -32,105 +40,81 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .accumulator import ConfusionAccumulator
 
 __all__ = [
     "BINARY_FORMAT",
     "MAGIC",
-    "STATE_FORMAT",
-    "from_bytes",
-    "from_state_dict",
-    "load",
-    "save",
-    "state_dict",
-    "to_bytes",
+    "check_arrays",
+    "decode",
+    "encode",
+    "make_state_dict",
+    "read_file",
+    "read_state_dict",
+    "save_bytes",
 ]
 
-# Layout version of the state dict (and of pickles, which store the state dict). Bump it when a
-# key is added, removed or changes meaning, and register a function in ``_UPGRADES`` that turns
-# the previous layout into the new one.
-STATE_FORMAT = 1
+# Version of the binary container (magic, prefix, header, payload, checksum).
+# 1: one K×K matrix of a ConfusionAccumulator, configuration at the top level of the header.
+# 2: any accumulator: type, format, configuration and a list of named arrays.
+BINARY_FORMAT = 2
 
-# Version of the binary container (magic, header, payload, checksum) of ``to_bytes``/``save``.
-BINARY_FORMAT = 1
-
-# PNG-style magic: a non-ASCII first byte catches text-mode transfers, the CR LF pair catches
-# newline conversion.
+# PNG-style magic: a non-ASCII first byte catches text-mode transfers, CR LF newline conversion.
 MAGIC = b"\x89MSACC\r\n"
 
-_CONFIG_KEYS = ("num_classes", "class_names", "ignore_index", "weighted", "class_axis")
-_PREFIX = struct.Struct("<8sII")  # magic, binary format, header length
+_PREFIX_V1 = struct.Struct("<8sII")  # magic, binary format, header length
+_PREFIX = struct.Struct("<8sIIQ")  # magic, binary format, header length, payload length
 _CRC = struct.Struct("<I")
+_DTYPES = {"<i8": np.dtype("<i8"), "<f8": np.dtype("<f8")}
+# A header is configuration, not data: class names of 10^5 classes fit in a few MiB.
+MAX_HEADER_BYTES = 64 << 20
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
-# ``_UPGRADES[n]`` turns a state dict of format ``n`` into format ``n + 1``.
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+# ---------------------------------------------------------------------------- state dicts
+def make_state_dict(type_name: str, state_format: int, config: Mapping[str, Any],
+                    arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The plain-data state dict of an accumulator (see the module docstring)."""
+    return {
+        "type": type_name,
+        "format": state_format,
+        "config": dict(config),
+        "arrays": {name: _array_record(array) for name, array in arrays.items()},
+    }
 
 
-# ---------------------------------------------------------------------------- state dict
-def state_dict(acc: ConfusionAccumulator) -> dict[str, Any]:
-    """The accumulator's state as a plain dict: configuration, ``matrix`` (a copy) and ``format``.
+def _array_record(array: np.ndarray) -> dict[str, Any]:
+    dtype = "<f8" if array.dtype.kind == "f" else "<i8"
+    data = np.ascontiguousarray(array, dtype=dtype).tobytes()
+    return {"dtype": dtype, "shape": list(array.shape), "data": data}
 
-    The dict holds only builtins and one numpy array, so it pickles, goes into ``np.savez`` or a
-    ``torch.save`` checkpoint, and compares with ``==`` key by key.
+
+def read_state_dict(
+    state: Any,
+    type_name: str,
+    current_format: int,
+    upgrades: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]],
+) -> tuple[str, dict[str, Any], dict[str, np.ndarray]]:
+    """Check a state dict and bring it to ``current_format``: ``(type, config, arrays)``.
+
+    ``type_name`` is the type the caller expects (a state of another type is returned as read,
+    un-upgraded, for the caller to refuse by name); states without a ``"type"`` entry (format 1
+    of the confusion accumulator) are taken to be of that type.
     """
-    with acc._lock:
-        matrix = acc._matrix.copy()
-    state: dict[str, Any] = {"format": STATE_FORMAT, "matrix": matrix}
-    state.update(acc._config())
-    return state
-
-
-def from_state_dict(state: Any,
-                    cls: type[ConfusionAccumulator] | None = None) -> ConfusionAccumulator:
-    """A new accumulator from :func:`state_dict` output of this or any earlier format version.
-
-    Raises:
-        TypeError: ``state`` is not a dict.
-        ValueError: a missing key, a format newer than this release reads, or a matrix whose
-            shape, dtype or values do not fit the configuration.
-    """
-    if cls is None:
-        from .accumulator import ConfusionAccumulator  # lazy: accumulator imports this module
-
-        cls = ConfusionAccumulator
-    acc = cls.__new__(cls)
-    restore(acc, state)
-    return acc
-
-
-def restore(acc: ConfusionAccumulator, state: Any) -> None:
-    """Fill ``acc`` (possibly created without ``__init__``, as pickle does) from ``state``."""
     if not isinstance(state, dict):
         raise TypeError(
             f"`state` must be a dict made by `state_dict()`, got {type(state).__name__}."
         )
-    state = _upgrade(state)
-    missing = [key for key in ("matrix", *_CONFIG_KEYS) if key not in state]
-    if missing:
-        raise ValueError(
-            f"`state` lacks the key(s) {missing}; it was not made by `state_dict()` or is damaged."
-        )
-    fresh = type(acc)(
-        state["num_classes"],
-        class_names=state["class_names"],
-        ignore_index=state["ignore_index"],
-        weighted=state["weighted"],
-        class_axis=state["class_axis"],
-    )
-    fresh._matrix[...] = _check_state_matrix(state["matrix"], fresh._matrix)
-    acc.__dict__.update(fresh.__dict__)
-
-
-def _upgrade(state: dict[str, Any]) -> dict[str, Any]:
+    found = state.get("type", type_name)
+    if not isinstance(found, str):
+        raise ValueError(f"`state` has a 'type' entry {found!r} that is not a type name.")
     version = state.get("format")
     if isinstance(version, bool) or not isinstance(version, (int, np.integer)):
         raise ValueError(
@@ -138,85 +122,138 @@ def _upgrade(state: dict[str, Any]) -> dict[str, Any]:
             f"`state_dict()` of metricstream."
         )
     version = int(version)
-    if version > STATE_FORMAT:
+    if found != type_name:
+        return found, {}, {}
+    if version > current_format:
         raise ValueError(
             f"`state` has format {version}, written by a newer metricstream; this version reads "
-            f"formats 1 to {STATE_FORMAT}. Upgrade metricstream to load it."
+            f"{type_name} formats 1 to {current_format}. Upgrade metricstream to load it."
         )
     if version < 1:
-        raise ValueError(f"`state` has format {version}; valid formats are 1 to {STATE_FORMAT}.")
-    while version < STATE_FORMAT:
-        state = _UPGRADES[version](dict(state))
+        raise ValueError(f"`state` has format {version}; valid formats are 1 to {current_format}.")
+    while version < current_format:
+        try:
+            state = upgrades[version](dict(state))
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ValueError(f"`state` of format {version} lacks or mangles the entry "
+                             f"{error}; it was not made by `state_dict()` or is damaged.") from None
         version += 1
-        state["format"] = version
-    return state
+    config = state.get("config")
+    arrays = state.get("arrays")
+    if not isinstance(config, dict) or not all(isinstance(key, str) for key in config):
+        raise ValueError("`state` has no 'config' dict of named settings.")
+    if not isinstance(arrays, dict):
+        raise ValueError("`state` has no 'arrays' dict.")
+    return found, dict(config), {str(name): _read_array(name, record)
+                                 for name, record in arrays.items()}
 
 
-def _check_state_matrix(matrix: Any, target: np.ndarray) -> np.ndarray:
-    array = np.asarray(matrix)
-    shape = target.shape
-    if array.shape != shape:
-        raise ValueError(
-            f"state `matrix` has shape {array.shape}, but `num_classes` is {shape[0]} "
-            f"(expected {shape})."
-        )
-    if target.dtype.kind == "f":
-        ok = array.dtype.kind in "iuf"
-    else:
-        whole = array.dtype.kind == "f" and bool(np.isfinite(array).all())
-        ok = array.dtype.kind in "iu" or (whole and bool((array == np.round(array)).all()))
-    if not ok:
-        raise ValueError(
-            f"state `matrix` has dtype {array.dtype}, which does not fit the accumulator's "
-            f"{target.dtype} counts."
-        )
-    if array.dtype.kind == "f" and not np.isfinite(array).all():
-        raise ValueError("state `matrix` holds NaN or infinite counts.")
-    if (array < 0).any():
-        position = tuple(int(i) for i in np.argwhere(array < 0)[0])
-        raise ValueError(
-            f"state `matrix` holds {array[position].item()!r} at {position}; counts are "
-            f"non-negative."
-        )
-    return array
+def _read_array(name: Any, record: Any) -> np.ndarray:
+    if isinstance(record, np.ndarray):
+        return record
+    if not isinstance(record, dict):
+        raise ValueError(f"state array {name!r} is neither an array nor a dict of dtype, shape "
+                         f"and data.")
+    dtype = _DTYPES.get(record.get("dtype"))  # type: ignore[arg-type]
+    shape = _check_shape(record.get("shape"), f"state array {name!r}")
+    data = record.get("data")
+    if dtype is None:
+        raise ValueError(f"state array {name!r} has dtype {record.get('dtype')!r}; "
+                         f"expected '<i8' or '<f8'.")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"state array {name!r} has no bytes 'data'.")
+    needed = _num_items(shape) * dtype.itemsize
+    if len(data) != needed:
+        raise ValueError(f"state array {name!r} has {len(data)} bytes of data, but its shape "
+                         f"{list(shape)} needs {needed}.")
+    return np.frombuffer(data, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def check_arrays(given: Mapping[str, np.ndarray], target: Mapping[str, np.ndarray]) -> None:
+    """Check that ``given`` (from outside) can be the state whose empty form is ``target``.
+
+    Names, shapes, dtypes and values: counts must be non-negative, finite, whole for int64
+    states, and below 2**63.
+    """
+    if set(given) != set(target):
+        raise ValueError(f"state has the arrays {sorted(given)}, expected {sorted(target)}.")
+    for name, live in target.items():
+        array = np.asarray(given[name])
+        if array.shape != live.shape:
+            raise ValueError(f"state `{name}` has shape {array.shape}, but the configuration "
+                             f"gives {live.shape}.")
+        kinds = "iuf" if live.dtype.kind == "f" else "iuf"
+        if array.dtype.kind not in kinds:
+            raise ValueError(f"state `{name}` has dtype {array.dtype}, which does not fit the "
+                             f"accumulator's {live.dtype} values.")
+        if array.dtype.kind == "f":
+            if not np.isfinite(array).all():
+                raise ValueError(f"state `{name}` holds NaN or infinite values.")
+            if live.dtype.kind != "f":
+                if not (array == np.round(array)).all():
+                    raise ValueError(f"state `{name}` holds fractional counts in an integer state.")
+                if (array >= 2.0**63).any():
+                    raise ValueError(f"state `{name}` holds counts of 2**63 or more, beyond "
+                                     f"int64.")
+        elif array.dtype.kind == "u" and array.dtype.itemsize == 8 and live.dtype.kind != "f":
+            if (array > _INT64_MAX).any():
+                raise ValueError(f"state `{name}` holds counts of 2**63 or more, beyond int64.")
+        negative = array < 0
+        if negative.any():
+            position = tuple(int(i) for i in np.argwhere(negative)[0])
+            raise ValueError(f"state `{name}` holds {array[position].item()!r} at {position}; "
+                             f"state values are non-negative.")
+
+
+def _check_shape(shape: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(shape, (list, tuple)) or len(shape) > 8 or not all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**40 for n in shape):
+        raise ValueError(f"{what} has an invalid shape {shape!r}.")
+    return tuple(shape)
+
+
+def _num_items(shape: tuple[int, ...]) -> int:
+    total = 1
+    for n in shape:
+        total *= n
+    return total
 
 
 # ---------------------------------------------------------------------------- bytes
-def to_bytes(acc: ConfusionAccumulator) -> bytes:
-    """The accumulator as a versioned, checksummed binary blob (see the module docstring).
-
-    Layout (all integers little-endian)::
+def encode(type_name: str, state_format: int, config: Mapping[str, Any],
+           arrays: Mapping[str, np.ndarray]) -> bytes:
+    """The versioned, checksummed blob. Layout (integers little-endian)::
 
         8 bytes   magic b"\\x89MSACC\\r\\n"
-        uint32    binary format version
+        uint32    binary format version (2)
         uint32    header length H
-        H bytes   UTF-8 JSON: state format, configuration, matrix dtype and shape
-        K*K*8     the matrix, C order, "<i8" (counts) or "<f8" (weights)
+        uint64    payload length P
+        H bytes   UTF-8 JSON: {"type", "format", "config", "arrays": [[name, dtype, shape], ...]}
+        P bytes   the arrays, in header order, C order, "<i8" (counts) or "<f8" (weights)
         uint32    CRC-32 of every byte before it
     """
-    state = state_dict(acc)
-    matrix = state.pop("matrix")
-    dtype = "<f8" if matrix.dtype.kind == "f" else "<i8"
-    header = dict(state, dtype=dtype, shape=list(matrix.shape))
+    records = [(name, _array_record(array)) for name, array in arrays.items()]
+    header = {
+        "type": type_name,
+        "format": state_format,
+        "config": dict(config),
+        "arrays": [[name, record["dtype"], record["shape"]] for name, record in records],
+    }
     header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    body = b"".join(
-        (
-            _PREFIX.pack(MAGIC, BINARY_FORMAT, len(header_bytes)),
-            header_bytes,
-            np.ascontiguousarray(matrix, dtype=dtype).tobytes(),
-        )
-    )
+    payload = b"".join(record["data"] for _, record in records)
+    body = b"".join((_PREFIX.pack(MAGIC, BINARY_FORMAT, len(header_bytes), len(payload)),
+                     header_bytes, payload))
     return body + _CRC.pack(zlib.crc32(body))
 
 
-def from_bytes(data: Any, cls: type[ConfusionAccumulator] | None = None,
-               *, source: str = "`data`") -> ConfusionAccumulator:
-    """A new accumulator from :func:`to_bytes` output of this or any earlier format version.
+def decode(data: Any, *, source: str = "`data`"
+           ) -> tuple[str, int, dict[str, Any], dict[str, np.ndarray]]:
+    """``(type, format, config, arrays)`` from :func:`encode` output of any container version.
 
-    Raises:
-        TypeError: ``data`` is not bytes-like.
-        ValueError: foreign data (wrong magic bytes), a newer binary or state format, truncated
-            or trailing bytes, or a checksum mismatch (corruption).
+    Order of checks: magic, container version, announced sizes against the actual size, the
+    checksum, and only then the header; the arrays must fill the payload exactly. Only
+    ``ValueError`` (``TypeError`` for non-bytes) is raised, and nothing is allocated beyond the
+    size of ``data``.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"{source} must be bytes made by `to_bytes()`, got {type(data).__name__}.")
@@ -227,9 +264,9 @@ def from_bytes(data: Any, cls: type[ConfusionAccumulator] | None = None,
             f"{source} is not a saved metricstream accumulator: it starts with "
             f"{bytes(view[:len(MAGIC)])!r}, expected the magic bytes {MAGIC!r}."
         )
-    if size < _PREFIX.size:
+    if size < _PREFIX_V1.size:
         raise ValueError(f"{source} is truncated: {size} bytes, shorter than the fixed prefix.")
-    _, version, header_size = _PREFIX.unpack_from(view)
+    _, version, header_size = _PREFIX_V1.unpack_from(view)
     if version > BINARY_FORMAT:
         raise ValueError(
             f"{source} uses binary format {version}, written by a newer metricstream; this version "
@@ -237,50 +274,92 @@ def from_bytes(data: Any, cls: type[ConfusionAccumulator] | None = None,
         )
     if version < 1:
         raise ValueError(f"{source} has invalid binary format {version}; it is corrupt.")
-    header_end = _PREFIX.size + header_size
-    if size < header_end + _CRC.size:
-        raise ValueError(
-            f"{source} is truncated: {size} bytes, but its header alone needs {header_end + 4}."
-        )
-    try:
-        header = json.loads(bytes(view[_PREFIX.size : header_end]).decode("utf-8"))
-        dtype = np.dtype({"<i8": "<i8", "<f8": "<f8"}[header.pop("dtype")])
-        shape = tuple(int(n) for n in header.pop("shape"))
-        if len(shape) != 2 or min(shape) < 0:
-            raise ValueError(shape)
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as error:
-        if zlib.crc32(view[: size - _CRC.size]) != _CRC.unpack_from(view, size - _CRC.size)[0]:
-            raise ValueError(f"{source} is corrupt: its checksum does not match.") from error
-        raise ValueError(
-            f"{source} has an unreadable header ({error!r}); it is corrupt."
-        ) from error
-    expected = header_end + shape[0] * shape[1] * dtype.itemsize + _CRC.size
-    if size != expected:
-        problem = "truncated" if size < expected else "followed by extra bytes"
-        raise ValueError(
-            f"{source} is {problem}: {size} bytes, but its header describes {expected}."
-        )
+    prefix = _PREFIX_V1 if version == 1 else _PREFIX
+    if size < prefix.size + _CRC.size:
+        raise ValueError(f"{source} is truncated: {size} bytes, shorter than the fixed prefix.")
+    header_end = prefix.size + header_size
+    if version == 1:
+        if size < header_end + _CRC.size:
+            raise ValueError(f"{source} is truncated: {size} bytes, but its header alone needs "
+                             f"{header_end + _CRC.size}.")
+        payload_size = size - header_end - _CRC.size
+    else:
+        payload_size = _PREFIX.unpack_from(view)[3]
+        expected = header_end + payload_size + _CRC.size
+        if size != expected:
+            problem = "truncated" if size < expected else "followed by extra bytes"
+            raise ValueError(f"{source} is {problem}: {size} bytes, but its prefix announces "
+                             f"{expected}.")
     (stored,) = _CRC.unpack_from(view, size - _CRC.size)
     if zlib.crc32(view[: size - _CRC.size]) != stored:
         raise ValueError(f"{source} is corrupt: its checksum does not match.")
-    matrix = np.frombuffer(view, dtype=dtype, count=shape[0] * shape[1], offset=header_end)
-    header["matrix"] = matrix.reshape(shape).astype(dtype.newbyteorder("="))
+    if header_size > MAX_HEADER_BYTES:
+        raise ValueError(f"{source} has a header of {header_size} bytes, more than the "
+                         f"{MAX_HEADER_BYTES} a configuration can need.")
     try:
-        return from_state_dict(header, cls)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{source} holds an invalid state: {error}") from error
+        header = json.loads(bytes(view[prefix.size:header_end]).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        raise ValueError(f"{source} has an unreadable header ({type(error).__name__}).") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{source} has a header that is not a JSON object.")
+    payload = view[header_end: header_end + payload_size]
+    if version == 1:
+        return _decode_v1(header, payload, source)
+    type_name, state_format = header.get("type"), header.get("format")
+    config, entries = header.get("config"), header.get("arrays")
+    if not isinstance(type_name, str) or isinstance(state_format, bool) or not isinstance(
+            state_format, int) or not isinstance(config, dict) or not isinstance(entries, list):
+        raise ValueError(f"{source} has a header without a valid type, format, config and "
+                         f"array list.")
+    arrays: dict[str, np.ndarray] = {}
+    offset = 0
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+                and entry[1] in _DTYPES and entry[0] not in arrays):
+            raise ValueError(f"{source} has an invalid array entry {str(entry)[:80]!r}.")
+        name, dtype_name, shape_list = entry
+        shape = _check_shape(shape_list, f"{source} array {name!r}")
+        dtype = _DTYPES[dtype_name]
+        nbytes = _num_items(shape) * dtype.itemsize
+        if offset + nbytes > payload_size:
+            raise ValueError(f"{source} announces more array data than its payload of "
+                             f"{payload_size} bytes holds.")
+        array = np.frombuffer(payload, dtype=dtype, count=nbytes // dtype.itemsize,
+                              offset=offset)
+        arrays[name] = array.reshape(shape).astype(dtype.newbyteorder("="))
+        offset += nbytes
+    if offset != payload_size:
+        raise ValueError(f"{source} has {payload_size - offset} payload bytes that no array "
+                         f"announces; it is corrupt.")
+    return type_name, state_format, config, arrays
+
+
+def _decode_v1(header: dict[str, Any], payload: memoryview, source: str
+               ) -> tuple[str, int, dict[str, Any], dict[str, np.ndarray]]:
+    """Container format 1: a ConfusionAccumulator's configuration and one K×K matrix."""
+    dtype = _DTYPES.get(header.pop("dtype", None))  # type: ignore[arg-type]
+    shape = header.pop("shape", None)
+    state_format = header.pop("format", None)
+    if dtype is None or isinstance(state_format, bool) or not isinstance(state_format, int):
+        raise ValueError(f"{source} has an invalid format-1 header.")
+    shape = _check_shape(shape, f"{source} matrix")
+    if len(shape) != 2 or _num_items(shape) * dtype.itemsize != len(payload):
+        raise ValueError(f"{source} is truncated or padded: its header describes a matrix of "
+                         f"shape {list(shape)}, its payload has {len(payload)} bytes.")
+    matrix = np.frombuffer(payload, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+    return "ConfusionAccumulator", state_format, header, {"matrix": matrix}
 
 
 # ---------------------------------------------------------------------------- files
-def save(acc: ConfusionAccumulator, path: str | os.PathLike[str]) -> Path:
-    """Write :func:`to_bytes` to ``path`` atomically and return the path.
+def save_bytes(data: bytes, path: str | os.PathLike[str]) -> Path:
+    """Write ``data`` to ``path`` atomically and return the path.
 
-    The bytes go to a temporary file in the same directory, which is flushed, fsynced and then
-    renamed over ``path`` (``os.replace``, atomic on POSIX and Windows): readers see the old file
-    or the new one, never a mixture, and a crash leaves at most a stray ``.*.tmp`` file.
+    The bytes go to a temporary file ``.<name>.<random>.tmp`` in the same directory, which is
+    flushed, fsynced and renamed over ``path`` (``os.replace``, atomic on POSIX and Windows):
+    readers see the old file or the new one, never a mixture. If the process is killed before
+    the rename, that temporary file stays behind; :func:`stale_temporaries` lists such files.
     """
     target = Path(os.fspath(path))
-    data = to_bytes(acc)
     directory = target.parent
     # os.open with mode 0o666 honours the umask, as a plain open() would; tempfile's files would
     # be private (0o600). O_EXCL and a random name keep concurrent writers apart.
@@ -303,17 +382,56 @@ def save(acc: ConfusionAccumulator, path: str | os.PathLike[str]) -> Path:
     return target
 
 
-def load(path: str | os.PathLike[str],
-         cls: type[ConfusionAccumulator] | None = None) -> ConfusionAccumulator:
-    """Read an accumulator written by :func:`save` (any earlier format version included).
+def stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
+    """Temporary files that interrupted :func:`save_bytes` calls to ``path`` left behind.
 
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: the file is foreign, truncated, corrupt or from a newer metricstream; the
-            message names the file.
+    Only files named ``.<name>.<12 hex digits>.tmp`` beside ``path``; removing them is safe once
+    no process is saving to ``path``.
     """
     target = Path(os.fspath(path))
-    return from_bytes(target.read_bytes(), cls, source=f"file {str(target)!r}")
+    found = []
+    for candidate in target.parent.glob(f".{target.name}.*.tmp"):
+        middle = candidate.name[len(target.name) + 2: -len(".tmp")]
+        if len(middle) == 12 and all(c in "0123456789abcdef" for c in middle):
+            found.append(candidate)
+    return sorted(found)
+
+
+def read_file(path: str | os.PathLike[str]) -> tuple[bytes, str]:
+    """The bytes of a file written by :func:`save_bytes`, read with bounded reads.
+
+    Refuses anything but a regular file (a FIFO would block, ``/dev/zero`` never ends), reads the
+    fixed prefix, then exactly the bytes the prefix announces, and checks the file holds no more.
+
+    Returns:
+        ``(data, source)`` where ``source`` names the file for messages.
+    """
+    target = Path(os.fspath(path))
+    source = f"file {str(target)!r}"
+    info = os.stat(target)  # FileNotFoundError names the path
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{source} is not a regular file; only files written by `save()` load.")
+    fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{source} is not a regular file; only files written by `save()` "
+                             f"load.")
+        prefix = handle.read(_PREFIX.size)
+        if len(prefix) < _PREFIX_V1.size or prefix[: len(MAGIC)] != MAGIC:
+            return prefix, source  # decode names what is wrong (foreign or truncated)
+        version = _PREFIX_V1.unpack_from(prefix)[1]
+        if version >= 2 and len(prefix) == _PREFIX.size:
+            _, _, header_size, payload_size = _PREFIX.unpack_from(prefix)
+            total = _PREFIX.size + header_size + payload_size + _CRC.size
+        else:
+            total = info.st_size  # format 1 announces no total; the size on disk bounds it
+        if total != info.st_size:
+            problem = "truncated" if info.st_size < total else "followed by extra bytes"
+            raise ValueError(f"{source} is {problem}: {info.st_size} bytes on disk, but its "
+                             f"prefix announces {total}.")
+        rest = handle.read(total - len(prefix))
+    return prefix + rest, source
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -213,7 +213,7 @@ def test_bad_configuration(kwargs, error, match):
         (lambda a: a.f1(labels=[0.5]), TypeError, r"`labels` holds 0.5 at position 0"),
         (lambda a: a.fbeta(-1.0), ValueError, r"`beta` must be non-negative"),
         (lambda a: a.confusion_matrix("rows"), ValueError, r"`normalize` must be None"),
-        (lambda a: a.cohen_kappa("cubic"), ValueError, r"`weights` must be None, 'linear'"),
+        (lambda a: a.cohen_kappa(weights="cubic"), ValueError, r"`weights` must be None, 'linear'"),
         (lambda a: a.cohen_kappa(np.ones((2, 2))), ValueError, r"5×5 disagreement matrix"),
     ],
 )

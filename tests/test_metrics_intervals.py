@@ -105,7 +105,7 @@ def test_kappa_interval_and_accumulator_views():
     matrix = np.array([[4, 1, 1], [6, 2, 2], [3, 0, 6]])
     acc = ConfusionAccumulator.from_matrix(matrix)
     kappa, se = acc.cohen_kappa(), acc.cohen_kappa_standard_error()
-    low, high = acc.cohen_kappa_interval(0.95)
+    low, high = acc.cohen_kappa_interval(confidence=0.95)
     z = ms.critical_value(0.95)
     assert (low, high) == pytest.approx((kappa - z * se, kappa + z * se), rel=1e-15)
     assert acc.accuracy_interval() == ms.accuracy_interval(matrix)

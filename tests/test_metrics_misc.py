@@ -62,9 +62,9 @@ def test_ari_exact_for_huge_counts():
 def test_new_views_cache_and_match_functions():
     acc = ConfusionAccumulator(4).update([0, 1, 2, 3, 3, 1], [0, 2, 2, 3, 1, 1])
     for name in ("specificity", "informedness", "ovr_matthews_corrcoef", "dice"):
-        first = getattr(acc, name)("macro", zero_division=0)
+        first = getattr(acc, name)(average="macro", zero_division=0)
         assert first == getattr(ms, name)(acc.matrix, average="macro", zero_division=0)
-        assert getattr(acc, name)("macro", zero_division=0) == first
+        assert getattr(acc, name)(average="macro", zero_division=0) == first
     per_class = acc.specificity(zero_division=0)
     per_class[0] = -1  # returned arrays are copies of the cache
     assert acc.specificity(zero_division=0)[0] != -1

@@ -121,14 +121,14 @@ def test_ovr_mcc_matches_sklearn_binary_mcc(seed):
     close(acc.ovr_matthews_corrcoef(zero_division=0), oracle["mcc"])  # scikit-learn: 0 if 0/0
     per_class = acc.ovr_matthews_corrcoef(zero_division=np.nan)
     support = acc.support()
-    close(acc.ovr_matthews_corrcoef("macro", zero_division=np.nan),
+    close(acc.ovr_matthews_corrcoef(average="macro", zero_division=np.nan),
           averaged(per_class, support, "macro"))
-    close(acc.ovr_matthews_corrcoef("weighted", zero_division=np.nan),
+    close(acc.ovr_matthews_corrcoef(average="weighted", zero_division=np.nan),
           averaged(per_class, support, "weighted"))
     tn, fp, fn, tp = oracle["mlcm"].reshape(-1, 4).sum(axis=0).astype(np.float64)
     denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
     micro = (tp * tn - fp * fn) / denominator if denominator else np.nan
-    close(acc.ovr_matthews_corrcoef("micro", zero_division=np.nan), micro)
+    close(acc.ovr_matthews_corrcoef(average="micro", zero_division=np.nan), micro)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -181,7 +181,7 @@ def test_overlap_losses_and_agreement_match_sklearn(seed):
     k = case.num_classes
     linear = np.abs(np.subtract.outer(np.arange(k), np.arange(k))).astype(float)
     close(acc.cohen_kappa(linear, zero_division=np.nan),
-          acc.cohen_kappa("linear", zero_division=np.nan))
+          acc.cohen_kappa(weights="linear", zero_division=np.nan))
     close(acc.matthews_corrcoef(), skm.matthews_corrcoef(yt, yp, sample_weight=w))
 
 

@@ -95,7 +95,7 @@ def test_save_load_round_trip(make, tmp_path):
     path = acc.save(tmp_path / "acc.msacc")
     assert path == tmp_path / "acc.msacc"
     _same(ConfusionAccumulator.load(path), acc)
-    _same(serialization.load(str(path)), acc)
+    _same(ConfusionAccumulator.load(str(path)), acc)
 
 
 def test_restored_accumulator_keeps_counting():
@@ -128,51 +128,72 @@ def test_bytes_round_trip_property(matrix, names, ignore, axis):
 
 
 # ---------------------------------------------------------------------------- the state dict
-def test_state_dict_is_plain_and_independent():
+def test_state_dict_is_plain_data_and_independent():
     acc = _labels_acc()
     state = acc.state_dict()
     assert type(state) is dict
-    assert state["format"] == serialization.STATE_FORMAT == 1
-    assert {k: v for k, v in state.items() if k != "matrix"} == {
-        "format": 1, "num_classes": 3, "class_names": ["cat", "fish", "hen"],
-        "ignore_index": 255, "weighted": False, "class_axis": 1,
+    assert state["type"] == "ConfusionAccumulator"
+    assert state["format"] == ConfusionAccumulator.state_format == 2
+    assert state["config"] == {
+        "num_classes": 3, "class_names": ["cat", "fish", "hen"], "ignore_index": 255,
+        "weighted": False, "class_axis": 1, "threshold": None,
     }
-    assert isinstance(state["matrix"], np.ndarray)
-    json.dumps({k: v for k, v in state.items() if k != "matrix"})  # builtins only
-    state["matrix"][0, 0] = 99  # a copy: the accumulator is unaffected
+    record = state["arrays"]["matrix"]
+    assert record["dtype"] == "<i8" and record["shape"] == [3, 3]
+    assert isinstance(record["data"], bytes)
+    json.dumps({k: v for k, v in state.items() if k != "arrays"})  # builtins only
+    np.testing.assert_array_equal(acc.state_arrays()["matrix"], acc.matrix)
+    acc.state_arrays()["matrix"][0, 0] = 99  # a copy: the accumulator is unaffected
     assert acc.matrix[0, 0] == 1
-    assert pickle.loads(pickle.dumps(acc)).__getstate__().keys() == state.keys()
+    assert pickle.loads(pickle.dumps(acc)).__getstate__() == state
 
 
-def test_state_dict_accepts_lists_and_whole_floats():
+def test_state_dict_accepts_numpy_arrays():
     state = _labels_acc().state_dict()
-    state["matrix"] = state["matrix"].tolist()
+    state["arrays"]["matrix"] = _labels_acc().state_arrays()["matrix"]
     assert ConfusionAccumulator.from_state_dict(state) == _labels_acc()
-    state["matrix"] = np.asarray(state["matrix"], dtype=np.float64)
+    state["arrays"]["matrix"] = state["arrays"]["matrix"].astype(np.float64)
     assert ConfusionAccumulator.from_state_dict(state) == _labels_acc()
+
+
+def _set_matrix(state, matrix):
+    state["arrays"]["matrix"] = np.asarray(matrix)
 
 
 @pytest.mark.parametrize(
     "change, error, match",
     [
-        (lambda s: s.update(format=2), ValueError, r"format 2, written by a newer metricstream"),
-        (lambda s: s.update(format=0), ValueError, r"format 0; valid formats are 1 to 1"),
+        (lambda s: s.update(format=3), ValueError, r"format 3, written by a newer metricstream"),
+        (lambda s: s.update(format=0), ValueError, r"format 0; valid formats are 1 to 2"),
         (lambda s: s.pop("format"), ValueError, r"no valid 'format' entry"),
-        (lambda s: s.update(format="1"), ValueError, r"no valid 'format' entry"),
-        (lambda s: s.pop("matrix"), ValueError, r"lacks the key\(s\) \['matrix'\]"),
-        (lambda s: s.pop("weighted"), ValueError, r"lacks the key\(s\) \['weighted'\]"),
-        (lambda s: s.update(matrix=np.zeros((2, 2), np.int64)), ValueError,
-         r"shape \(2, 2\), but `num_classes` is 3"),
-        (lambda s: s.update(matrix=np.full((3, 3), 0.5)), ValueError,
-         r"dtype float64, which does not fit"),
-        (lambda s: s.update(matrix=-np.ones((3, 3), np.int64)), ValueError,
-         r"holds -1 at \(0, 0\); counts are non-negative"),
-        (lambda s: s.update(num_classes=0), ValueError, r"`num_classes` must be at least 1"),
-        (lambda s: s.update(class_names=["a", "a", "b"]), ValueError, r"more than once"),
+        (lambda s: s.update(format="2"), ValueError, r"no valid 'format' entry"),
+        (lambda s: s.update(type="ScoreAccumulator"), ValueError,
+         r"holds a ScoreAccumulator, not a ConfusionAccumulator"),
+        (lambda s: s.pop("arrays"), ValueError, r"no 'arrays' dict"),
+        (lambda s: s["arrays"].pop("matrix"), ValueError, r"needs 72 bytes of state, but the state given carries 0"),
+        (lambda s: s["config"].pop("weighted"), ValueError, r"lacks the setting\(s\) \['weighted'\]"),
+        (lambda s: s["config"].update(colour="red"), ValueError, r"does not fit .*colour"),
+        (lambda s: _set_matrix(s, np.zeros((2, 2), np.int64)), ValueError,
+         r"needs 72 bytes of state, but the state given carries 32"),
+        (lambda s: _set_matrix(s, np.full((3, 3), 0.5)), ValueError, r"fractional counts"),
+        (lambda s: _set_matrix(s, -np.ones((3, 3), np.int64)), ValueError,
+         r"holds -1 at \(0, 0\); state values are non-negative"),
+        (lambda s: _set_matrix(s, np.full((3, 3), 2**64 - 1, np.uint64)), ValueError,
+         r"2\*\*63 or more"),
+        (lambda s: _set_matrix(s, np.full((3, 3), 2.0**63)), ValueError, r"2\*\*63 or more"),
+        (lambda s: _set_matrix(s, np.full((3, 3), 1e300)), ValueError, r"2\*\*63 or more"),
+        (lambda s: s["config"].update(num_classes=0), ValueError,
+         r"`num_classes` must be at least 1"),
+        (lambda s: s["config"].update(num_classes=10**5, class_names=None), ValueError,
+         r"needs 80,000,000,000 bytes of state, but the state given carries 72"),
+        (lambda s: s["config"].update(class_names=["a", "a", "b"]), ValueError,
+         r"more than once"),
+        (lambda s: s["config"].update(ignore_index=2**64), ValueError, r"must fit in int64"),
     ],
-    ids=["newer", "zero", "no-format", "string-format", "no-matrix", "no-weighted",
-         "wrong-shape", "fractional-counts", "negative-counts", "bad-num-classes",
-         "duplicate-names"],
+    ids=["newer", "zero", "no-format", "string-format", "other-type", "no-arrays",
+         "no-matrix", "no-weighted", "unknown-setting", "wrong-shape", "fractional-counts",
+         "negative-counts", "uint64-beyond-int64", "float-2-63", "float-1e300",
+         "bad-num-classes", "huge-num-classes", "duplicate-names", "ignore-beyond-int64"],
 )
 def test_bad_state_dict(change, error, match):
     state = _labels_acc().state_dict()
@@ -188,7 +209,9 @@ def test_state_dict_rejects_non_dict():
 
 def test_weighted_state_rejects_nan():
     state = _weighted_acc().state_dict()
-    state["matrix"][1, 1] = np.nan
+    matrix = _weighted_acc().state_arrays()["matrix"]
+    matrix[1, 1] = np.nan
+    state["arrays"]["matrix"] = matrix
     with pytest.raises(ValueError, match="NaN or infinite"):
         ConfusionAccumulator.from_state_dict(state)
 
@@ -202,25 +225,34 @@ def test_unpickling_a_newer_state_fails_clearly():
         acc.__setstate__(state)
 
 
-def test_older_formats_are_upgraded(monkeypatch):
-    """The upgrade chain runs: a format-1 state loads when the current format is 2."""
-    def upgrade_1_to_2(state):
-        state["class_axis"] = state.pop("axis_v1", state["class_axis"])
-        return state
-
-    monkeypatch.setattr(serialization, "STATE_FORMAT", 2)
-    monkeypatch.setitem(serialization._UPGRADES, 1, upgrade_1_to_2)
-    with open(FIXTURES / "state_v1_labels_int64.pkl", "rb") as handle:
-        acc = pickle.load(handle)
+def test_format_1_state_dicts_are_upgraded():
+    """A format-1 state dict (configuration and matrix at the top level) still loads."""
+    v1 = {"format": 1, "matrix": FIXTURE_MATRICES["labels_int64"],
+          **{k: list(v) if isinstance(v, tuple) else v
+             for k, v in FIXTURE_CONFIGS["labels_int64"].items()}}
+    acc = ConfusionAccumulator.from_state_dict(v1)
     np.testing.assert_array_equal(acc.matrix, FIXTURE_MATRICES["labels_int64"])
     assert acc.state_dict()["format"] == 2
+    del v1["weighted"]
+    with pytest.raises(ValueError, match=r"format 1 lacks or mangles the entry 'weighted'"):
+        ConfusionAccumulator.from_state_dict(v1)
+
+
+def test_state_dict_survives_torch_load_weights_only(tmp_path):
+    torch = pytest.importorskip("torch")
+    acc = _weighted_acc()
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"epoch": 3, "metrics": acc.state_dict()}, path)
+    loaded = torch.load(path)  # the default: weights_only=True, no add_safe_globals
+    _same(ConfusionAccumulator.from_state_dict(loaded["metrics"]), acc)
 
 
 # ---------------------------------------------------------------------------- fixtures
 @pytest.mark.parametrize("name", sorted(FIXTURE_MATRICES))
 @pytest.mark.parametrize("kind", ["pkl", "msacc"])
-def test_fixtures_from_earlier_versions_load(name, kind):
-    path = FIXTURES / f"state_v1_{name}.{kind}"
+@pytest.mark.parametrize("version", [1, 2])
+def test_fixtures_from_earlier_versions_load(name, kind, version):
+    path = FIXTURES / f"state_v{version}_{name}.{kind}"
     if kind == "pkl":
         with open(path, "rb") as handle:
             acc = pickle.load(handle)
@@ -233,53 +265,64 @@ def test_fixtures_from_earlier_versions_load(name, kind):
 
 
 def test_binary_layout_is_stable():
-    """Today's writer still produces the version-1 fixture byte for byte."""
-    expected = (FIXTURES / "state_v1_labels_int64.msacc").read_bytes()
+    """Today's writer still produces the format-2 fixture byte for byte."""
+    expected = (FIXTURES / "state_v2_labels_int64.msacc").read_bytes()
     assert _labels_acc().to_bytes() == expected
 
 
 # ---------------------------------------------------------------------------- bad bytes
+_PREFIX = struct.Struct("<8sIIQ")
+
+
 def _with_header(blob: bytes, **changes) -> bytes:
     """``blob`` with header fields changed and a valid checksum (a well-formed foreign file)."""
-    _, version, size = struct.unpack_from("<8sII", blob)
-    header = json.loads(blob[16 : 16 + size])
+    _, version, size, payload = _PREFIX.unpack_from(blob)
+    header = json.loads(blob[_PREFIX.size : _PREFIX.size + size])
     version = changes.pop("binary_format", version)
+    payload_size = changes.pop("payload_size", payload)
     header.update(changes)
     raw = json.dumps(header).encode()
-    body = struct.pack("<8sII", serialization.MAGIC, version, len(raw)) + raw + blob[16 + size : -4]
+    body = (_PREFIX.pack(serialization.MAGIC, version, len(raw), payload_size) + raw
+            + blob[_PREFIX.size + size : -4])
     return body + struct.pack("<I", zlib.crc32(body))
+
+
+LABELS_BLOB_SIZE = len(_labels_acc().to_bytes())
 
 
 @pytest.mark.parametrize(
     "corrupt, match",
     [
-        (lambda b: b[:-1], r"is truncated: 233 bytes, but its header describes 234"),
-        (lambda b: b[:100], r"is truncated: 100 bytes, but its header alone needs 162"),
+        (lambda b: b[:-1], r"is truncated: \d+ bytes, but its prefix announces"),
+        (lambda b: b[:100], r"is truncated: 100 bytes, but its prefix announces"),
         (lambda b: b[:12], r"truncated: 12 bytes, shorter than the fixed prefix"),
         (lambda b: b[:5], r"not a saved metricstream accumulator"),
         (lambda b: b"", r"not a saved metricstream accumulator: it starts with b''"),
         (lambda b: b + b"\x00", r"is followed by extra bytes"),
-        (lambda b: b[:200] + bytes([b[200] ^ 1]) + b[201:], r"corrupt: its checksum does not"),
+        (lambda b: b[:-30] + bytes([b[-30] ^ 1]) + b[-29:], r"corrupt: its checksum does not"),
         (lambda b: b[:-1] + bytes([b[-1] ^ 0x80]), r"corrupt: its checksum does not match"),
-        (lambda b: b[:20] + b"#" + b[21:], r"corrupt: its checksum does not match"),
+        (lambda b: b[:30] + b"#" + b[31:], r"corrupt: its checksum does not match"),
         (lambda b: b"PK\x03\x04" + b[4:], r"not a saved metricstream accumulator"),
         (lambda b: pickle.dumps(_labels_acc()), r"not a saved metricstream accumulator"),
         (lambda b: b.replace(b"\r\n", b"\n", 1), r"not a saved metricstream accumulator"),
-        (lambda b: _with_header(b, binary_format=2), r"binary format 2, written by a newer"),
-        (lambda b: _with_header(b, format=2), r"state format|format 2, written by a newer"),
-        (lambda b: _with_header(b, dtype="<u2"), r"unreadable header"),
-        (lambda b: _with_header(b, num_classes=4, class_names=None),
-         r"invalid state: state `matrix` has shape \(3, 3\), but `num_classes` is 4"),
-        (lambda b: _with_header(b, shape=[2, 2]), r"followed by extra bytes"),
+        (lambda b: _with_header(b, binary_format=3), r"binary format 3, written by a newer"),
+        (lambda b: _with_header(b, format=3), r"format 3, written by a newer"),
+        (lambda b: _with_header(b, arrays=[["matrix", "<u2", [3, 3]]]), r"invalid array entry"),
+        (lambda b: _with_header(b, config={**json.loads(b[24:24 + _PREFIX.unpack_from(b)[2]])[
+            "config"], "num_classes": 4, "class_names": None}),
+         r"needs 128 bytes of state, but the state given carries 72"),
+        (lambda b: _with_header(b, arrays=[["matrix", "<i8", [2, 2]]]),
+         r"payload bytes that no array announces"),
+        (lambda b: _with_header(b, type="ScoreAccumulator"),
+         r"holds a ScoreAccumulator, not a ConfusionAccumulator"),
     ],
     ids=["truncated-by-one", "truncated-in-payload", "truncated-in-prefix", "magic-only",
          "empty", "trailing-byte", "flipped-payload-bit", "flipped-checksum-bit",
          "flipped-header-byte", "zip-file", "pickle", "newline-converted", "newer-binary",
-         "newer-state", "unknown-dtype", "inconsistent-header", "wrong-shape"],
+         "newer-state", "unknown-dtype", "inconsistent-header", "wrong-shape", "other-type"],
 )
 def test_bad_bytes_raise_value_error(corrupt, match):
     blob = _labels_acc().to_bytes()
-    assert len(blob) == 234
     with pytest.raises(ValueError, match=match):
         ConfusionAccumulator.from_bytes(corrupt(blob))
 

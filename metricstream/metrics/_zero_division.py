@@ -16,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..exceptions import UndefinedMetricWarning
+from ..exceptions import UndefinedMetricWarning, caller_stacklevel
 
 ZeroDivision = Literal["warn"] | float
 
@@ -83,7 +83,7 @@ def divide(
             f"{metric} is ill-defined and being set to 0.0 {what}. "
             f"Use `zero_division` parameter to control this behavior.",
             UndefinedMetricWarning,
-            stacklevel=stacklevel,
+            stacklevel=caller_stacklevel(),
         )
     return result
 
@@ -95,7 +95,7 @@ def undefined_scalar(zero_division: ZeroDivision, message: str, stacklevel: int 
         warnings.warn(
             f"{message} Use `zero_division` parameter to control this behavior.",
             UndefinedMetricWarning,
-            stacklevel=stacklevel,
+            stacklevel=caller_stacklevel(),
         )
     return replacement
 
@@ -124,6 +124,6 @@ def replace_undefined(
             f"{metric} is ill-defined and being set to 0.0 in labels with no {missing} samples. "
             f"Use `zero_division` parameter to control this behavior.",
             UndefinedMetricWarning,
-            stacklevel=stacklevel,
+            stacklevel=caller_stacklevel(),
         )
     return scores

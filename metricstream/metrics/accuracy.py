@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 
-from ..exceptions import UndefinedMetricWarning
+from ..exceptions import UndefinedMetricWarning, caller_stacklevel
 from ._averaging import Average, average_scores, check_average
 from ._zero_division import ZeroDivision, divide, undefined_scalar, zero_division_value
 from .counts import MatrixLike, as_counts
@@ -55,7 +55,7 @@ def balanced_accuracy(
     # under "warn", like every other 0/0 (scikit-learn always warns, with a UserWarning).
     if zero_division == "warn" and (counts.predicted_positives[~present] != 0).any():
         warnings.warn("y_pred contains classes not in y_true", UndefinedMetricWarning,
-                      stacklevel=3)
+                      stacklevel=caller_stacklevel())
     if not present.any():
         return undefined_scalar(zero_division, "Balanced accuracy is ill-defined and being set "
                                 "to 0.0 because there are no samples.")

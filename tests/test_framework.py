@@ -1,0 +1,273 @@
+"""The accumulator protocol (metricstream.base): what every accumulator and every group inherits.
+
+Oracles: one accumulator fed everything (for splits, merges and groups), the sentences of the
+base class docstring (tested literally), and scikit-learn for the counts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import pickle
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import metricstream
+from metricstream import (
+    Accumulator,
+    AccumulatorGroup,
+    ConfusionAccumulator,
+    UndefinedMetricWarning,
+    metrics,
+)
+from metricstream.accumulator import _METRIC_METHODS
+
+
+# ---------------------------------------------------------------------------- methods = functions
+@pytest.mark.parametrize("name", _METRIC_METHODS)
+def test_method_signature_and_doc_match_the_function(name):
+    function = getattr(metrics, name)
+    method = getattr(ConfusionAccumulator, name)
+    function_parameters = list(inspect.signature(function).parameters.values())[1:]
+    method_parameters = list(inspect.signature(method).parameters.values())[1:]
+    assert method_parameters == function_parameters
+    assert inspect.getdoc(function).split("\n")[0] in inspect.getdoc(method)
+
+
+def test_undefined_metric_warning_points_at_the_callers_line():
+    acc = ConfusionAccumulator(3).update([0, 1], [0, 1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        acc.precision(average="macro")
+        metrics.recall(acc.matrix, average="macro")
+    assert [w.category for w in caught] == [UndefinedMetricWarning] * 2
+    assert {os.path.basename(w.filename) for w in caught} == {"test_framework.py"}
+
+
+def test_matthews_default_is_silent_zero_as_scikit_learn():
+    acc = ConfusionAccumulator(2).update([0, 0], [0, 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert acc.matthews_corrcoef() == 0.0
+
+
+# ---------------------------------------------------------------------------- views are snapshots
+def test_class_counts_are_read_only_snapshots():
+    acc = ConfusionAccumulator(3).update([0, 1, 2], [0, 1, 1])
+    counts = acc.class_counts()
+    for array in (counts.matrix, counts.true_positives, counts.actual_positives,
+                  counts.predicted_positives):
+        with pytest.raises(ValueError):
+            array[0] = 7
+    acc.update([2], [2])
+    assert counts.true_positives.tolist() == [1, 1, 0]  # the kept snapshot did not go stale
+    assert acc.class_counts().true_positives.tolist() == [1, 1, 1]
+
+
+def test_views_under_concurrent_updates_come_from_one_state():
+    """Rows of the "true" normalization sum to 1 and counts are those of whole batches."""
+    acc = ConfusionAccumulator(4)
+    stop = threading.Event()
+    batch_true = np.repeat(np.arange(4), 2_500)
+    batch_pred = (batch_true + 1) % 4
+
+    def updater():
+        while not stop.is_set():
+            acc.update(batch_true, batch_pred)
+
+    threads = [threading.Thread(target=updater) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(300):
+            normalized = acc.confusion_matrix(normalize="true")
+            sums = normalized.sum(axis=1)
+            assert np.all((sums == 0) | np.isclose(sums, 1.0, rtol=0, atol=1e-12))
+            matrix = acc.confusion_matrix()
+            assert matrix.sum() % 10_000 == 0  # never part of a batch
+            assert len(set(matrix[matrix > 0].tolist())) <= 1
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
+# ---------------------------------------------------------------------------- configuration
+def test_class_axis_is_configuration():
+    a, b = ConfusionAccumulator(3), ConfusionAccumulator(3, class_axis=-1)
+    assert a != b
+    assert "class_axis=-1" in repr(b)
+    with pytest.raises(ValueError, match=r"different `class_axis`: 1 here, -1 in the other"):
+        a.merge(b)
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 2**64])
+def test_ignore_index_beyond_int64_is_refused_at_construction(value):
+    with pytest.raises(ValueError, match=r"`ignore_index` must fit in int64"):
+        ConfusionAccumulator(3, ignore_index=value)
+
+
+def test_huge_num_classes_is_a_value_error_naming_the_bytes():
+    with pytest.raises(ValueError, match=r"needs 8,000,000,000,000 bytes of state"):
+        ConfusionAccumulator(10**6)
+
+
+def test_threshold_needs_two_classes():
+    with pytest.raises(ValueError, match=r"`threshold` is for binary tasks"):
+        ConfusionAccumulator(3, threshold=0.5)
+    with pytest.raises(ValueError, match=r"`threshold` must be finite"):
+        ConfusionAccumulator(2, threshold=float("nan"))
+    assert ConfusionAccumulator(2, threshold=0.0).threshold == 0.0
+
+
+# ---------------------------------------------------------------------------- merging never wraps
+def test_merge_refuses_int64_overflow_and_leaves_state():
+    big = ConfusionAccumulator.from_matrix(np.array([[2**62, 0], [0, 1]]))
+    before = big.state_arrays()
+    with pytest.raises(ValueError, match=r"overflow the int64 count .* at \(0, 0\)"):
+        big.merge(big.copy().merge(big.copy()))
+    np.testing.assert_array_equal(big.state_arrays()["matrix"], before["matrix"])
+
+
+@pytest.mark.parametrize("bad", [np.array([[2**64 - 1, 0], [0, 0]], dtype=np.uint64),
+                                 np.array([[1e300, 0.0], [0.0, 0.0]]),
+                                 np.array([[2.0**63, 0.0], [0.0, 0.0]])],
+                         ids=["uint64-max", "1e300", "2-63"])
+def test_from_matrix_refuses_counts_beyond_int64(bad):
+    with pytest.raises(ValueError, match=r"`matrix`: holds .* beyond the int64 counts"):
+        ConfusionAccumulator.from_matrix(bad, weighted=False)
+
+
+# ---------------------------------------------------------------------------- groups
+def _group() -> AccumulatorGroup:
+    return AccumulatorGroup(
+        counts=ConfusionAccumulator(3),
+        weighted=ConfusionAccumulator(3, weighted=True),
+        ignoring=ConfusionAccumulator(3, ignore_index=0),
+    )
+
+
+def _stream(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        n = int(rng.integers(1, 50))
+        yield rng.integers(0, 3, n), rng.integers(0, 3, n), rng.integers(0, 4, n)
+
+
+def test_group_update_equals_members_fed_alone():
+    group = _group()
+    alone = {name: member.copy() for name, member in _group().items()}
+    for y_true, y_pred, weights in _stream():
+        group.update(y_true, y_pred, weights)
+        for member in alone.values():
+            member.update(y_true, y_pred, weights)
+    assert all(group[name] == alone[name] for name in alone)
+    assert set(group.summary(zero_division=0)) == set(alone)
+
+
+def test_group_update_is_atomic_across_members():
+    group = AccumulatorGroup(wide=ConfusionAccumulator(5), narrow=ConfusionAccumulator(3))
+    group.update([0, 1, 2], [0, 1, 2])
+    before = group.copy()
+    with pytest.raises(ValueError, match=r"`y_pred` holds label 4"):
+        group.update([0, 1, 2], [0, 1, 4])  # fine for "wide", out of range for "narrow"
+    assert group == before
+
+
+def test_group_merge_state_and_bytes_round_trips(tmp_path):
+    shards = [_group() for _ in range(3)]
+    everything = _group()
+    for i, (y_true, y_pred, weights) in enumerate(_stream(1)):
+        shards[i % 3].update(y_true, y_pred, weights)
+        everything.update(y_true, y_pred, weights)
+    total = sum(shards)
+    assert total == everything
+    assert AccumulatorGroup.from_bytes(total.to_bytes()) == total
+    assert AccumulatorGroup.from_state_dict(total.state_dict()) == total
+    assert pickle.loads(pickle.dumps(total)) == total
+    assert AccumulatorGroup.load(total.save(tmp_path / "group.msacc")) == total
+    with pytest.raises(ValueError, match=r"holds a AccumulatorGroup|not a ConfusionAccumulator"):
+        ConfusionAccumulator.from_bytes(total.to_bytes())
+
+
+def test_group_merge_mismatch_names_member_and_field():
+    a = AccumulatorGroup(x=ConfusionAccumulator(3))
+    b = AccumulatorGroup(x=ConfusionAccumulator(4))
+    with pytest.raises(ValueError, match=r"member 'x': .*`num_classes`: 3 here, 4"):
+        a.merge(b)
+    with pytest.raises(ValueError, match=r"different members"):
+        a.merge(AccumulatorGroup(y=ConfusionAccumulator(3)))
+
+
+def test_group_converts_torch_inputs_once():
+    torch = pytest.importorskip("torch")
+    group = _group()
+    y_true = torch.tensor([0, 1, 2, 2])
+    logits = torch.randn(4, 3, requires_grad=True)
+    group.update(y_true, logits)
+    expected = ConfusionAccumulator(3).update(y_true.numpy(), logits.detach().numpy())
+    assert group["counts"] == expected
+
+
+# ---------------------------------------------------------------------------- new accumulators
+class _Histogram(Accumulator):
+    """A minimal accumulator: counts of integer values in [0, size). Shows how small one is."""
+
+    def __init__(self, size: int) -> None:
+        self._size = int(size)
+        super().__init__({"counts": ((self._size,), np.int64)})
+
+    def config(self):
+        return {"size": self._size}
+
+    def _prepare(self, values, weights=None, extra=None):
+        values = np.asarray(values, dtype=np.int64)
+        if values.size and (values.min() < 0 or values.max() >= self._size):
+            raise ValueError(f"`values` must lie in [0, {self._size}).")
+        return values
+
+    def _count(self, arrays, batch):
+        np.add.at(arrays["counts"], batch, 1)
+
+    def total(self) -> int:
+        return self._view(lambda state: int(state["counts"].sum()))
+
+
+def test_a_new_accumulator_gets_the_whole_protocol(tmp_path):
+    a = _Histogram(4).update([0, 1, 1])
+    b = _Histogram(4).update([3])
+    assert (a + b).total() == 4 and sum([a, b]).total() == 4
+    assert _Histogram.from_bytes(a.to_bytes()) == a
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert repr(a) == "_Histogram(size=4)"
+    with pytest.raises(ValueError, match=r"holds a _Histogram, not a ConfusionAccumulator"):
+        ConfusionAccumulator.from_bytes(a.to_bytes())
+    with pytest.raises(ValueError, match=r"different `size`: 4 here, 5"):
+        a.merge(_Histogram(5))
+    group = AccumulatorGroup(h=_Histogram(3), c=ConfusionAccumulator(3))
+    group.update([0, 1, 2], [0, 1, 1])
+    assert group["h"].total() == 3 and group["c"].num_samples == 3
+
+
+def test_import_metricstream_pulls_in_no_optional_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, metricstream; bad = [m for m in ('torch', 'dask', 'pyarrow', "
+            "'matplotlib', 'mpi4py', 'sklearn') if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("module", ["base", "accumulator", "serialization", "_sync",
+                                    "distributed", "mpi", "dask", "report", "cli", "_io"])
+def test_every_module_imports_alone(module):
+    """No import cycle: each module imports first in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", f"import metricstream.{module}"], check=True)
+    assert metricstream.__name__ == "metricstream"
