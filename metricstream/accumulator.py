@@ -379,8 +379,11 @@ class ConfusionAccumulator(Accumulator):
         """The per-class counts of one snapshot of the matrix, cached until the next change."""
         counts = self._views.get(_COUNTS_KEY)
         if counts is None:
-            version = self._version
-            counts = ClassCounts.from_matrix(self._snapshot()["matrix"], validate=False)
+            with self._lock:  # one consistent copy, not the snapshot dict: this is the hot view
+                version = self._version
+                matrix = self._matrix.copy()
+            matrix.flags.writeable = False
+            counts = ClassCounts.from_matrix(matrix, validate=False)
             for array in (counts.true_positives, counts.actual_positives,
                           counts.predicted_positives):
                 array.flags.writeable = False
@@ -432,7 +435,9 @@ def _metric_method(function: Callable[..., Any]) -> Callable[..., Any]:
     def method(self: ConfusionAccumulator, *args: Any, **kwargs: Any) -> Any:
         if takes_labels and "labels" in kwargs:
             kwargs["labels"] = self._labels(kwargs["labels"])
-        return self._view(function, *args, **{**defaults, **kwargs})
+        if defaults and "zero_division" not in kwargs:
+            kwargs.update(defaults)
+        return self._view(function, *args, **kwargs)
 
     name = function.__name__
     method.__name__ = name

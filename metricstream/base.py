@@ -144,7 +144,7 @@ class Accumulator:
         self._init_runtime()
 
     def _init_runtime(self) -> None:
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._version = 0
         self._frozen: tuple[int, dict[str, np.ndarray]] | None = None
         self._views: dict[Any, Any] = {}
