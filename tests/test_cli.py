@@ -1,14 +1,23 @@
-"""The ``metricstream report`` command, run as a separate process: outputs, exit codes, one-line
-errors with row numbers, text labels, weights, written files, and when progress is drawn."""
+"""The ``metricstream report`` command: outputs, exit codes, one-line errors with row numbers,
+text labels, weights, written files, and when progress is drawn.
+
+Most tests call :func:`metricstream.cli.main` in this process (the same code path, without a new
+interpreter and kernel compilation per test); a few run ``python -m metricstream`` as a separate
+process where that is the point (exit codes through the interpreter, a real terminal). The hostile
+files, with time and memory bounds, are in ``test_cli_hostile.py``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
+import io
 import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +34,29 @@ HAVE_TQDM = importlib.util.find_spec("tqdm") is not None
 needs_matplotlib = pytest.mark.skipif(not HAVE_MATPLOTLIB, reason="matplotlib is not installed")
 
 
-def run(*args: str | os.PathLike, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """``python -m metricstream ARGS`` with pipes for stdout and stderr (not a terminal)."""
-    return subprocess.run([sys.executable, "-m", "metricstream", *map(str, args)], cwd=cwd,
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run(*args: str | os.PathLike) -> Result:
+    """``metricstream ARGS`` in this process, with stdout and stderr captured (not terminals)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli_module.main([str(arg) for arg in args])
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def run_process(*args: str | os.PathLike, cwd: Path | None = None) -> Result:
+    """``python -m metricstream ARGS`` as a separate process (pipes, not terminals)."""
+    done = subprocess.run([sys.executable, "-m", "metricstream", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return Result(done.returncode, done.stdout, done.stderr)
 
 
 def digits_columns() -> tuple[np.ndarray, np.ndarray]:
@@ -76,8 +104,9 @@ def test_text_labels_equal_sklearn_classification_report():
     y_pred = [row["y_pred"] for row in rows]
     result = run("report", named, "--format", "sklearn")
     assert result.returncode == 0
-    _, _, report = result.stdout.partition("\n\n")
-    assert report == skm.classification_report(y_true, y_pred).rstrip() + "\n"
+    # stdout is scikit-learn's report exactly (`diff` finds nothing); what was read is on stderr
+    assert result.stdout == skm.classification_report(y_true, y_pred)
+    assert result.stderr == f"{named}: 899 rows; truth 'y_true', prediction 'y_pred'\n"
 
 
 def test_a_class_seen_only_in_predictions_gets_a_row(tmp_path):
@@ -101,7 +130,7 @@ def test_weights_column_and_ignore(tmp_path):
     acc = ConfusionAccumulator.from_matrix(expected, class_names=["0", "1"], weighted=True)
     assert json.loads(result.stdout) == acc.summary("dict")
     text = run("report", path, "--weight", "w", "--ignore", "255")
-    assert text.stdout.splitlines()[0].endswith("weights 'w'; ignoring true label 255")
+    assert text.stdout.splitlines()[0].endswith("weights 'w'; ignoring true label 255 (1 row)")
 
 
 def test_classes_fix_the_order(tmp_path):
@@ -130,9 +159,10 @@ def test_undefined_metrics_warn_once_on_one_line(tmp_path):
 
 # ---------------------------------------------------------------------- plots
 @needs_matplotlib
-def test_plots_are_written_as_png(tmp_path):
+def test_plots_are_written_as_png(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     result = run("report", DIGITS, "--plot", "cm.png", "--plot-per-class", "bars.png",
-                 "--normalize", "true", cwd=tmp_path)
+                 "--normalize", "true")
     assert result.returncode == 0, result.stderr
     for name in ("cm.png", "bars.png"):
         data = (tmp_path / name).read_bytes()
@@ -160,6 +190,18 @@ def test_bad_usage_exits_2(args, message):
     result = run(*args)
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1].startswith(f"metricstream: error: {message}")
+
+
+def test_exit_codes_through_the_interpreter(tmp_path):
+    """A real process: `python -m metricstream` exits 0, 1 (bad data) and 2 (bad usage)."""
+    assert run_process("report", DIGITS, "--format", "json").returncode == 0
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [[0, 0], [1, -7]])
+    bad = run_process("report", path)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr.startswith(f"metricstream: error: {path}: column 'y_pred', row 2: label -7")
+    usage = run_process("report", DIGITS, "--bogus")
+    assert usage.returncode == 2
+    assert usage.stderr.splitlines()[-1].startswith("metricstream: error: unrecognized arguments")
 
 
 def test_missing_file_is_one_line_and_exit_2(tmp_path):
@@ -278,3 +320,187 @@ def test_readme_set_up_command_is_the_one_ci_runs():
     assert command.startswith('pip install ".[cli]" && metricstream report ')
     ci_lines = (root / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert command in ci_lines
+
+
+# ---------------------------------------------------------------------- scikit-learn, exactly
+def test_sklearn_format_is_scikit_learns_report_for_numbers_and_no_true_positive(tmp_path):
+    y_true, y_pred = digits_columns()
+    result = run("report", DIGITS, "--format", "sklearn", "--digits", "4")
+    assert result.stdout == skm.classification_report(y_true, y_pred, digits=4)
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [[0, 1], [0, 1], [1, 0]])
+    result = run("report", path, "--format", "sklearn", "--zero-division", "0")
+    assert result.stdout == skm.classification_report([0, 0, 1], [1, 1, 0], zero_division=0)
+    assert "       3.0\n" in result.stdout  # scikit-learn's float supports
+    assert result.stderr == f"{path}: 3 rows; truth 'y_true', prediction 'y_pred'\n"
+
+
+def test_json_report_rebuilds_the_accumulator_and_has_the_averages(tmp_path):
+    rows = [["cat", "dog", 0.5], ["dog", "dog", 1.25], ["hen", "cat", 2.0], ["cat", "cat", 1.0]]
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred", "w"], rows)
+    result = run("report", path, "--weight", "w", "--format", "json", "--zero-division", "0")
+    data = json.loads(result.stdout)
+    rebuilt = ConfusionAccumulator.from_matrix(np.array(data["confusion_matrix"]),
+                                               class_names=data["class_names"],
+                                               weighted=data["weighted"])
+    expected = skm.confusion_matrix([r[0] for r in rows], [r[1] for r in rows],
+                                    sample_weight=[r[2] for r in rows])
+    assert data["class_names"] == ["cat", "dog", "hen"]
+    np.testing.assert_array_equal(rebuilt.matrix, expected)
+    assert rebuilt.summary("dict", zero_division=0) == data
+    y_true, y_pred, w = zip(*rows, strict=True)
+    for average in ("macro", "weighted"):
+        p, r, f, _ = skm.precision_recall_fscore_support(y_true, y_pred, sample_weight=w,
+                                                         average=average, zero_division=0)
+        overall = data["overall"]
+        assert (overall[f"{average}_precision"], overall[f"{average}_recall"],
+                overall[f"{average}_f1"]) == pytest.approx((p, r, f), rel=1e-15)
+
+
+# ---------------------------------------------------------------------- labels and their messages
+def test_class_names_member_is_named_and_the_void_label_suggested(tmp_path):
+    masks = np.zeros((2, 4, 4), dtype=np.uint8)
+    truth = masks.copy()
+    truth[1, 2, 3] = 255
+    np.savez(tmp_path / "m.npz", y_true=truth, y_pred=masks,
+             class_names=np.array(["sky", "road", "car", "tree", "sign"]))
+    result = run("report", tmp_path / "m.npz")
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"metricstream: error: {tmp_path / 'm.npz'}: column 'y_true', element (1, 2, 3): label "
+        f"255 is not an index into the 5 classes named by the file's `class_names` member; pass "
+        f"`--ignore 255` if it marks void pixels or rows without a label.\n")
+    ignored = run("report", tmp_path / "m.npz", "--ignore", "255", "--zero-division", "0")
+    assert ignored.returncode == 0, ignored.stderr
+    assert "ignoring true label 255 (1 label)" in ignored.stdout.splitlines()[0]
+
+
+def test_a_void_looking_label_is_pointed_out_once(tmp_path):
+    rng = np.random.default_rng(3)
+    truth = rng.integers(0, 5, (3, 8, 8)).astype(np.int64)
+    pred = truth.copy()
+    truth[0, :2] = 255
+    np.savez(tmp_path / "m.npz", y_true=truth, y_pred=pred)
+    result = run("report", tmp_path / "m.npz", "--zero-division", "0")
+    assert result.returncode == 0
+    notes = [line for line in result.stderr.splitlines() if "255" in line]
+    assert notes == ["metricstream: warning: true label 255 is never predicted and lies far above "
+                     "the other labels (0–4); if it marks void pixels or rows without a label, "
+                     "pass `--ignore 255` to leave those rows out."]
+    quiet = run("report", tmp_path / "m.npz", "--ignore", "255", "--zero-division", "0")
+    assert quiet.stderr == ""
+    # an ordinary extra class is not a void label
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [[0, 0], [1, 1], [3, 0]])
+    assert run("report", path, "--zero-division", "0").stderr == ""
+
+
+@pytest.mark.parametrize(("value", "hint"), [
+    ("-1", "pass `--ignore -1` if it marks void pixels or rows without a label, or `--labels str`"),
+    ("65535", "pass `--ignore 65535` if it marks void pixels or rows without a label, "
+              "`--max-classes 65536` if the file really has that many classes"),
+])
+def test_void_like_labels_outside_the_classes_suggest_ignore(tmp_path, value, hint):
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [[0, 0], [value, 1]])
+    result = run("report", path)
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"metricstream: error: {path}: column 'y_true', row 2: label "
+                                    f"{value} ")
+    assert hint in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("reader", ["pyarrow", "python"])
+def test_text_truth_with_integer_predictions_and_classes(tmp_path, reader):
+    rows = [["cat", 0], ["dog", 1], ["dog", 0], ["cat", 1], ["dog", 1]]
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], rows)
+    result = run("report", path, "--classes", "cat,dog", "--reader", reader, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    names = ["cat", "dog"]
+    expected = skm.confusion_matrix([r[0] for r in rows], [names[r[1]] for r in rows],
+                                    labels=names)
+    assert json.loads(result.stdout)["confusion_matrix"] == expected.tolist()
+    beyond = write_csv(tmp_path / "b.csv", ["y_true", "y_pred"], [["cat", 0], ["dog", 2]])
+    error = run("report", beyond, "--classes", "cat,dog", "--reader", reader)
+    assert error.returncode == 1
+    assert error.stderr == (f"metricstream: error: {beyond}: column 'y_pred', row 2: label 2 is "
+                            f"not an index into the 2 classes given by `--classes`.\n")
+
+
+def test_ignored_text_label_is_in_the_header(tmp_path):
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"],
+                     [["cat", "cat"], ["void", "dog"], ["dog", "dog"], ["void", "cat"]])
+    result = run("report", path, "--ignore", "void")
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[0] == (
+        f"{path}: 4 rows; truth 'y_true', prediction 'y_pred'; ignoring true label 'void' "
+        f"(2 rows)")
+
+
+def test_warnings_name_the_command_line_option(tmp_path):
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [["a", "a"], ["b", "a"]])
+    result = run("report", path)
+    assert "`zero_division` parameter" not in result.stderr
+    assert ("Pass `--zero-division 0`, `1` or `nan` to choose the value and silence this "
+            "warning.") in result.stderr
+    assert run("report", path, "--zero-division", "0").stderr == ""
+
+
+def test_fractional_weights_print_a_formatted_sample_count(tmp_path):
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred", "w"],
+                     [[0, 0, 20.1], [0, 1, 0.089], [1, 0, 4.1], [1, 1, 30.0]])
+    result = run("report", path, "--weight", "w")
+    assert "samples: 54.2890, classes: 2" in result.stdout
+    assert "54.288999" not in result.stdout
+
+
+# ---------------------------------------------------------------------- limits and bad options
+def test_max_classes_caps_names_and_indices_and_is_named(tmp_path):
+    names = [[f"name{i}", f"name{i}"] for i in range(20)]
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], names)
+    result = run("report", path, "--max-classes", "10")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"metricstream: error: {path}: column 'y_true', row 11: "
+                                    f"'name10' is distinct label number 11, over the limit of 10 "
+                                    f"classes")
+    assert "pass `--max-classes 20` to raise the limit" in result.stderr
+    assert run("report", path, "--max-classes", "20", "--format", "json").returncode == 0
+    numbers = write_csv(tmp_path / "n.csv", ["y_true", "y_pred"], [[0, 0], [1, 15]])
+    error = run("report", numbers, "--max-classes", "10")
+    assert "column 'y_pred', row 2: label 15 is too large to be a class index (at most 9); pass " \
+           "`--max-classes 16`" in error.stderr
+    assert run("report", numbers, "--max-classes", "0").returncode == 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--classes", "a,b,a"], "`--classes` lists 'a' more than once; class names must be unique."),
+    (["--ignore", str(2**64)], f"`--ignore` is {2**64}, outside the range of 64-bit integer "
+                               f"labels"),
+    (["--ignore", "cat"], "`--ignore` is 'cat', but the labels are integers"),
+], ids=["classes-twice", "ignore-beyond-int64", "ignore-text-for-numbers"])
+def test_bad_label_options_are_one_line_usage_errors(args, message):
+    result = run("report", DIGITS, *args)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"metricstream: error: {message}")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
+@needs_matplotlib
+def test_plot_into_a_directory_or_without_suffix(tmp_path):
+    result = run("report", DIGITS, "--plot", tmp_path, "--plot-per-class", tmp_path / "bars",
+                 "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [f"metricstream: wrote {tmp_path / 'confusion_matrix.png'}",
+                                          f"metricstream: wrote {tmp_path / 'bars.png'}"]
+    assert (tmp_path / "confusion_matrix.png").read_bytes().startswith(b"\x89PNG")
+    assert (tmp_path / "bars.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(("option", "target", "message"), [
+    ("--plot", "cm.foo", "unknown image format '.foo'"),
+    ("--json", ".", "is a directory; give a file name"),
+    ("--markdown", "missing/r.md", "the directory missing does not exist"),
+], ids=["plot-format", "json-directory", "markdown-missing-directory"])
+def test_outputs_are_checked_before_reading(tmp_path, monkeypatch, option, target, message):
+    monkeypatch.chdir(tmp_path)
+    result = run("report", DIGITS, option, target)
+    assert result.returncode == 2 and result.stdout == ""
+    assert message in result.stderr and result.stderr.count("\n") == 1
