@@ -488,8 +488,9 @@ def test_plot_into_a_directory_or_without_suffix(tmp_path):
     result = run("report", DIGITS, "--plot", tmp_path, "--plot-per-class", tmp_path / "bars",
                  "--format", "json")
     assert result.returncode == 0, result.stderr
-    assert result.stderr.splitlines() == [f"metricstream: wrote {tmp_path / 'confusion_matrix.png'}",
-                                          f"metricstream: wrote {tmp_path / 'bars.png'}"]
+    plot, bars = tmp_path / "confusion_matrix.png", tmp_path / "bars.png"
+    assert result.stderr.splitlines() == [f"metricstream: wrote {plot}",
+                                          f"metricstream: wrote {bars}"]
     assert (tmp_path / "confusion_matrix.png").read_bytes().startswith(b"\x89PNG")
     assert (tmp_path / "bars.png").read_bytes().startswith(b"\x89PNG")
 

@@ -4,6 +4,7 @@ the shared label registry, and one-line errors that name the file, the column an
 from __future__ import annotations
 
 import csv
+import os
 import warnings
 from pathlib import Path
 
@@ -402,3 +403,208 @@ def test_npy_text_labels_share_the_registry(tmp_path):
     acc = read_confusion(tmp_path / "t.npy").accumulator
     assert acc.class_names == ("cat", "dog", "fox")
     np.testing.assert_array_equal(acc.matrix, [[1, 0, 0], [0, 1, 1], [0, 0, 0]])
+
+
+# ---------------------------------------------------------------------- hostile text
+@pytest.mark.parametrize(("data", "end"), [
+    (b'a,b\n1,"x\ny"\n2,3\n', 16),            # a newline inside a quoted field
+    (b'a,b\n1,tv 12"\n2,3\n4,"open\n5', 17),   # a stray quote, then a quoted field still open
+    (b'1,"a""b"\n2,"c\n', 9),                  # an escaped quote; an open field at the end
+    (b'x\r\ny\r\n"q', 6),                      # CRLF records
+    (b'"ab"cd,1\n2', 9),                       # a quoted field that goes on unquoted
+    (b'no newline yet', 0),
+], ids=["quoted-newline", "stray-quote", "escaped-quote", "crlf", "quoted-then-text", "none"])
+def test_record_end_reads_quotes_as_pyarrow_does(data, end):
+    assert _io._record_end(bytearray(data), len(data)) == end
+
+
+@pytest.mark.parametrize("pyarrow_reader", READERS)
+def test_stray_quotes_in_unquoted_fields_are_text(tmp_path, small_chunks, pyarrow_reader):
+    rows = [[i % 3, (i * 7) % 3, 'tv 12"' if i % 2 else 'box "x" 3'] for i in range(200)]
+    path = tmp_path / "p.csv"
+    path.write_text("y_true,y_pred,item\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows))
+    result = read_confusion(path, prefer_pyarrow=pyarrow_reader)
+    expected, _ = sklearn_matrix([r[0] for r in rows], [r[1] for r in rows])
+    np.testing.assert_array_equal(result.accumulator.matrix, expected)
+    assert result.num_rows == 200
+
+
+@needs_pyarrow
+def test_a_record_longer_than_the_cap_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(_io, "CSV_BLOCK_BYTES", 64)
+    monkeypatch.setattr(_io, "MAX_RECORD_BYTES", 1024)
+    path = tmp_path / "p.csv"
+    path.write_text("y_true,y_pred,note\n0,0,a\n1,1," + "x" * 5000 + "\n1,0,b\n")
+    with pytest.raises(InputError, match=r"p\.csv: row 2 is longer than 0 MiB \(a quoted field "):
+        read_confusion(path, classes=None)
+    # a record longer than pyarrow's parse block but under the cap is read
+    monkeypatch.setattr(_io, "CSV_PARSE_BLOCK_BYTES", 256)
+    monkeypatch.setattr(_io, "MAX_RECORD_BYTES", 1 << 20)
+    assert read_confusion(path).accumulator.matrix.tolist() == [[1, 0], [1, 1]]
+
+
+def test_a_huge_field_is_one_line_error_with_the_standard_library(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("y_true,y_pred,note\n0,0,a\n1,1," + "x" * 200_000 + "\n")
+    with pytest.raises(InputError, match=r"line 3: a field is longer than 131,072 characters"):
+        read_confusion(path, prefer_pyarrow=False)
+
+
+@pytest.mark.parametrize("pyarrow_reader", READERS)
+def test_bytes_that_are_not_utf8_name_the_line(tmp_path, pyarrow_reader):
+    path = tmp_path / "p.csv"
+    path.write_bytes(b"y_true,y_pred\ncat,cat\n\xe9t\xe9,cat\n")
+    with pytest.raises(InputError, match=r"p\.csv: line 3 is not UTF-8 text \(byte 0xe9 at "
+                                         r"offset 22\); save the file as UTF-8"):
+        read_confusion(path, prefer_pyarrow=pyarrow_reader)
+
+
+def test_utf8_error_position_across_read_blocks(tmp_path, monkeypatch):
+    path = tmp_path / "p.csv"
+    # a two-byte character cut by the 1 MiB block boundary, then a bad byte on line 3
+    head = b"y_true,y_pred\n" + b"a" * ((1 << 20) - 15) + b"\xc3\xa9,b\n"
+    path.write_bytes(head + b"c,\xff\n")
+    error = _io._utf8_error(path)
+    assert str(error).startswith(f"{path}: line 3 is not UTF-8 text (byte 0xff at offset "
+                                 f"{len(head) + 2:,})")
+
+
+@pytest.mark.parametrize(("magic", "what"), [
+    (b"\x1f\x8b\x08\x00", "gzip-compressed data"), (b"PK\x03\x04", "a zip archive"),
+    (b"PAR1", "a Parquet file"), (b"\x93NUMPY", "a numpy array")])
+def test_binary_data_named_csv_is_named(tmp_path, magic, what):
+    path = tmp_path / "p.csv"
+    path.write_bytes(magic + bytes(100))
+    with pytest.raises(InputError, match=f"p\\.csv: holds {what}, not delimited text") as caught:
+        read_confusion(path)
+    assert caught.value.usage
+
+
+def test_a_pipe_is_not_read(tmp_path):
+    fifo = tmp_path / "p.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=r"is not a regular file \(a pipe or a device\)"):
+        read_confusion(fifo)
+
+
+# ---------------------------------------------------------------------- class limits and --classes
+@pytest.mark.parametrize("pyarrow_reader", READERS)
+def test_distinct_names_are_capped(tmp_path, small_chunks, pyarrow_reader):
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"],
+                     [[f"id{i}", "id0"] for i in range(50)])
+    with pytest.raises(InputError, match=r"column 'y_true', row 31: 'id30' is distinct label "
+                                         r"number 31, over the limit of 30 classes.*"
+                                         r"`--max-classes 60`"):
+        read_confusion(path, max_classes=30, prefer_pyarrow=pyarrow_reader)
+    result = read_confusion(path, max_classes=50, prefer_pyarrow=pyarrow_reader)
+    assert result.accumulator.num_classes == 50
+    assert result.growths <= 8  # the matrix doubles, it does not grow class by class
+    with pytest.raises(InputError, match=r"`--classes` holds 3 classes, over the limit of 2"):
+        read_confusion(path, classes=["a", "b", "c"], max_classes=2)
+
+
+@pytest.mark.parametrize("pyarrow_reader", READERS)
+def test_integer_column_indexes_classes_beside_a_text_column(tmp_path, pyarrow_reader):
+    rows = [["cat", 1], ["dog", 1], ["void", 0], ["cat", 0]]
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], rows)
+    result = read_confusion(path, classes=["cat", "dog"], ignore="void",
+                            prefer_pyarrow=pyarrow_reader)
+    np.testing.assert_array_equal(result.accumulator.matrix, [[1, 1], [0, 1]])
+    assert result.ignored_rows == 1 and result.ignore == "void"
+    # without classes, the numbers are names as well
+    plain = read_confusion(path, prefer_pyarrow=pyarrow_reader)
+    assert plain.accumulator.class_names == ("0", "1", "cat", "dog", "void")
+
+
+def test_ignore_outside_int64_and_duplicate_classes(tmp_path):
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [[0, 0], [1, 1]])
+    with pytest.raises(InputError, match=r"`--ignore` is 18446744073709551616, outside the range"):
+        read_confusion(path, ignore=str(2**64))
+    with pytest.raises(InputError, match=r"`--classes` lists 'a' twice"):
+        read_confusion(path, classes=["a", "b", "a"])
+
+
+def test_void_label_note_and_ignored_count(tmp_path):
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"],
+                     [[0, 0], [1, 1], [2, 1], [255, 0], [255, 2]])
+    result = read_confusion(path)
+    assert len(result.notes) == 1 and "`--ignore 255`" in result.notes[0]
+    ignored = read_confusion(path, ignore="255")
+    assert ignored.notes == [] and ignored.ignored_rows == 2
+    assert ignored.accumulator.class_names == ("0", "1", "2")
+
+
+# ---------------------------------------------------------------------- hostile .npz members
+def _masks(shape=(3, 5, 7), seed=0):
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(0, 4, shape)
+    return truth, np.where(rng.random(shape) < 0.6, truth, rng.integers(0, 4, shape))
+
+
+@pytest.mark.parametrize("layout", ["both-fortran", "truth-fortran", "pred-fortran"])
+def test_fortran_order_members_stream_to_the_same_matrix(tmp_path, monkeypatch, layout):
+    monkeypatch.setattr(_io, "CHUNK_ROWS", 11)
+    truth, pred = _masks()
+    f_truth = np.asfortranarray(truth) if layout != "pred-fortran" else truth
+    f_pred = np.asfortranarray(pred) if layout != "truth-fortran" else pred
+    np.savez_compressed(tmp_path / "m.npz", y_true=f_truth, y_pred=f_pred)
+    result = read_confusion(tmp_path / "m.npz")
+    expected, _ = sklearn_matrix(truth.ravel(), pred.ravel())
+    np.testing.assert_array_equal(result.accumulator.matrix, expected)
+    # positions in errors are the element's own index, whatever the order of reading
+    truth[2, 1, 4] = -3
+    np.savez(tmp_path / "bad.npz", y_true=np.asfortranarray(truth), y_pred=f_pred)
+    with pytest.raises(InputError, match=r"element \(2, 1, 4\): label -3 is negative"):
+        read_confusion(tmp_path / "bad.npz")
+
+
+def _rewrite_member(path: Path, member: str, change) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        data = {name: archive.read(name) for name in archive.namelist()}
+    data[member] = change(data[member])
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, content in data.items():
+            archive.writestr(name, content)
+
+
+def test_object_damaged_and_truncated_members_are_one_line_errors(tmp_path):
+    labels = np.array(["a", "b"], dtype=object)
+    np.savez(tmp_path / "o.npz", y_true=labels, y_pred=labels)
+    with pytest.raises(InputError, match=r"member 'y_true.npy' holds Python objects \(dtype "
+                                         r"object\), which are not read"):
+        read_confusion(tmp_path / "o.npz")
+
+    truth, pred = _masks()
+    np.savez(tmp_path / "s.npz", y_true=truth, y_pred=pred)
+    _rewrite_member(tmp_path / "s.npz", "y_pred.npy", lambda data: data[:-80])
+    with pytest.raises(InputError, match=r"member 'y_pred.npy' ends after 95 elements, but its "
+                                         r"header announces shape \(3, 5, 7\) \(105 elements\)"):
+        read_confusion(tmp_path / "s.npz")
+
+    np.savez(tmp_path / "h.npz", y_true=truth, y_pred=pred)
+    _rewrite_member(tmp_path / "h.npz", "y_pred.npy", lambda data: data[:30])
+    with pytest.raises(InputError, match=r"member 'y_pred.npy' is not a readable numpy array"):
+        read_confusion(tmp_path / "h.npz")
+
+    np.savez_compressed(tmp_path / "c.npz", y_true=truth, y_pred=pred)
+    raw = bytearray((tmp_path / "c.npz").read_bytes())
+    at = raw.find(b"y_pred.npy") + 120
+    raw[at:at + 40] = bytes(40)
+    (tmp_path / "c.npz").write_bytes(bytes(raw))
+    with pytest.raises(InputError, match=r"member 'y_pred.npy' is (damaged|not a readable)"):
+        read_confusion(tmp_path / "c.npz")
+
+
+def test_class_names_member_is_bounded_and_typed(tmp_path):
+    truth, pred = _masks()
+    np.savez(tmp_path / "o.npz", y_true=truth, y_pred=pred,
+             class_names=np.array(["a", "b"], dtype=object))
+    with pytest.raises(InputError, match=r"'class_names.npy' must hold strings or numbers"):
+        read_confusion(tmp_path / "o.npz")
+    np.savez(tmp_path / "big.npz", y_true=truth, y_pred=pred, class_names=np.arange(8))
+    _rewrite_member(tmp_path / "big.npz", "class_names.npy",
+                    lambda data: data.replace(b"(8,)", b"(99999999999,)"))
+    with pytest.raises(InputError, match=r"must be one short list of names"):
+        read_confusion(tmp_path / "big.npz")
