@@ -407,72 +407,113 @@ def poisson1_weights(keys, seed, num_replicates, out):
             out[c, b] = _poisson1_from_uniform(hash_uniform(key, np.uint64(b)))
 
 
+@_inline
+def _cluster_weights(key, seed, out):
+    """The Poisson(1) weight of cluster ``key`` in each replicate, into ``out``."""
+    hashed = mix64(np.uint64(key) ^ seed)
+    for b in range(out.shape[0]):
+        out[b] = _poisson1_from_uniform(hash_uniform(hashed, np.uint64(b)))
+
+
+@_inline
+def _flush(cells, values, count, weights, replicates):
+    """``replicates[b, cells[m]] += weights[b] * values[m]`` for the first ``count`` cells."""
+    for b in range(replicates.shape[0]):
+        w = weights[b]
+        if w == 0:
+            continue
+        row = replicates[b]
+        for m in range(count):
+            row[cells[m]] += w * values[m]
+
+
 @_kernel
 def add_cluster_matrix(local, key, seed, replicates, matrix):
     """Add one cluster's K×K counts ``local`` to ``matrix`` and, with weight Poisson(1) drawn
     from ``(key, b, seed)``, to each replicate ``replicates[b]`` (``(B, K*K)``, flat)."""
-    num_replicates = replicates.shape[0]
     flat = local.reshape(-1)
     main = matrix.reshape(-1)
-    weights = np.empty(num_replicates, dtype=np.int64)
-    hashed = mix64(np.uint64(key) ^ np.uint64(seed))
-    for b in range(num_replicates):
-        weights[b] = _poisson1_from_uniform(hash_uniform(hashed, np.uint64(b)))
+    cells = np.empty(flat.shape[0], dtype=np.int64)
+    values = np.empty(flat.shape[0], dtype=replicates.dtype)
+    count = 0
     for cell in range(flat.shape[0]):
         v = flat[cell]
-        if v == 0:
-            continue
-        main[cell] += v
-        for b in range(num_replicates):
-            w = weights[b]
-            if w:
-                replicates[b, cell] += w * v
+        if v != 0:
+            main[cell] += v
+            cells[count] = cell
+            values[count] = v
+            count += 1
+    weights = np.empty(replicates.shape[0], dtype=replicates.dtype)
+    _cluster_weights(key, seed, weights)
+    _flush(cells, values, count, weights, replicates)
 
 
 @_kernel
 def add_clusters(y_true, y_pred, weights, cluster_ids, run_length, ignore_index, has_ignore,
-                 num_classes, seed, replicates, scratch, touched):
+                 num_classes, seed, replicates, scratch, touched, scan):
     """Add each sample to the replicates with its cluster's Poisson(1) weight.
 
-    Sample ``i`` belongs to cluster ``cluster_ids[i // run_length]``. Consecutive samples of
-    one cluster are first counted into ``scratch`` (a zeroed flat K×K buffer; ``touched``
-    lists its non-zero cells), then added to each replicate ``b`` of ``replicates`` (``(B,
-    K*K)``) with that cluster's weight: O(B × distinct cells) per run of a cluster rather than
-    O(B) per sample. The labels must already be validated (the main matrix counts them).
-    Returns the number of runs.
+    Samples ``[i·run_length, (i+1)·run_length)`` belong to cluster ``cluster_ids[i]``.
+    Consecutive samples of one cluster are first counted into ``scratch`` (a zeroed flat K×K
+    buffer; ``touched`` lists its non-zero cells), then added to each replicate ``b`` of
+    ``replicates`` (``(B, K*K)``) with that cluster's weight: O(B × distinct cells) per run of
+    a cluster rather than O(B) per sample. With ``scan`` (long runs, small K) the cells are
+    not tracked while counting — the increments then have no branch, measured 2-3x faster —
+    and a flush scans all K² cells instead. The labels must already be validated (the main
+    matrix counts them). Returns the number of runs.
     """
-    num_replicates = replicates.shape[0]
-    seed64 = np.uint64(seed)
-    wts = np.empty(num_replicates, dtype=replicates.dtype)
     n = y_true.shape[0]
+    num_items = cluster_ids.shape[0]
+    wts = np.empty(replicates.shape[0], dtype=replicates.dtype)
+    values = np.empty(touched.shape[0], dtype=replicates.dtype)
     num_touched = 0
     runs = 0
-    i = 0
-    while i < n:
-        cluster = cluster_ids[i // run_length]
-        # the run of samples of this cluster
-        j = i
-        while j < n and cluster_ids[j // run_length] == cluster:
+    if n == 0:
+        return runs
+    current = cluster_ids[0]
+    for item in range(num_items + 1):
+        if item == num_items or cluster_ids[item] != current:
+            # flush the run of cluster `current`
+            if scan:
+                for cell in range(scratch.shape[0]):
+                    if scratch[cell] != 0:
+                        touched[num_touched] = cell
+                        values[num_touched] = scratch[cell]
+                        scratch[cell] = 0
+                        num_touched += 1
+            else:
+                for m in range(num_touched):
+                    values[m] = scratch[touched[m]]
+                    scratch[touched[m]] = 0
+            _cluster_weights(current, seed, wts)
+            _flush(touched, values, num_touched, wts, replicates)
+            num_touched = 0
+            runs += 1
+            if item == num_items:
+                break
+            current = cluster_ids[item]
+        lo = item * run_length
+        hi = min(lo + run_length, n)
+        for j in range(lo, hi):
             t = y_true[j]
-            if not (has_ignore and t == ignore_index):
-                cell = np.int64(t) * num_classes + np.int64(y_pred[j])
-                w = 1 if weights is None else weights[j]
+            if has_ignore and t == ignore_index:
+                continue
+            cell = np.int64(t) * num_classes + np.int64(y_pred[j])
+            if scan:
+                if weights is None:
+                    scratch[cell] += 1
+                else:
+                    scratch[cell] += weights[j]
+            elif weights is None:
+                if scratch[cell] == 0:
+                    touched[num_touched] = cell
+                    num_touched += 1
+                scratch[cell] += 1
+            else:
+                w = weights[j]
                 if w != 0:
                     if scratch[cell] == 0:
                         touched[num_touched] = cell
                         num_touched += 1
                     scratch[cell] += w
-            j += 1
-        key = mix64(np.uint64(cluster) ^ seed64)
-        for b in range(num_replicates):
-            wts[b] = _poisson1_from_uniform(hash_uniform(key, np.uint64(b)))
-        for m in range(num_touched):
-            cell = touched[m]
-            v = scratch[cell]
-            scratch[cell] = 0
-            for b in range(num_replicates):
-                replicates[b, cell] += wts[b] * v
-        num_touched = 0
-        runs += 1
-        i = j
     return runs

@@ -51,6 +51,7 @@ __all__ = [
     "MetricInterval",
     "bootstrap",
     "delta_method",
+    "interval_from_replicates",
     "interval_report",
 ]
 
@@ -501,6 +502,70 @@ def bootstrap(
     return MetricInterval(metric=resolved.name, estimate=estimate, low=low, high=high,
                           standard_error=se, method=method, confidence=confidence,
                           n_resamples=int(n_resamples), resampling=resampling, seed=seed_value,
+                          replicates=values)
+
+
+def interval_from_replicates(
+    matrix: Any,
+    replicates: Any,
+    metric: str | Callable[..., Any],
+    *,
+    method: Method = "percentile",
+    confidence: float = 0.95,
+    resampling: str = "replicates",
+    seed: int | None = None,
+    class_names: Sequence[str] | None = None,
+    **metric_kwargs: Any,
+) -> MetricInterval:
+    """Interval of a metric from replicate matrices you already have.
+
+    For replicates drawn elsewhere: the clustered accumulator's
+    (:meth:`metricstream.clustered.BootstrapConfusionAccumulator.interval` calls this), or your
+    own resampling. The estimate is the metric of ``matrix``; ``method`` is ``"percentile"``,
+    ``"basic"`` or ``"normal"`` as in :func:`bootstrap` (BCa needs the jackknife of the
+    resampled units, which a stack of matrices does not carry). Weighted (float) matrices are
+    fine here.
+
+    Args:
+        matrix: the K×K matrix of the data.
+        replicates: a ``(B, K, K)`` stack of replicate matrices.
+        metric, metric_kwargs: as :func:`bootstrap`.
+        resampling, seed: recorded in the result.
+        class_names: names that ``labels=`` may use.
+
+    Example:
+        >>> import numpy as np
+        >>> stack = np.array([[[9, 1], [2, 8]], [[8, 2], [3, 7]], [[10, 0], [1, 9]]])
+        >>> result = interval_from_replicates([[9, 1], [2, 8]], stack, "accuracy",
+        ...                                   method="normal")
+        >>> round(result.estimate, 2), round(result.standard_error, 4)
+        (0.85, 0.1)
+    """
+    confidence = _check_confidence(confidence)
+    if method not in ("percentile", "basic", "normal"):
+        raise ValueError(f"`method` must be 'percentile', 'basic' or 'normal' for given "
+                         f"replicates, got {method!r}.")
+    base = _metrics.counts.check_matrix(matrix)
+    stack = np.asarray(replicates)
+    if stack.ndim != 3 or stack.shape[1:] != base.shape:
+        raise ValueError(f"`replicates` must be a (B, {base.shape[0]}, {base.shape[0]}) stack, "
+                         f"got shape {stack.shape}.")
+    if stack.shape[0] < 2:
+        raise ValueError(f"`replicates` holds {stack.shape[0]} matrices; at least 2 are needed.")
+    resolved = _resolve(metric, dict(metric_kwargs), class_names)
+    estimate = _as_value(resolved.scalar(base))
+    if resolved.batched is not None:
+        values = np.asarray(resolved.batched(_batched.BatchedCounts.from_stack(stack)),
+                            dtype=np.float64)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UndefinedMetricWarning)
+            values = np.stack([np.asarray(_as_value(resolved.scalar(m)), dtype=np.float64)
+                               for m in stack])
+    low, high, se = _interval(method, estimate, values, confidence, lambda: (values, values))
+    return MetricInterval(metric=resolved.name, estimate=estimate, low=low, high=high,
+                          standard_error=se, method=method, confidence=confidence,
+                          n_resamples=int(stack.shape[0]), resampling=resampling, seed=seed,
                           replicates=values)
 
 
