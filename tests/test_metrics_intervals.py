@@ -59,7 +59,12 @@ def test_bounds_are_clipped_and_ordered(method):
     assert (low[n == 0] == 0).all() and (high[n == 0] == 1).all()
 
 
-pycm = pytest.importorskip("pycm")
+@pytest.fixture(scope="module")
+def pycm():
+    """PyCM (in the test extra); only the tests that compare with it skip without it."""
+    return pytest.importorskip("pycm", reason='needs PyCM: pip install ".[test]"')
+
+
 PYCM_METHOD = {"wilson": "wilson", "normal": "normal-approx", "agresti-coull": "agresti-coull"}
 PYCM_PARAM = {
     "TPR": ms.recall_interval,
@@ -71,7 +76,7 @@ PYCM_PARAM = {
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("seed", range(15))
-def test_against_pycm_clipped(seed, method):
+def test_against_pycm_clipped(pycm, seed, method):
     rng = np.random.default_rng(seed)
     k = int(rng.integers(2, 6))
     matrix = rng.integers(0, 15, size=(k, k))
@@ -90,7 +95,7 @@ def test_against_pycm_clipped(seed, method):
     assert high == pytest.approx(min(expected_high, 1.0), rel=1e-12, abs=1e-15)
 
 
-def test_pycm_leaves_zero_one():
+def test_pycm_leaves_zero_one(pycm):
     """PyCM's normal and Agresti–Coull intervals leave [0, 1]; ours are clipped."""
     cm = pycm.ConfusionMatrix(matrix={0: {0: 19, 1: 1}, 1: {0: 0, 1: 5}})
     assert cm.CI("TPR", binom_method="normal-approx")[0][1][1] > 1
@@ -111,7 +116,7 @@ def test_kappa_interval_and_accumulator_views():
     assert acc.accuracy_interval() == ms.accuracy_interval(matrix)
     for name in ("recall_interval", "precision_interval", "specificity_interval",
                  "negative_predictive_value_interval"):
-        ours = getattr(acc, name)("agresti-coull", 0.9, labels=[2, 0])
+        ours = getattr(acc, name)(method="agresti-coull", confidence=0.9, labels=[2, 0])
         expected = getattr(ms, name)(matrix, method="agresti-coull", confidence=0.9,
                                      labels=[2, 0])
         np.testing.assert_array_equal(ours, expected)

@@ -1,20 +1,58 @@
-"""The README's Python examples run as written."""
+"""The Python examples of the README and of docs/*.md run as written.
+
+Every ```python block runs in a fresh namespace (``>>>`` examples in the same files are run by
+pytest's doctest collection, configured in pyproject.toml). A block that imports an optional
+library which is not installed (torch, dask, ...) is skipped, saying which.
+"""
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+FENCE = re.compile(r"^```python\n(.*?)^```", flags=re.S | re.M)
 
 
-@pytest.mark.parametrize("source", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
-def test_readme_python_block_runs(source):
-    exec(compile(source, str(README), "exec"), {"__name__": "readme"})
+def python_blocks(path: Path) -> list[tuple[str, int, str]]:
+    """(id, first line number, source) of each ```python block of a Markdown file."""
+    text = path.read_text(encoding="utf-8")
+    name = path.relative_to(ROOT).as_posix()
+    blocks = []
+    for match in FENCE.finditer(text):
+        line = text.count("\n", 0, match.start(1)) + 1
+        blocks.append((f"{name}:{line}", line, match.group(1)))
+    return blocks
 
 
-def test_readme_has_python_examples():
-    assert BLOCKS
+BLOCKS = [(path, *block) for path in [README, *DOCS] for block in python_blocks(path)]
+
+
+@pytest.mark.parametrize(("path", "block_id", "line", "source"), BLOCKS,
+                         ids=[block[1] for block in BLOCKS])
+def test_python_block_runs(path, block_id, line, source, tmp_path, monkeypatch):
+    # Line numbers in tracebacks are the file's: pad the source so that line 1 is `line`.
+    code = compile("\n" * (line - 1) + source, str(path), "exec")
+    # Run as from the repository root (examples/ is there), but write into a temporary directory.
+    (tmp_path / "examples").symlink_to(ROOT / "examples", target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    try:
+        exec(code, {"__name__": "docs_example"})
+    except ModuleNotFoundError as error:
+        if error.name and error.name.split(".")[0] == "metricstream":
+            raise
+        pytest.skip(f"{block_id} needs {error.name}, which is not installed")
+    finally:
+        if "matplotlib.pyplot" in sys.modules:
+            sys.modules["matplotlib.pyplot"].close("all")
+
+
+def test_readme_and_docs_have_python_examples():
+    assert any(path == README for path, *_ in BLOCKS)
+    assert (ROOT / "docs" / "index.md").exists()
+    assert any(path.parent.name == "docs" for path, *_ in BLOCKS)

@@ -15,9 +15,13 @@ import sklearn.metrics as skm
 
 from metricstream import ConfusionAccumulator, UndefinedMetricWarning
 
+from .marks import slow_beyond
 from .streams import Case, make_case
 
 NUM_CASES = 240
+# The default run compares the first 18 streams (every K, every N and every weight kind of
+# make_case occurs among them); the other 222 are marked slow and run in CI (--run-slow).
+DEFAULT_CASES = 18
 CASES = [make_case(seed) for seed in range(NUM_CASES)]
 AVERAGES = [None, "micro", "macro", "weighted"]
 ZERO_DIVISIONS = ["warn", 0, 1, np.nan]
@@ -49,11 +53,15 @@ def assert_close(ours, theirs):
                                atol=TOL["atol"] * scale)
 
 
-@pytest.fixture(params=CASES, ids=[c.id for c in CASES], scope="module")
+@pytest.fixture(params=slow_beyond(CASES, DEFAULT_CASES, ids=lambda case: case.id),
+                scope="module")
 def case_and_acc(request):
     return request.param, accumulate(request.param)
 
 
+# scikit-learn warns that "a single label was found" for a one-class stream (K = 1), which
+# these streams include on purpose.
+@pytest.mark.filterwarnings("ignore:A single label was found:UserWarning")
 def test_matrix_and_counts(case_and_acc):
     case, acc = case_and_acc
     labels = np.arange(case.num_classes)
@@ -65,7 +73,7 @@ def test_matrix_and_counts(case_and_acc):
     else:
         assert_close(acc.matrix, expected)
     for normalize in ["true", "pred", "all"]:
-        assert_close(acc.confusion_matrix(normalize),
+        assert_close(acc.confusion_matrix(normalize=normalize),
                      skm.confusion_matrix(case.y_true, case.y_pred, labels=labels,
                                           sample_weight=case.weights, normalize=normalize))
     mcm = skm.multilabel_confusion_matrix(case.y_true, case.y_pred, labels=labels,
@@ -90,7 +98,7 @@ def test_accuracy_family(case_and_acc):
     for adjusted in (False, True):
         expected = quietly(skm.balanced_accuracy_score, case.y_true, case.y_pred,
                            sample_weight=case.weights, adjusted=adjusted)
-        ours = quietly(acc.balanced_accuracy, adjusted, zero_division=np.nan)
+        ours = quietly(acc.balanced_accuracy, adjusted=adjusted, zero_division=np.nan)
         if np.isfinite(expected):
             assert_close(ours, expected)
         else:  # scikit-learn divides by zero (one class present); we return zero_division
@@ -147,13 +155,16 @@ def test_warnings_match_sklearn(case_and_acc):
             assert our_undefined == sk_undefined, (ours.__name__, average)
 
 
+# scikit-learn's matthews_corrcoef builds its confusion matrix without `labels` and warns when
+# a stream uses a single class, as some of these do on purpose.
+@pytest.mark.filterwarnings("ignore:A single label was found:UserWarning")
 def test_agreement(case_and_acc):
     case, acc = case_and_acc
     labels = np.arange(case.num_classes)
     for weights in (None, "linear", "quadratic"):
         expected = quietly(skm.cohen_kappa_score, case.y_true, case.y_pred, labels=labels,
                            weights=weights, sample_weight=case.weights)
-        assert_close(quietly(acc.cohen_kappa, weights, zero_division=np.nan), expected)
+        assert_close(quietly(acc.cohen_kappa, weights=weights, zero_division=np.nan), expected)
     assert_close(acc.matthews_corrcoef(),
                  skm.matthews_corrcoef(case.y_true, case.y_pred, sample_weight=case.weights))
 
@@ -190,3 +201,13 @@ def test_number_of_randomized_cases():
     kinds = {c.id.rsplit("-", 1)[1] for c in CASES}
     assert kinds == {"unweighted", "intw", "floatw"}
     assert any(len(np.unique(c.y_true)) < c.num_classes for c in CASES)
+
+
+def test_default_cases_cover_every_kind_of_stream():
+    # The streams of the default (not slow) run keep every K, N and weight kind of the full set.
+    default, every = CASES[:DEFAULT_CASES], CASES
+    assert {c.num_classes for c in default} == {c.num_classes for c in every}
+    assert {c.y_true.size for c in default} == {c.y_true.size for c in every}
+    assert {c.id.rsplit("-", 1)[1] for c in default} == {"unweighted", "intw", "floatw"}
+    assert any(len(np.unique(c.y_true)) < c.num_classes for c in default)
+    assert any(len(np.unique(c.y_pred)) < c.num_classes for c in default)

@@ -1,0 +1,50 @@
+"""Test-suite configuration: the `slow` marker's switch and the hypothesis profiles.
+
+Slow tests (the full randomized grids, multi-process runs, the examples) run when the environment
+has ``CI=true`` (CI sets it) or with ``pytest --run-slow``; otherwise they are skipped with a
+reason, so the default ``python -m pytest`` stays a few minutes from a cold kernel cache.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import settings
+
+# Deadlines are off: the first example of a test may compile a kernel specialisation (about a
+# second), which is not a property of the code under test.
+# The slow profile (CI) draws more examples per property.
+settings.register_profile("metricstream", deadline=None, max_examples=60)
+settings.register_profile("metricstream-slow", deadline=None, max_examples=300)
+
+RUN_SLOW_HELP = "run the tests marked slow (also on when the environment has CI=true)"
+SKIP_REASON = "slow test: runs with --run-slow or when CI=true"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", default=False, help=RUN_SLOW_HELP)
+
+
+def run_slow(config: pytest.Config) -> bool:
+    """Whether this session runs the slow tests: ``--run-slow``, or ``CI=true`` in the env."""
+    return bool(config.getoption("--run-slow")) or os.environ.get("CI", "").lower() == "true"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings.load_profile("metricstream-slow" if run_slow(config) else "metricstream")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if run_slow(config):
+        return "slow tests: run (--run-slow or CI=true); hypothesis profile metricstream-slow"
+    return "slow tests: skipped (pass --run-slow or set CI=true to run them)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if run_slow(config):
+        return
+    skip = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
