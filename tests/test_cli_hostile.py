@@ -1,0 +1,132 @@
+"""Hostile files through the real command, each in its own process with its time and peak memory
+measured: the command must finish (or fail with one line) within generous bounds, whatever the
+file holds. The bounds are functional limits with about ten times headroom over what a quiet
+2-core machine needs, not benchmarks; each case once took minutes or gigabytes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# Peak resident memory allowed to any run: the interpreter with numpy, numba and pyarrow takes
+# about 200-300 MB; the failures these tests guard against took 2.4 to 44 GiB.
+MEMORY_BOUND = 1 << 30
+
+
+@dataclass
+class Run:
+    returncode: int
+    stderr: str
+    seconds: float
+    peak_bytes: int
+
+
+def measure(tmp_path: Path, *args: str | os.PathLike, timeout: float) -> Run:
+    """Run ``python -m metricstream ARGS``; its exit code, stderr, wall time and peak RSS.
+
+    ``os.wait4`` gives the resource usage of exactly this child (``RUSAGE_CHILDREN`` would mix
+    in every earlier child); a timer kills the process if it runs past ``timeout``.
+    """
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "wb") as err:
+        start = time.monotonic()
+        process = subprocess.Popen([sys.executable, "-m", "metricstream", *map(str, args)],
+                                   stdout=subprocess.DEVNULL, stderr=err,
+                                   stdin=subprocess.DEVNULL)
+        timer = threading.Timer(timeout, process.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        finally:
+            timer.cancel()
+        seconds = time.monotonic() - start
+    process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    stderr = err_path.read_text(encoding="utf-8", errors="replace")
+    assert seconds < timeout, f"still running after {timeout} s: {args}"
+    return Run(process.returncode, stderr, seconds, usage.ru_maxrss * 1024)
+
+
+def assert_bounded(run: Run, seconds: float) -> None:
+    assert run.seconds < seconds, f"took {run.seconds:.1f} s (bound {seconds} s)"
+    assert run.peak_bytes < MEMORY_BOUND, f"peak {run.peak_bytes / 2**20:.0f} MiB"
+
+
+def one_line_error(run: Run, code: int = 1) -> str:
+    assert run.returncode == code, run.stderr
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("metricstream: error: "), \
+        run.stderr
+    return run.stderr
+
+
+def test_stray_quotes_in_unquoted_fields_stay_linear(tmp_path):
+    # 700,000 rows with `tv 12"` in a free-text column: once did not finish in ten minutes
+    path = tmp_path / "p.csv"
+    with open(path, "w", encoding="utf-8") as file:
+        file.write("y_true,y_pred,item\n")
+        for _ in range(70):
+            file.write("".join(f"{i % 3},{(i * 7) % 3},tv 12\"\n" for i in range(10_000)))
+    run = measure(tmp_path, "report", path, "--format", "json", timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert_bounded(run, 120)
+
+
+@pytest.mark.parametrize("names", [10_000, pytest.param(100_000, marks=pytest.mark.slow)])
+def test_many_distinct_names_stop_at_the_class_limit(tmp_path, names):
+    # 118 KB with 10,000 names once took 2.4 GiB; 1.4 MB with 100,000 tried to allocate 43.6 GiB
+    path = tmp_path / "p.csv"
+    path.write_text("y_true,y_pred\n" + "".join(f"n{i},n{i // 2}\n" for i in range(names)))
+    run = measure(tmp_path, "report", path, timeout=60)
+    message = one_line_error(run)
+    assert "over the limit of 4,096 classes" in message and "`--max-classes 8192`" in message
+    assert_bounded(run, 60)
+
+
+def test_a_ten_million_character_field(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("y_true,y_pred,note\n0,0,a\n1,1," + "x" * 10_000_000 + "\n1,0,b\n")
+    for reader in ("pyarrow", "python"):
+        run = measure(tmp_path, "report", path, "--reader", reader, timeout=60)
+        message = one_line_error(run)
+        assert "longer than" in message
+        assert_bounded(run, 60)
+
+
+def test_a_quote_that_never_closes(tmp_path):
+    # an opening quote at the start of a field swallows the rest of a 40 MB file
+    path = tmp_path / "p.csv"
+    with open(path, "w", encoding="utf-8") as file:
+        file.write('y_true,y_pred,note\n0,0,"open\n')
+        file.write("1,1,x\n" * 7_000_000)
+    run = measure(tmp_path, "report", path, timeout=60)
+    assert "(a quoted field that is never closed?)" in one_line_error(run)
+    assert_bounded(run, 60)
+
+
+def test_fortran_order_npz_is_streamed(tmp_path):
+    # a 3 MB compressed Fortran-order archive once peaked at 4.6 GiB: it was loaded whole
+    def archive(name: str, shape: tuple[int, ...]) -> Path:
+        truth = np.zeros(shape, dtype=np.uint8, order="F")
+        truth[0, 0, :7] = 1
+        np.savez_compressed(tmp_path / name, y_true=truth, y_pred=truth)
+        return tmp_path / name
+
+    small = measure(tmp_path, "report", archive("s.npz", (1, 10, 10)), "--format", "json",
+                    timeout=60)
+    assert small.returncode == 0, small.stderr
+    size = 200_000_000  # two members of 200 MB each (uint8), about 0.4 MB compressed
+    run = measure(tmp_path, "report", archive("m.npz", (200, 1000, 1000)), "--format", "json",
+                  timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert_bounded(run, 120)
+    # streamed in the members' own order: a few chunks of a million elements, never a member
+    # (measured: 2 MB over the small archive's peak; loading one member whole would add 200 MB)
+    assert run.peak_bytes - small.peak_bytes < size // 8
