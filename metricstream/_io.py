@@ -47,7 +47,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -205,7 +205,7 @@ class Source:
     class_names: list[str] | None = None
     header: bool = True
     text: bool = False  # a text file: any column can be read as any kind, row by row
-    order: str = "C"  # the order in which elements of multi-dimensional columns are read
+    order: Literal["C", "F"] = "C"  # the order elements of multi-dimensional columns are read in
 
     def where(self, flat_index: int) -> str:
         """'row N' (1-based) or 'element (i, j, k)' for error messages."""
@@ -667,7 +667,8 @@ def _open_parquet(path: Path, options: OpenOptions) -> Source:
     try:
         file = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as error:
-        raise InputError(f"{path}: not a readable Parquet file ({error}).") from None
+        raise InputError(f"{path}: not a readable Parquet file "
+                         f"({' '.join(str(error).split())}).") from None
     schema = file.schema_arrow
     columns = list(schema.names)
     kinds = {name: _arrow_kind(schema.field(name).type) for name in columns}
@@ -676,7 +677,16 @@ def _open_parquet(path: Path, options: OpenOptions) -> Source:
         import pyarrow.compute as pc
 
         start = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=CHUNK_ROWS, columns=selected):
+        batches = pq.ParquetFile(path).iter_batches(batch_size=CHUNK_ROWS, columns=selected)
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pa.ArrowException, OSError) as error:
+                # a damaged page or row group, found only when it is decoded
+                raise InputError(f"{path}: rows after row {start:,} cannot be read (damaged "
+                                 f"Parquet data: {str(error).splitlines()[0]}).") from None
+            if batch is None:
+                return
             chunk = {}
             for name in selected:
                 array = batch.column(batch.schema.get_field_index(name))
@@ -875,7 +885,7 @@ def _open_npz(path: Path, options: OpenOptions) -> Source:
         # members are Fortran-ordered, stream them as stored; positions are then unravelled in
         # Fortran order.
         fortran = {headers[name][1] for name in selected}
-        order = "F" if fortran == {True} else "C"
+        order: Literal["C", "F"] = "F" if fortran == {True} else "C"
         source.order = order
         with zipfile.ZipFile(path) as archive:
             readers: dict[str, _MemberReader] = {}

@@ -68,6 +68,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _fail(message: str, code: int) -> Any:
+    # one line, whatever a library's message holds (pyarrow's may end in a newline)
+    message = " ".join(part.strip() for part in message.splitlines() if part.strip())
     print(f"{PROG}: error: {message}", file=sys.stderr)
     raise SystemExit(code)
 
@@ -180,11 +182,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args)
     except InputError as error:
         _fail(str(error), EXIT_USAGE if error.usage else EXIT_DATA)
+    except MemoryError:
+        _fail(f"{args.path}: out of memory while reading; lower `--max-classes` or check that "
+              f"the columns are labels.", EXIT_DATA)
     except BrokenPipeError:
         # `metricstream report ... | head`: the reader left; nothing more to say.
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
         return EXIT_OK
+    except OSError as error:  # e.g. permission denied, a disk error while reading
+        where = error.filename or args.path
+        _fail(f"{where}: cannot read ({error.strerror or error}).", EXIT_DATA)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

@@ -505,3 +505,26 @@ def test_outputs_are_checked_before_reading(tmp_path, monkeypatch, option, targe
     result = run("report", DIGITS, option, target)
     assert result.returncode == 2 and result.stdout == ""
     assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="root reads files without read permission")
+def test_an_unreadable_file_is_one_line(tmp_path):
+    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [[0, 0]])
+    path.chmod(0)
+    result = run("report", path)
+    assert result.returncode == 1
+    assert result.stderr == f"metricstream: error: {path}: cannot read (Permission denied).\n"
+
+
+def test_a_damaged_parquet_file_is_one_line(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    table = pa.table({"y_true": np.arange(5000) % 7, "y_pred": np.arange(5000) % 5})
+    pq.write_table(table, tmp_path / "p.parquet", row_group_size=1000, compression="none")
+    raw = bytearray((tmp_path / "p.parquet").read_bytes())
+    raw[len(raw) // 2:len(raw) // 2 + 2000] = b"\xff" * 2000
+    (tmp_path / "p.parquet").write_bytes(bytes(raw))
+    result = run("report", tmp_path / "p.parquet")
+    assert result.returncode in (1, 2)
+    assert result.stderr.startswith("metricstream: error: ") and result.stderr.count("\n") == 1
