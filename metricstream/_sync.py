@@ -67,17 +67,24 @@ def synchronize(
         raise AssertionError("unreachable")  # pragma: no cover
     work = target if inplace else target.copy()
     with _exclusive(work) as arrays:
-        description = _describe(work, arrays)
         ints = [array for array in arrays.values() if array.dtype.kind == "i"]
         floats = [array for array in arrays.values() if array.dtype.kind == "f"]
-        int_max = max((int(a.max()) for a in ints if a.size), default=0)
-        float_max = max((float(a.max()) for a in floats if a.size), default=0.0)
-        vector = np.array(
-            [SYNC_PROTOCOL, _digest(description), sum(a.size for a in ints),
-             sum(a.size for a in floats), int_max,
-             np.array(float_max, dtype=np.float64).view(np.int64)],
-            dtype=np.int64,
-        )
+        try:
+            description = _describe(work, arrays)
+            int_max = max((int(a.max()) for a in ints if a.size), default=0)
+            float_max = max((float(a.max()) for a in floats if a.size), default=0.0)
+            vector = np.array(
+                [SYNC_PROTOCOL, _digest(description), sum(a.size for a in ints),
+                 sum(a.size for a in floats), int_max,
+                 np.array(float_max, dtype=np.float64).view(np.int64)],
+                dtype=np.int64,
+            )
+        except Exception as error:
+            # E.g. a configuration that is not JSON-able: still join the check, so that the
+            # other ranks raise too instead of waiting in it forever.
+            _check(np.array([SYNC_PROTOCOL, _ERROR_MARK, 0, 0, 0, 0], dtype=np.int64), None,
+                   gather, engine, error)
+            raise AssertionError("unreachable") from error  # pragma: no cover
         _check(vector, description, gather, engine, None)
         for group in (ints, floats):
             if group:
@@ -117,8 +124,9 @@ def _check(vector: np.ndarray, description: list[Any] | None,
     failed = [rank for rank in range(world_size) if table[rank, 1] == _ERROR_MARK]
     if failed:
         raise ValueError(
-            f"cannot {engine}: rank(s) {_ranks(failed)} could not take part (they were not "
-            f"given an accumulator; see the error on those ranks); nothing was summed."
+            f"cannot {engine}: rank(s) {_ranks(failed)} could not take part (see the error "
+            f"raised there: not given an accumulator, or a state that cannot be described); "
+            f"nothing was summed."
         )
     protocols = table[:, 0].tolist()
     if len(set(protocols)) > 1:
@@ -140,7 +148,9 @@ def _check(vector: np.ndarray, description: list[Any] | None,
             f"counts add up to {sum(int(v) for v in table[:, 4])}); nothing was summed."
         )
     float_maxima = table[:, 5].copy().view(np.float64)
-    if not np.isfinite(float_maxima.sum()):
+    with np.errstate(over="ignore"):  # an overflow is the finding here, not a warning
+        float_total = float_maxima.sum()
+    if not np.isfinite(float_total):
         raise ValueError(
             f"cannot {engine}: the summed float64 weights would overflow to infinity; nothing "
             f"was summed."
@@ -150,7 +160,8 @@ def _check(vector: np.ndarray, description: list[Any] | None,
 def _difference(description: list[Any], gather: Callable[[np.ndarray], np.ndarray],
                 world_size: int) -> str:
     """Exchange every rank's description (two more all-gathers) and say what differs."""
-    text = json.dumps(description, sort_keys=True).encode("utf-8")
+    # Keys in each configuration's own order, so the first field reported is its first one.
+    text = json.dumps(description).encode("utf-8")
     lengths = np.asarray(gather(np.array([len(text)], dtype=np.int64))).reshape(-1)
     width = (int(lengths.max()) + 7) // 8
     padded = np.zeros(width * 8, dtype=np.uint8)
@@ -162,7 +173,10 @@ def _difference(description: list[Any], gather: Callable[[np.ndarray], np.ndarra
     ]
     names = [[member[0] for member in d] for d in descriptions]
     if any(n != names[0] for n in names):
-        return "the groups hold different members: " + _by_rank([repr(n) for n in names])
+        # A single accumulator is described as one member named "" (group members have names).
+        held = [f"a single {d[0][1]}" if n == [""] else f"a group of {n!r}"
+                for n, d in zip(names, descriptions, strict=True)]
+        return "the ranks hold different accumulators: " + _by_rank(held)
     for index, name in enumerate(names[0]):
         prefix = f"member {name!r}: " if name else ""
         members = [d[index] for d in descriptions]
@@ -173,10 +187,16 @@ def _difference(description: list[Any], gather: Callable[[np.ndarray], np.ndarra
         if len(set(formats)) > 1:
             return f"{prefix}the state format is " + _by_rank(formats)
         configs = [m[3] for m in members]
-        for key in configs[0]:
-            values = [_short(c.get(key)) for c in configs]
-            if len(set(values)) > 1:
-                return f"{prefix}`{key}` is " + _by_rank(values)
+        keys = list(dict.fromkeys(key for config in configs for key in config))
+        for key in keys:
+            raw = [c.get(key) for c in configs]
+            if all(value == raw[0] for value in raw):
+                continue
+            if all(isinstance(v, list) and len(v) == len(raw[0]) for v in raw):
+                # Long lists (class names) that differ: show the first position that does.
+                at = next(i for i in range(len(raw[0])) if any(v[i] != raw[0][i] for v in raw))
+                return f"{prefix}`{key}[{at}]` is " + _by_rank([_short(v[at]) for v in raw])
+            return f"{prefix}`{key}` is " + _by_rank([_short(value) for value in raw])
         shapes = [json.dumps(m[4]) for m in members]
         if len(set(shapes)) > 1:
             return f"{prefix}the state arrays differ (" + _by_rank(shapes) + ")"
@@ -184,7 +204,8 @@ def _difference(description: list[Any], gather: Callable[[np.ndarray], np.ndarra
 
 
 def _short(value: Any) -> str:
-    text = "None" if value is None else json.dumps(value) if not isinstance(value, str) else value
+    """A configuration value as Python spells it (``True``, ``['a', 'b']``), cut at 80 chars."""
+    text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -1,9 +1,16 @@
-"""metricstream.distributed: summing accumulators across torch.distributed ranks.
+"""metricstream.distributed and the sync engine: summing accumulators and groups across ranks.
 
-The multi-process tests start 2 real gloo ranks (this file run as a script, ``--worker``) that
-rendezvous over 127.0.0.1, each counting its shard of one dataset; every scenario's result is
-compared with one process counting all the data. Each rank also logs every collective it issues
-(name, element count, reduce op), so the tests pin "exactly two all_reduce calls per sync".
+Two layers of tests:
+
+* in process: ``_sync.synchronize`` driven by a fake world of N ranks (threads exchanging through
+  a barrier, :class:`tests.sync_fixtures.FakeWorld`), for 2 to 10 ranks, every mismatch, wrong
+  objects, the overflow pre-check and concurrent updates; each rank's collectives are counted;
+* real processes (slow): 2 gloo ranks (this file run as a script, ``--worker``) that rendezvous
+  over 127.0.0.1, each counting its shard of one dataset; every scenario's result is compared
+  with one process counting all the data, and each rank logs every ``torch.distributed``
+  collective it issues (name, element count, reduce op), so the tests pin "one check plus one
+  ``all_reduce`` per state dtype". A second, short session (30 s process-group timeout) runs the
+  hostile scenarios: a rank passing a non-accumulator, overflowing sums, mismatched groups.
 """
 
 from __future__ import annotations
@@ -14,19 +21,36 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from metricstream import ConfusionAccumulator
+if __package__ in (None, ""):  # run as a script (--worker): make `tests` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from metricstream import AccumulatorGroup, ConfusionAccumulator  # noqa: E402
+from tests.sync_fixtures import (  # noqa: E402
+    GROUP_FLOAT_SIZE,
+    GROUP_INT_SIZE,
+    NAMES,
+    VOID,
+    FakeWorld,
+    K,
+    LabelHistogram,
+    WeightTotals,
+    feed,
+    group_data,
+    make_group,
+    states,
+)
 
 WORLD = 2
-K = 7
-NAMES = [f"class-{i}" for i in range(K)]
 BIG_K = 1000
 TIMEOUT = 300  # seconds for the whole 2-rank session, far above the ~10 s it needs
+CHECK = 6 * WORLD  # the check all-gathers 6 int64 values per rank
 
 COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
@@ -40,13 +64,31 @@ MISMATCHES = {
     "num_classes": ({"num_classes": K + 1, "class_names": [*NAMES, "extra"]},
                     r"`num_classes` is 7 on rank 0 and 8 on rank 1\."),
     "class_names": ({"class_names": NAMES[::-1]},
-                    r"`class_names` differ between ranks "
-                    r"\(list 1 on rank 0 and list 2 on rank 1\)"),
+                    r"`class_names\[0\]` is 'class-0' on rank 0 and 'class-6' on rank 1\."),
     "ignore_index-None": ({"ignore_index": None},
                           r"`ignore_index` is 255 on rank 0 and None on rank 1\."),
     "ignore_index-value": ({"ignore_index": 254},
                            r"`ignore_index` is 255 on rank 0 and 254 on rank 1\."),
     "weighted": ({"weighted": True}, r"`weighted` is False on rank 0 and True on rank 1\."),
+    "class_axis": ({"class_axis": -1}, r"`class_axis` is 1 on rank 0 and -1 on rank 1\."),
+}
+
+GROUP_MISMATCHES = {
+    # name: (rank 1's group, expected message fragment)
+    "member-config": (lambda: make_group(weighted=ConfusionAccumulator(
+        K, ignore_index=254, weighted=True)),
+        r"member 'weighted': `ignore_index` is 255 on rank 0 and 254 on rank 1\."),
+    "member-type": (lambda: make_group(labels=WeightTotals(K)),
+                    r"member 'labels': the accumulator type is LabelHistogram on rank 0 and "
+                    r"WeightTotals on rank 1\."),
+    "member-names": (lambda: AccumulatorGroup({("renamed" if name == "wide" else name): member
+                                               for name, member in make_group().items()}),
+                     r"the ranks hold different accumulators: a group of \['counts', "
+                     r"'weighted', 'wide', .* on rank 0 and a group of \['counts', 'weighted', "
+                     r"'renamed', .* on rank 1\."),
+    "group-vs-single": (lambda: ConfusionAccumulator(K, NAMES, VOID),
+                        r"a group of \['counts', .*\] on rank 0 and a single "
+                        r"ConfusionAccumulator on rank 1\."),
 }
 
 
@@ -54,7 +96,7 @@ def dataset(n: int = 6000, seed: int = 0) -> dict[str, np.ndarray]:
     """The global data every rank shards (rank r takes every WORLD-th sample from r)."""
     rng = np.random.default_rng(seed)
     y_true = rng.integers(0, K, size=n)
-    y_true[rng.random(n) < 0.05] = 255  # ignored samples
+    y_true[rng.random(n) < 0.05] = VOID  # ignored samples
     logits = rng.normal(size=(n, K)) + 1.5 * np.eye(K)[np.minimum(y_true, K - 1)]
     return {
         "y_true": y_true,
@@ -67,12 +109,286 @@ def dataset(n: int = 6000, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def config(**changes) -> dict:
-    base = {"num_classes": K, "class_names": NAMES, "ignore_index": 255}
+    base = {"num_classes": K, "class_names": NAMES, "ignore_index": VOID}
     base.update(changes)
     return base
 
 
-# ---------------------------------------------------------------------------- the worker
+# ============================================================================ in process
+def _group_world(size: int, **kwargs) -> tuple[FakeWorld, list[AccumulatorGroup],
+                                                 AccumulatorGroup]:
+    data = group_data()
+    groups = [feed(make_group(), data, slice(rank, None, size)) for rank in range(size)]
+    return FakeWorld(size, **kwargs), groups, feed(make_group(), data, slice(None))
+
+
+def _assert_same_state(got, expected) -> None:
+    mine, theirs = states(got), states(expected)
+    assert mine.keys() == theirs.keys()
+    for key in mine:
+        # Whole-number weights: the float sums are exact in any order, so compare exactly.
+        np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4, 7])
+@pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "copy"])
+def test_group_sync_equals_one_process_counting_everything(size, inplace):
+    world, groups, expected = _group_world(size)
+    before = [states(group) for group in groups]
+    results = world.run(groups, inplace=inplace)
+    for rank, result in enumerate(results):
+        assert isinstance(result, AccumulatorGroup), result
+        assert result == expected
+        _assert_same_state(result, expected)
+        assert (result is groups[rank]) is inplace
+        if not inplace:
+            assert states(groups[rank]) == before[rank]  # the local state was left as it was
+            assert all(result[name] is not groups[rank][name] for name in result)
+        # One check, then one SUM per state dtype, whatever the number of members.
+        assert world.calls[rank] == [("gather", 6, "<i8"), ("sum", GROUP_INT_SIZE, "<i8"),
+                                     ("sum", GROUP_FLOAT_SIZE, "<f8")]
+
+
+def test_group_sync_when_the_engine_returns_a_new_buffer():
+    world, groups, expected = _group_world(2, copy_result=True)
+    for result in world.run(groups):
+        assert result == expected
+
+
+@pytest.mark.parametrize("copy_result", [False, True], ids=["in-place", "new-buffer"])
+def test_single_accumulator_is_summed_without_packing(copy_result):
+    data = dataset()
+    accs = [ConfusionAccumulator(**config()).update(data["y_true"][r::3], data["y_pred"][r::3])
+            for r in range(3)]
+    expected = ConfusionAccumulator(**config()).update(data["y_true"], data["y_pred"])
+    world = FakeWorld(3, copy_result=copy_result)
+    for rank, result in enumerate(world.run(accs)):
+        assert result is accs[rank] and result == expected
+        assert world.calls[rank] == [("gather", 6, "<i8"), ("sum", K * K, "<i8")]
+
+
+def test_float_only_and_empty_group():
+    accs = [ConfusionAccumulator(3, weighted=True).update([0, 1], [1, 1], [0.5, 0.25])
+            for _ in range(2)]
+    world = FakeWorld(2)
+    for result in world.run(accs):
+        assert result.matrix[0, 1] == 1.0 and result.matrix[1, 1] == 0.5
+        assert result.num_samples == 1.5
+    assert world.calls[0] == [("gather", 6, "<i8"), ("sum", 9, "<f8")]
+    world = FakeWorld(2)
+    assert all(r == AccumulatorGroup() for r in world.run([AccumulatorGroup(),
+                                                           AccumulatorGroup()]))
+    assert world.calls == [[("gather", 6, "<i8")]] * 2  # nothing to sum
+
+
+def test_uneven_shards_and_a_rank_that_saw_nothing():
+    data = group_data()
+    groups = [feed(make_group(), data, slice(None)), make_group()]
+    expected = feed(make_group(), data, slice(None))
+    for result in FakeWorld(2).run(groups):
+        assert result == expected
+
+
+def _mismatch_messages(targets) -> list[str]:
+    world = FakeWorld(len(targets))
+    before = [states(t) for t in targets]
+    results = world.run(targets)
+    assert all(isinstance(r, ValueError) for r in results), results
+    for rank, target in enumerate(targets):
+        assert states(target) == before[rank]  # nothing was summed
+        assert all(call[0] == "gather" for call in world.calls[rank])  # no data collective
+    messages = [str(r) for r in results]
+    assert len(set(messages)) == 1, messages  # the same error on every rank
+    return messages
+
+
+@pytest.mark.parametrize("name", MISMATCHES)
+def test_mismatched_accumulators_raise_the_same_error_on_every_rank(name):
+    change, fragment = MISMATCHES[name]
+    message = _mismatch_messages([ConfusionAccumulator(**config()),
+                                  ConfusionAccumulator(**config(**change))])[0]
+    assert "cannot all_reduce accumulators configured differently across the 2 ranks" in message
+    assert re.search(fragment, message), message
+
+
+@pytest.mark.parametrize("name", GROUP_MISMATCHES)
+def test_mismatched_groups_name_the_member_the_field_and_each_ranks_value(name):
+    other, fragment = GROUP_MISMATCHES[name]
+    message = _mismatch_messages([make_group(), other()])[0]
+    assert re.search(fragment, message), message
+    assert message.endswith("nothing was summed.")
+
+
+@pytest.mark.parametrize(
+    "accs, message",
+    [
+        ([ConfusionAccumulator(7), ConfusionAccumulator(8), ConfusionAccumulator(7),
+          ConfusionAccumulator(7)], "`num_classes` is 7 on ranks 0, 2, 3 and 8 on rank 1."),
+        ([ConfusionAccumulator(3), ConfusionAccumulator(4), ConfusionAccumulator(5)],
+         "`num_classes` is 3 on rank 0; 4 on rank 1; 5 on rank 2."),
+        ([ConfusionAccumulator(2, ignore_index=-1), ConfusionAccumulator(2)],
+         "`ignore_index` is -1 on rank 0 and None on rank 1."),
+        ([ConfusionAccumulator(2, class_names=["a", "b"]), ConfusionAccumulator(2)],
+         "`class_names` is ['a', 'b'] on rank 0 and None on rank 1."),
+        ([ConfusionAccumulator(2, threshold=0.5), ConfusionAccumulator(2, threshold=0.25)],
+         "`threshold` is 0.5 on rank 0 and 0.25 on rank 1."),
+        ([ConfusionAccumulator(3)] * 9 + [ConfusionAccumulator(4)],
+         "`num_classes` is 3 on ranks 0, 1, 2, 3, 4, 5, 6, 7, ... and 4 on rank 9."),
+    ],
+    ids=["four-ranks", "three-values", "ignore-index", "names-vs-none", "threshold", "ten-ranks"],
+)
+def test_mismatch_messages_name_the_ranks(accs, message):
+    accs = [acc.copy() for acc in accs]  # one object per rank
+    text = _mismatch_messages(accs)[0]
+    assert f"configured differently across the {len(accs)} ranks: {message}" in text
+
+
+def test_protocol_mismatch_is_reported_first():
+    world = FakeWorld(2)
+
+    def older_on_rank_1(rank, vector):
+        if rank == 1:
+            vector[0] -= 1
+        return vector
+
+    world.tamper = older_on_rank_1
+    results = world.run([ConfusionAccumulator(3), ConfusionAccumulator(4)])
+    from metricstream._sync import SYNC_PROTOCOL
+
+    for result in results:
+        assert isinstance(result, ValueError)
+        assert (f"different sync protocols: {SYNC_PROTOCOL} on rank 0 and {SYNC_PROTOCOL - 1} "
+                f"on rank 1") in str(result)
+
+
+@pytest.mark.parametrize("bad", [np.zeros((3, 3), dtype=np.int64), {"matrix": [[1]]}, None],
+                         ids=["ndarray", "dict", "None"])
+def test_a_rank_passing_a_non_accumulator_makes_every_rank_raise(bad):
+    acc = ConfusionAccumulator(3).update([0, 1], [0, 1])
+    before = acc.state_arrays()
+    world = FakeWorld(3, timeout=20)
+    results = world.run([acc, bad, acc.copy()])
+    assert isinstance(results[1], TypeError)
+    assert re.search(r"`acc` must be an accumulator or an AccumulatorGroup, got "
+                     + type(bad).__name__, str(results[1]))
+    for rank in (0, 2):
+        assert isinstance(results[rank], ValueError), results[rank]
+        assert "rank(s) 1 could not take part" in str(results[rank])
+    assert all(calls == [("gather", 6, "<i8")] for calls in world.calls)
+    np.testing.assert_array_equal(acc.state_arrays()["matrix"], before["matrix"])
+
+
+def test_a_state_that_cannot_be_described_still_joins_the_check():
+    class Unjsonable(LabelHistogram):
+        def config(self):
+            return {"size": self._size, "ignore_index": object()}
+
+    world = FakeWorld(2, timeout=20)
+    results = world.run([LabelHistogram(3), Unjsonable(3)])
+    assert isinstance(results[1], TypeError) and "JSON" in str(results[1])
+    assert isinstance(results[0], ValueError) and "rank(s) 1 could not take part" in str(
+        results[0])
+
+
+@pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "copy"])
+def test_int64_overflow_is_refused_on_every_rank_before_summing(inplace):
+    half = ConfusionAccumulator.from_matrix(np.array([[2**62, 0], [0, 1]]))
+    groups = [AccumulatorGroup(c=half.copy(), h=LabelHistogram(2)) for _ in range(2)]
+    world = FakeWorld(2)
+    results = world.run(groups, inplace=inplace)
+    for result in results:
+        assert isinstance(result, ValueError)
+        assert re.search(r"cannot all_reduce: the summed int64 counts could pass 2\*\*63 - 1 \(the "
+                         r"ranks' largest counts add up to 9223372036854775808\); nothing was "
+                         r"summed\.", str(result))
+    for group in groups:
+        assert group["c"] == half
+    assert world.calls == [[("gather", 6, "<i8")]] * 2
+    # Just below the limit is fine.
+    below = ConfusionAccumulator.from_matrix(np.array([[2**62 - 1, 0], [0, 0]]))
+    fine = FakeWorld(2).run([below.copy(), ConfusionAccumulator.from_matrix([[2**62, 0], [0, 0]])])
+    assert fine[0].matrix[0, 0] == 2**63 - 1 == fine[1].matrix[0, 0]
+
+
+def test_float64_overflow_is_refused_on_every_rank():
+    huge = ConfusionAccumulator.from_matrix(np.array([[1e308, 0.0], [0.0, 0.5]]))
+    accs = [huge.copy(), huge.copy()]
+    results = FakeWorld(2).run(accs)
+    for result in results:
+        assert isinstance(result, ValueError)
+        assert "the summed float64 weights would overflow to infinity" in str(result)
+    assert accs[0] == huge
+
+
+def test_updates_from_another_thread_during_an_inplace_sync_are_not_lost():
+    """The lock is held through the collectives: an update waits instead of being overwritten.
+
+    Rank 1 holds an empty accumulator each time, so every sync leaves rank 0's counts as they
+    were; an update landing between the read and the write-back would be lost.
+    """
+    acc = ConfusionAccumulator(3)
+    stop = threading.Event()
+    updates = [0]
+
+    def updater():
+        while not stop.is_set():
+            acc.update([0, 1, 2], [0, 1, 2])
+            updates[0] += 1
+
+    thread = threading.Thread(target=updater)
+    thread.start()
+    try:
+        for _ in range(30):
+            results = FakeWorld(2).run([acc, ConfusionAccumulator(3)])
+            assert results[0] is acc
+    finally:
+        stop.set()
+        thread.join()
+    assert updates[0] > 0
+    np.testing.assert_array_equal(acc.matrix, np.eye(3, dtype=np.int64) * updates[0])
+
+
+# ---------------------------------------------------------------------------- without ranks
+def test_requires_an_initialized_process_group():
+    pytest.importorskip("torch")
+    from metricstream.distributed import all_reduce
+
+    with pytest.raises(ValueError, match=r"torch.distributed is not initialized; call"):
+        all_reduce(ConfusionAccumulator(3))
+
+
+@pytest.mark.parametrize(
+    "backend, expected",
+    [("gloo", "cpu"), ("mpi", "cpu"), ("cpu:gloo,cuda:nccl", "cpu"), ("nccl", "cuda:0")],
+)
+def test_device_follows_the_backend(monkeypatch, backend, expected):
+    torch = pytest.importorskip("torch")
+    from metricstream import distributed
+
+    class FakeDist:
+        @staticmethod
+        def get_backend(group):
+            return backend
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert distributed._choose_device(torch, FakeDist, None, None) == torch.device(expected)
+    assert distributed._choose_device(torch, FakeDist, None, "cpu") == torch.device("cpu")
+
+
+def test_unknown_backend_asks_for_a_device():
+    torch = pytest.importorskip("torch")
+    from metricstream import distributed
+
+    class FakeDist:
+        @staticmethod
+        def get_backend(group):
+            return "xccl"
+
+    with pytest.raises(ValueError, match=r"pass `device=`"):
+        distributed._choose_device(torch, FakeDist, None, None)
+
+
+# ============================================================================ real ranks (gloo)
 def _install_counter(dist, log: list) -> None:
     for name in COLLECTIVES:
         original = getattr(dist, name, None)
@@ -89,27 +405,31 @@ def _install_counter(dist, log: list) -> None:
         setattr(dist, name, wrapper)
 
 
-def worker(rank: int, port: int, out: str) -> None:
+def _init(rank: int, port: int, seconds: int) -> tuple:
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
 
-    from metricstream.distributed import all_reduce
-
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=WORLD, timeout=timedelta(seconds=120))
+                            world_size=WORLD, timeout=timedelta(seconds=seconds))
     log: list = []
     _install_counter(dist, log)
+    return dist, log
+
+
+def worker(rank: int, port: int, out: str) -> None:
+    from metricstream.distributed import all_reduce
+
+    dist, log = _init(rank, port, 120)
     data = dataset()
     shard = slice(rank, None, WORLD)
     results: dict = {}
 
     def record(name, acc, **extra):
-        results[name] = {"matrix": acc.matrix.tolist(), "calls": list(log),
-                         "config": {k: v for k, v in acc.state_dict().items() if k != "matrix"},
-                         **extra}
+        results[name] = {"state": states(acc), "calls": list(log),
+                         "config": acc.state_dict().get("config"), **extra}
         del log[:]
 
     # Labels, copy: the local accumulator stays as it was.
@@ -148,6 +468,17 @@ def worker(rank: int, port: int, out: str) -> None:
     del log[:]
     record("subgroup", all_reduce(acc, group=group))
 
+    # A group of six accumulators (int64 and float64 states), in place and as a copy.
+    gdata = group_data()
+    local_group = feed(make_group(), gdata, shard)
+    local_state = states(local_group)
+    del log[:]
+    synced_group = all_reduce(local_group, inplace=False)
+    record("group_copy", synced_group, local_untouched=states(local_group) == local_state,
+           distinct=synced_group is not local_group)
+    returned = all_reduce(local_group)
+    record("group_inplace", local_group, returned_self=returned is local_group)
+
     # Mismatched configurations: every rank raises, then the group still works.
     errors = {}
     for name, (change, _) in MISMATCHES.items():
@@ -172,22 +503,67 @@ def worker(rank: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-# ---------------------------------------------------------------------------- the tests
+def hostile_worker(rank: int, port: int, out: str) -> None:
+    """Scenarios that hung or wrapped before: every rank must raise, quickly, and go on."""
+    from metricstream.distributed import all_reduce
+
+    dist, log = _init(rank, port, 30)  # a hang would end in a gloo timeout error after 30 s
+    gdata = group_data()
+    shard = slice(rank, None, WORLD)
+    results: dict = {}
+
+    def attempt(name, target, **kwargs):
+        before = states(target) if hasattr(target, "state_arrays") or isinstance(
+            target, AccumulatorGroup) else None
+        del log[:]
+        start = time.monotonic()
+        try:
+            all_reduce(target, **kwargs)
+        except Exception as error:  # noqa: BLE001 - recorded for the test
+            outcome = {"error": type(error).__name__, "message": str(error)}
+        else:
+            outcome = {"error": None, "message": None}
+        outcome.update(calls=list(log), seconds=time.monotonic() - start,
+                       unchanged=before is None or states(target) == before)
+        results[name] = outcome
+
+    good = ConfusionAccumulator(**config()).update(gdata["y_true"][shard] % K,
+                                                   gdata["y_pred"][shard])
+    attempt("non_accumulator", good if rank == 0 else good.matrix.copy())
+    attempt("non_accumulator_group", make_group() if rank == 0 else {"counts": good})
+    for name, (other, _) in GROUP_MISMATCHES.items():
+        attempt(f"group_{name}", feed(make_group(), gdata, shard) if rank == 0 else other())
+    big = np.array([[2**62, 0], [0, 1]])
+    attempt("int_overflow", AccumulatorGroup(c=ConfusionAccumulator.from_matrix(big),
+                                             h=LabelHistogram(2)))
+    attempt("int_overflow_copy", ConfusionAccumulator.from_matrix(big), inplace=False)
+    attempt("float_overflow", ConfusionAccumulator.from_matrix(np.array([[1e308, 0.5],
+                                                                         [0.0, 0.0]])))
+    # The process group is still in step: a normal group sync works and is right.
+    group = feed(make_group(), gdata, shard)
+    del log[:]
+    all_reduce(group)
+    results["after"] = {"state": states(group), "calls": list(log)}
+    Path(out, f"rank{rank}.json").write_text(json.dumps(results))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def _launch(out: Path) -> tuple[list[int], list[str]]:
+def _launch(mode: str, out: Path, timeout: float) -> tuple[list[int], list[str]]:
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     port = _free_port()
     procs = [
-        subprocess.Popen([sys.executable, __file__, "--worker", str(rank), str(port), str(out)],
+        subprocess.Popen([sys.executable, __file__, mode, str(rank), str(port), str(out)],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for rank in range(WORLD)
     ]
-    deadline = time.monotonic() + TIMEOUT
+    deadline = time.monotonic() + timeout
     outputs = []
     for proc in procs:
         try:
@@ -196,17 +572,16 @@ def _launch(out: Path) -> tuple[list[int], list[str]]:
             for other in procs:
                 other.kill()
             output, _ = proc.communicate()
-            output += f"\n[killed after {TIMEOUT} s]"
+            output += f"\n[killed after {timeout} s]"
         outputs.append(output)
     return [proc.returncode for proc in procs], outputs
 
 
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory) -> list[dict]:
+def _session(tmp_path_factory, mode: str, timeout: float) -> list[dict]:
     pytest.importorskip("torch", reason='needs PyTorch: pip install "metricstream[torch]"')
     out = tmp_path_factory.mktemp("gloo")
     for _attempt in range(3):  # a free port can be taken between probing and binding
-        codes, outputs = _launch(out)
+        codes, outputs = _launch(mode, out, timeout)
         if not any(codes) or "address already in use" not in "".join(outputs).lower():
             break
     assert not any(codes), "\n\n".join(
@@ -216,68 +591,96 @@ def ranks(tmp_path_factory) -> list[dict]:
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(WORLD)]
 
 
-def _expected(name: str) -> np.ndarray:
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list[dict]:
+    return _session(tmp_path_factory, "--worker", TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> list[dict]:
+    # Far below the 300 s of the main session: every scenario must end on both ranks at once.
+    return _session(tmp_path_factory, "--hostile", 150)
+
+
+def _expected(name: str):
     data = dataset()
     if name == "weighted_logits":
         acc = ConfusionAccumulator(**config(), weighted=True)
-        return acc.update(data["y_true"], data["logits"], weights=data["weights"]).matrix
+        return acc.update(data["y_true"], data["logits"], weights=data["weights"])
     if name == "big":
-        return ConfusionAccumulator(BIG_K).update(data["big_true"], data["big_pred"]).matrix
-    return ConfusionAccumulator(**config()).update(data["y_true"], data["y_pred"]).matrix
+        return ConfusionAccumulator(BIG_K).update(data["big_true"], data["big_pred"])
+    if name.startswith("group"):
+        return feed(make_group(), group_data(), slice(None))
+    return ConfusionAccumulator(**config()).update(data["y_true"], data["y_pred"])
 
 
-SCENARIOS = ["copy", "inplace", "weighted_logits", "big", "uneven", "subgroup", "after_mismatch"]
+SCENARIOS = ["copy", "inplace", "weighted_logits", "big", "uneven", "subgroup", "after_mismatch",
+             "group_copy", "group_inplace"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_synced_result_equals_one_process_on_all_data(ranks, scenario):
-    expected = _expected(scenario)
+    expected = states(_expected(scenario))
     for rank in ranks:
-        synced = np.array(rank[scenario]["matrix"])
-        if expected.dtype.kind == "f":
-            # Float sums of two partial sums differ from one sequential sum in the last bits.
-            np.testing.assert_allclose(synced, expected, rtol=1e-12)
-        else:
-            np.testing.assert_array_equal(synced, expected)
-    assert ranks[0][scenario]["matrix"] == ranks[1][scenario]["matrix"]  # bit-identical
+        synced = rank[scenario]["state"]
+        assert synced.keys() == expected.keys()
+        for key, values in expected.items():
+            if scenario == "weighted_logits":
+                # Float sums of two partial sums differ from one sequential sum in the last bits.
+                np.testing.assert_allclose(synced[key], values, rtol=1e-12)
+            else:  # counts, and float sums of whole-number weights: exact
+                np.testing.assert_array_equal(synced[key], values, err_msg=key)
+    assert ranks[0][scenario]["state"] == ranks[1][scenario]["state"]  # bit-identical
 
 
+@pytest.mark.slow
 def test_synced_matches_scikit_learn(ranks):
     from sklearn.metrics import confusion_matrix
 
     data = dataset()
-    kept = data["y_true"] != 255
+    kept = data["y_true"] != VOID
     expected = confusion_matrix(data["y_true"][kept], data["y_pred"][kept], labels=range(K))
-    np.testing.assert_array_equal(ranks[0]["copy"]["matrix"], expected)
+    np.testing.assert_array_equal(ranks[0]["copy"]["state"]["matrix"], expected)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if not s.startswith("group")])
 def test_exactly_two_collectives_per_sync(ranks, scenario):
-    """One all-gather of the 7-value configuration check (2 ranks: 14 values), one SUM of K*K."""
+    """One all-gather of the 6-value check (2 ranks: 12 values), one SUM of the K*K counts."""
     k = BIG_K if scenario == "big" else K
     for rank in ranks:
-        assert rank[scenario]["calls"] == [["all_gather_single", 14, None],
+        assert rank[scenario]["calls"] == [["all_gather_single", CHECK, None],
                                            ["all_reduce", k * k, "SUM"]]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["group_copy", "group_inplace"])
+def test_group_of_six_syncs_in_one_check_and_one_sum_per_dtype(ranks, scenario):
+    for rank in ranks:
+        assert rank[scenario]["calls"] == [["all_gather_single", CHECK, None],
+                                           ["all_reduce", GROUP_INT_SIZE, "SUM"],
+                                           ["all_reduce", GROUP_FLOAT_SIZE, "SUM"]]
+
+
+@pytest.mark.slow
 def test_configuration_travels_with_the_result(ranks):
     for rank in ranks:
         assert rank["copy"]["config"]["class_names"] == NAMES
-        assert rank["copy"]["config"]["ignore_index"] == 255
+        assert rank["copy"]["config"]["ignore_index"] == VOID
         assert rank["weighted_logits"]["config"]["weighted"] is True
 
 
-def test_copy_leaves_local_counts_untouched(ranks):
+@pytest.mark.slow
+@pytest.mark.parametrize("prefix", ["", "group_"])
+def test_copy_leaves_local_state_and_inplace_returns_it(ranks, prefix):
     for rank in ranks:
-        assert rank["copy"]["local_untouched"] is True
-        assert rank["copy"]["distinct"] is True
+        assert rank[f"{prefix}copy"]["local_untouched"] is True
+        assert rank[f"{prefix}copy"]["distinct"] is True
+        assert rank[f"{prefix}inplace"]["returned_self"] is True
 
 
-def test_inplace_returns_the_accumulator(ranks):
-    for rank in ranks:
-        assert rank["inplace"]["returned_self"] is True
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MISMATCHES)
 def test_mismatch_raises_the_same_error_on_every_rank(ranks, name):
     _, fragment = MISMATCHES[name]
@@ -286,105 +689,65 @@ def test_mismatch_raises_the_same_error_on_every_rank(ranks, name):
     assert "cannot all_reduce accumulators configured differently across the 2 ranks" in messages[0]
     assert re.search(fragment, messages[0])
     for rank in ranks:
-        # Only the configuration check ran: no rank entered the data collective.
-        assert rank["mismatch"][name]["calls"] == [["all_gather_single", 14, None]]
+        calls = rank["mismatch"][name]["calls"]
+        # The check, then two all-gathers of the descriptions (lengths, texts); no data moved.
+        assert calls[0] == ["all_gather_single", CHECK, None]
+        assert [c[0] for c in calls] == ["all_gather_single"] * 3
+        assert calls[1][1] == WORLD
         assert rank["mismatch"][name]["unchanged"] is True
 
 
-# ---------------------------------------------------------------------------- in-process checks
-def _gathered(*accs):
-    from metricstream import _sync
-
-    return np.concatenate([_sync.fingerprint(acc) for acc in accs])
-
-
-@pytest.mark.parametrize(
-    "accs, message",
-    [
-        ([ConfusionAccumulator(7), ConfusionAccumulator(8), ConfusionAccumulator(7),
-          ConfusionAccumulator(7)], "`num_classes` is 7 on ranks 0, 2, 3 and 8 on rank 1."),
-        ([ConfusionAccumulator(3), ConfusionAccumulator(4), ConfusionAccumulator(5)],
-         "`num_classes` is 3 on rank 0; 4 on rank 1; 5 on rank 2."),
-        ([ConfusionAccumulator(2, ignore_index=-1), ConfusionAccumulator(2)],
-         "`ignore_index` is -1 on rank 0 and None on rank 1."),
-        ([ConfusionAccumulator(2, class_names=["a", "b"]), ConfusionAccumulator(2)],
-         "`class_names` differ between ranks (list 1 on rank 0 and list 2 on rank 1)."),
-    ],
-    ids=["four-ranks", "three-values", "ignore-index", "names-vs-none"],
-)
-def test_mismatch_messages_name_the_ranks(accs, message):
-    from metricstream import _sync
-
-    with pytest.raises(ValueError) as info:
-        _sync.check_gathered(_gathered(*accs), "all_reduce")
-    assert f"configured differently across the {len(accs)} ranks: {message}" in str(info.value)
+@pytest.mark.slow
+def test_non_accumulator_on_one_rank_raises_on_both(hostile):
+    for name in ("non_accumulator", "non_accumulator_group"):
+        zero, one = hostile[0][name], hostile[1][name]
+        assert one["error"] == "TypeError"
+        assert "`acc` must be an accumulator or an AccumulatorGroup, got" in one["message"]
+        assert zero["error"] == "ValueError"
+        assert "rank(s) 1 could not take part" in zero["message"]
+        for rank in hostile:
+            assert rank[name]["calls"] == [["all_gather_single", CHECK, None]]
+            assert rank[name]["unchanged"] is True
+            assert rank[name]["seconds"] < 30  # did not wait for the process-group timeout
 
 
-def test_matching_fingerprints_pass_and_class_axis_may_differ():
-    from metricstream import _sync
-
-    same = [ConfusionAccumulator(4, ["a", "b", "c", "d"], 255, class_axis=ax) for ax in (1, -1)]
-    _sync.check_gathered(_gathered(*same), "all_reduce")  # class_axis does not affect merging
-
-
-def test_protocol_mismatch_is_reported_first():
-    from metricstream import _sync
-
-    table = _gathered(ConfusionAccumulator(3), ConfusionAccumulator(4)).reshape(2, -1)
-    table[1, 0] += 1
-    with pytest.raises(ValueError, match=r"different sync protocols: 1 on rank 0 and 2 on rank 1"):
-        _sync.check_gathered(table, "all_reduce")
+@pytest.mark.slow
+@pytest.mark.parametrize("name", GROUP_MISMATCHES)
+def test_group_mismatch_names_member_field_and_values_on_every_rank(hostile, name):
+    _, fragment = GROUP_MISMATCHES[name]
+    outcomes = [rank[f"group_{name}"] for rank in hostile]
+    assert outcomes[0]["message"] == outcomes[1]["message"]
+    assert all(o["error"] == "ValueError" and o["unchanged"] for o in outcomes)
+    assert re.search(fragment, outcomes[0]["message"]), outcomes[0]["message"]
+    assert all("all_reduce" not in [c[0] for c in o["calls"]] for o in outcomes)
 
 
-def test_requires_an_initialized_process_group():
-    pytest.importorskip("torch")
-    from metricstream.distributed import all_reduce
-
-    with pytest.raises(ValueError, match=r"torch.distributed is not initialized; call"):
-        all_reduce(ConfusionAccumulator(3))
-
-
-def test_rejects_non_accumulators():
-    pytest.importorskip("torch")
-    from metricstream.distributed import all_reduce
-
-    with pytest.raises(TypeError, match=r"`acc` must be a ConfusionAccumulator, got ndarray"):
-        all_reduce(np.zeros((3, 3)))
+@pytest.mark.slow
+@pytest.mark.parametrize("name, fragment", [
+    ("int_overflow", "the summed int64 counts could pass 2**63 - 1"),
+    ("int_overflow_copy", "the summed int64 counts could pass 2**63 - 1"),
+    ("float_overflow", "the summed float64 weights would overflow to infinity"),
+])
+def test_overflow_is_refused_on_every_rank_before_any_sum(hostile, name, fragment):
+    for rank in hostile:
+        outcome = rank[name]
+        assert outcome["error"] == "ValueError" and fragment in outcome["message"]
+        assert outcome["calls"] == [["all_gather_single", CHECK, None]]
+        assert outcome["unchanged"] is True
 
 
-@pytest.mark.parametrize(
-    "backend, expected",
-    [("gloo", "cpu"), ("mpi", "cpu"), ("cpu:gloo,cuda:nccl", "cpu"), ("nccl", "cuda:0")],
-)
-def test_device_follows_the_backend(monkeypatch, backend, expected):
-    torch = pytest.importorskip("torch")
-    from metricstream import distributed
-
-    class FakeDist:
-        @staticmethod
-        def get_backend(group):
-            return backend
-
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    assert distributed._choose_device(torch, FakeDist, None, None) == torch.device(expected)
-    assert distributed._choose_device(torch, FakeDist, None, "cpu") == torch.device("cpu")
-
-
-def test_unknown_backend_asks_for_a_device():
-    torch = pytest.importorskip("torch")
-    from metricstream import distributed
-
-    class FakeDist:
-        @staticmethod
-        def get_backend(group):
-            return "xccl"
-
-    with pytest.raises(ValueError, match=r"pass `device=`"):
-        distributed._choose_device(torch, FakeDist, None, None)
+@pytest.mark.slow
+def test_ranks_stay_in_step_after_every_refusal(hostile):
+    expected = states(feed(make_group(), group_data(), slice(None)))
+    for rank in hostile:
+        assert rank["after"]["state"] == expected
+        assert [c[0] for c in rank["after"]["calls"]] == ["all_gather_single", "all_reduce",
+                                                          "all_reduce"]
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--worker":
-        worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    if len(sys.argv) == 5 and sys.argv[1] in ("--worker", "--hostile"):
+        run = worker if sys.argv[1] == "--worker" else hostile_worker
+        run(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
     else:
-        sys.exit(f"usage: {sys.argv[0]} --worker RANK PORT OUT_DIR (started by pytest)")
+        sys.exit(f"usage: {sys.argv[0]} --worker|--hostile RANK PORT OUT_DIR (started by pytest)")
