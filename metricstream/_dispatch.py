@@ -27,7 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import _kernels
-from ._inputs import Batch, describe_label_error, describe_score_error, describe_weight_error
+from ._inputs import (
+    LABELS,
+    ROWS,
+    THRESHOLD,
+    Batch,
+    describe_label_error,
+    describe_score_error,
+    describe_weight_error,
+)
 
 # Below this many labels a batch is counted by the calling thread alone. Handing chunks to the
 # pool costs a few tens of microseconds and each helper thread needs a private K×K matrix; on
@@ -72,16 +80,33 @@ def set_num_threads(num_threads: int) -> None:
             _pool = None
 
 
-def _get_pool() -> ThreadPoolExecutor:
+def _get_pool_locked() -> ThreadPoolExecutor:
+    """The pool for ``_num_threads`` workers; the caller holds ``_pool_lock``."""
     global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=_num_threads, thread_name_prefix="metricstream")
-        return _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=_num_threads, thread_name_prefix="metricstream")
+    return _pool
 
 
-def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None) -> None:
-    """Add ``batch`` to ``out`` in place, or raise and leave ``out`` unchanged."""
+# Overflow bounds. int64 counts (and their total, the accumulator's N) must stay below 2^63;
+# float64 sums must stay finite. The fast path compares float upper bounds of the current
+# total and of the batch's weight against these limits, with a margin (2^-16 relative) far
+# larger than any rounding of those float sums; only a batch that could pass a limit takes the
+# exact path (``_count_exact``).
+_INT64_MAX = 2**63 - 1
+_INT_LIMIT = 2.0**63 * (1.0 - 2.0**-16)
+_FLOAT_LIMIT = 1e308
+
+
+def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None,
+                total: float | None = None) -> None:
+    """Add ``batch`` to ``out`` in place, or raise and leave ``out`` unchanged.
+
+    Counts never wrap: an int64 cell or the matrix total that would reach 2^63, or a float64
+    cell or total that would become infinite, raises ``ValueError`` and ``out`` is left as it
+    was. ``total`` is the current sum of ``out`` or any upper bound of it (e.g. the
+    accumulator's ``num_samples``); when None it is computed here, which costs O(K²).
+    """
     integral = out.dtype.kind != "f"
     if ignore_index is None:
         flags = _kernels.INTEGRAL if integral else 0
@@ -89,89 +114,234 @@ def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None) -> None
     else:
         flags = (_kernels.INTEGRAL | _kernels.HAS_IGNORE) if integral else _kernels.HAS_IGNORE
         ignore = ignore_index
+    kind = batch.kind
+    flags |= batch.flags
     y_true, y_pred, weights = batch.y_true, batch.y_pred, batch.weights
-    if not batch.is_scores:
+    size = batch.size
+    if total is None:
+        total = _kernels.matrix_total(out)
+    headroom = (_INT_LIMIT if integral else _FLOAT_LIMIT) - total
+    if weights is None and size > headroom:
+        _count_exact(out, batch, flags, ignore, ignore_index)
+        return
+    if kind == LABELS:
         kernel = _kernels.count_labels
-    elif y_pred.shape[2] == 1:
-        # (N, C) logits: one contiguous row of scores per label.
+        work = size
+    elif kind == ROWS:
         kernel = _kernels.count_argmax_rows
-        y_true = y_true.reshape(-1)
-        y_pred = y_pred.reshape(y_pred.shape[0], y_pred.shape[1])
-        if weights is not None:
-            weights = weights.reshape(-1)
+        work = size * y_pred.shape[1]
+    elif kind == THRESHOLD:
+        _count_threshold(out, batch, flags, ignore, ignore_index, headroom)
+        return
     else:
         kernel = _kernels.count_argmax
-    size = batch.size
-    # Work per label: one pair, or a row of C scores.
-    work = size * y_pred.shape[1] if batch.is_scores else size
+        work = size * y_pred.shape[1]
 
     if work >= PARALLEL_MIN_LABELS and _num_threads > 1 and \
             size >= PARALLEL_MIN_LABELS_PER_CELL * out.size:
         _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ignore, batch,
-                        ignore_index)
+                        ignore_index, headroom)
         return
 
     commit = flags | _kernels.COMMIT
     if integral:
         status, position, counted = kernel(y_true, y_pred, weights, out, 0, size, 1, commit,
-                                           ignore)
+                                           ignore, headroom)
         if status:
-            kernel(y_true, y_pred, weights, out, 0, counted, -1, commit, ignore)
+            kernel(y_true, y_pred, weights, out, 0, counted, -1, commit, ignore, np.inf)
+            if status == _kernels.OVER_BOUND:
+                _count_exact(out, batch, flags, ignore, ignore_index)
+                return
             _raise(status, position, batch, out.shape[0], ignore_index, integral)
         return
 
     if out.size <= size:
         backup = out.copy()
-        status, position, _ = kernel(y_true, y_pred, weights, out, 0, size, 1, commit, ignore)
+        status, position, _ = kernel(y_true, y_pred, weights, out, 0, size, 1, commit, ignore,
+                                     headroom)
         if status:
             out[...] = backup
+            if status == _kernels.OVER_BOUND:
+                _count_exact(out, batch, flags, ignore, ignore_index)
+                return
             _raise(status, position, batch, out.shape[0], ignore_index, integral)
         return
-    status, position, _ = kernel(y_true, y_pred, weights, out, 0, size, 1, flags, ignore)
+    status, position, _ = kernel(y_true, y_pred, weights, out, 0, size, 1, flags, ignore,
+                                 headroom)
+    if status == _kernels.OVER_BOUND:
+        _count_exact(out, batch, flags, ignore, ignore_index)
+        return
     if status:
         _raise(status, position, batch, out.shape[0], ignore_index, integral)
-    kernel(y_true, y_pred, weights, out, 0, size, 1, commit, ignore)
+    kernel(y_true, y_pred, weights, out, 0, size, 1, commit, ignore, np.inf)
+
+
+def _count_threshold(out: np.ndarray, batch: Batch, flags: int, ignore: int,
+                     ignore_index: int | None, headroom: float) -> None:
+    """Binary scores against a threshold: one serial call (no K×K work to share)."""
+    integral = out.dtype.kind != "f"
+    threshold = batch.threshold
+    commit = flags | _kernels.COMMIT
+    y_true, y_pred, weights = batch.y_true, batch.y_pred, batch.weights
+    size = batch.size
+    backup = None if integral else out.copy()  # 2×2: cheaper than a dry run
+    status, position, counted = _kernels.count_threshold(
+        y_true, y_pred, weights, out, 0, size, 1, commit, ignore, threshold, headroom)
+    if status:
+        if backup is None:
+            _kernels.count_threshold(y_true, y_pred, weights, out, 0, counted, -1, commit,
+                                     ignore, threshold, np.inf)
+        else:
+            out[...] = backup
+        if status == _kernels.OVER_BOUND:
+            _count_exact(out, batch, flags, ignore, ignore_index)
+            return
+        _raise(status, position, batch, out.shape[0], ignore_index, integral)
+
+
+def _call(kernel, out: np.ndarray, batch: Batch, start: int, stop: int, flags: int,
+          ignore: int):
+    """One unbounded kernel call on ``[start, stop)`` (the exact path checks afterwards)."""
+    if batch.kind == THRESHOLD:
+        return kernel(batch.y_true, batch.y_pred, batch.weights, out, start, stop, 1, flags,
+                      ignore, batch.threshold, np.inf)
+    return kernel(batch.y_true, batch.y_pred, batch.weights, out, start, stop, 1, flags, ignore,
+                  np.inf)
+
+
+def _kernel_for(batch: Batch):
+    return {LABELS: _kernels.count_labels, ROWS: _kernels.count_argmax_rows,
+            THRESHOLD: _kernels.count_threshold}.get(batch.kind, _kernels.count_argmax)
+
+
+def _exact_total(out: np.ndarray) -> int:
+    """The exact sum of non-negative int64 cells (as a Python int; it may exceed int64)."""
+    cells = out.reshape(-1)
+    # High and low 32 bits summed apart cannot wrap for K up to 65535.
+    high = int(np.sum(cells >> 32, dtype=np.int64))
+    low = int(np.sum(cells & 0xFFFFFFFF, dtype=np.uint64))
+    return (high << 32) + low
+
+
+def _overflow_error(what: str) -> ValueError:
+    return ValueError(
+        f"this update would overflow the counts: {what}. Nothing was counted (the accumulator "
+        f"is unchanged); spread the counts over several accumulators, or create one with "
+        f"`weighted=True` to accumulate in float64 (exact up to 2^53)."
+    )
+
+
+def _count_exact(out: np.ndarray, batch: Batch, flags: int, ignore: int,
+                 ignore_index: int | None) -> None:
+    """The slow, exact path for a batch that might overflow: count, check, restore on failure.
+
+    Reached only when the current total plus a bound of the batch's weight comes near 2^63
+    (int64) or 1e308 (float64), so its O(N + K²) extra work never touches the normal path.
+    int64: the batch is counted in pieces of total weight <= 2^61 (a single larger weight is a
+    piece of its own). Cells and weights are below 2^63, so a cell that passes 2^63 - 1 during a
+    piece wraps exactly once and is seen as negative afterwards; the exact total is checked
+    after every piece.
+    """
+    integral = out.dtype.kind != "f"
+    kernel = _kernel_for(batch)
+    commit = flags | _kernels.COMMIT
+    size = batch.size
+    backup = out.copy()
+    if integral:
+        bounds = [0, size]
+        if batch.weights is not None and size:
+            cumulative = np.cumsum(batch.weights.reshape(-1), dtype=np.float64)
+            bounds = [0]
+            while bounds[-1] < size:
+                base = cumulative[bounds[-1] - 1] if bounds[-1] else 0.0
+                end = int(np.searchsorted(cumulative, base + 2.0**61, side="right"))
+                bounds.append(min(size, max(end, bounds[-1] + 1)))
+        for lo, hi in itertools.pairwise(bounds):
+            status, position, _ = _call(kernel, out, batch, lo, hi, commit, ignore)
+            if status:
+                out[...] = backup
+                _raise(status, position, batch, out.shape[0], ignore_index, integral)
+            negative = np.flatnonzero(out.reshape(-1) < 0)
+            if negative.size:
+                row, column = divmod(int(negative[0]), out.shape[0])
+                out[...] = backup
+                raise _overflow_error(
+                    f"the count of cell (true {row}, predicted {column}) would pass 2^63 - 1 = "
+                    f"{_INT64_MAX} (int64), starting from {int(backup[row, column])}")
+            total = _exact_total(out)
+            if total > _INT64_MAX:
+                out[...] = backup
+                raise _overflow_error(
+                    f"the total count N would reach {total} or more, past 2^63 - 1 = "
+                    f"{_INT64_MAX} (int64), starting from {_exact_total(backup)}")
+        return
+    status, position, _ = _call(kernel, out, batch, 0, size, commit, ignore)
+    if status:
+        out[...] = backup
+        _raise(status, position, batch, out.shape[0], ignore_index, integral)
+    infinite = np.flatnonzero(~np.isfinite(out.reshape(-1)))
+    with np.errstate(over="ignore"):
+        total = float(np.sum(out))
+    if infinite.size or not np.isfinite(total):
+        out[...] = backup
+        if infinite.size:
+            row, column = divmod(int(infinite[0]), out.shape[0])
+            what = (f"the weighted sum of cell (true {row}, predicted {column}) would become "
+                    f"infinite (float64 overflow past 1.8e308)")
+        else:
+            what = "the total weight N would become infinite (float64 overflow past 1.8e308)"
+        raise ValueError(
+            f"this update would overflow the counts: {what}. Nothing was counted (the "
+            f"accumulator is unchanged); rescale the weights.")
 
 
 def _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ignore, batch,
-                    ignore_index) -> None:
+                    ignore_index, headroom) -> None:
     integral = out.dtype.kind != "f"
     commit = flags | _kernels.COMMIT
-    num_workers = _num_threads
-    num_chunks = min(size, max(num_workers, -(-work // CHUNK_LABELS)))
-    bounds = [size * c // num_chunks for c in range(num_chunks + 1)]
-    # Unweighted counts of fewer than 2^31 labels per thread fit int32 cells exactly.
-    private_dtype = np.int32 if (weights is None and integral and size <= _INT32_SAFE_LABELS) \
-        else out.dtype
-    # The calling thread counts into an int64 ``out`` directly (undone exactly on failure);
-    # every other worker gets a private matrix.
-    direct = integral
-    partials = np.zeros((num_workers - 1 if direct else num_workers,) + out.shape,
-                        dtype=private_dtype)
-    next_chunk = itertools.count()  # next() on itertools.count is atomic under the GIL
-    failures: dict[int, tuple[int, int]] = {}
-    first_failure = [num_chunks]
-    done_direct: list[tuple[int, int]] = []
+    with _pool_lock:
+        # Taken together under the lock: ``set_num_threads`` in another thread cannot shut
+        # this pool down between reading it and submitting to it (queued chunks still run
+        # after a shutdown).
+        num_workers = _num_threads
+        pool = _get_pool_locked()
+        num_chunks = min(size, max(num_workers, -(-work // CHUNK_LABELS)))
+        bounds = [size * c // num_chunks for c in range(num_chunks + 1)]
+        # Every chunk may use its share of the headroom; a chunk that could pass it stops
+        # with OVER_BOUND and the whole batch goes to the exact path.
+        chunk_headroom = headroom / num_chunks
+        # Unweighted counts of fewer than 2^31 labels per thread fit int32 cells exactly.
+        private_dtype = np.int32 if (weights is None and integral
+                                     and size <= _INT32_SAFE_LABELS) else out.dtype
+        # The calling thread counts into an int64 ``out`` directly (undone exactly on
+        # failure); every other worker gets a private matrix.
+        direct = integral
+        partials = np.zeros((num_workers - 1 if direct else num_workers,) + out.shape,
+                            dtype=private_dtype)
+        next_chunk = itertools.count()  # next() on itertools.count is atomic under the GIL
+        failures: dict[int, tuple[int, int]] = {}
+        first_failure = [num_chunks]
+        done_direct: list[tuple[int, int]] = []
 
-    def take_chunks(target: np.ndarray, record: list[tuple[int, int]] | None) -> None:
-        while True:
-            chunk = next(next_chunk)
-            if chunk >= num_chunks or chunk > first_failure[0]:
-                return
-            status, position, counted = kernel(y_true, y_pred, weights, target, bounds[chunk],
-                                               bounds[chunk + 1], 1, commit, ignore)
-            if record is not None:
-                record.append((bounds[chunk], counted))
-            if status:
-                failures[chunk] = (status, position)
-                first_failure[0] = min(first_failure[0], chunk)
-                return
+        def take_chunks(target: np.ndarray, record: list[tuple[int, int]] | None) -> None:
+            while True:
+                chunk = next(next_chunk)
+                if chunk >= num_chunks or chunk > first_failure[0]:
+                    return
+                status, position, counted = kernel(y_true, y_pred, weights, target,
+                                                   bounds[chunk], bounds[chunk + 1], 1,
+                                                   commit, ignore, chunk_headroom)
+                if record is not None:
+                    record.append((bounds[chunk], counted))
+                if status:
+                    failures[chunk] = (status, position)
+                    first_failure[0] = min(first_failure[0], chunk)
+                    return
 
-    pool = _get_pool()
-    helpers = [
-        pool.submit(take_chunks, partials[w - 1] if direct else partials[w], None)
-        for w in range(1, num_workers)
-    ]
+        helpers = [
+            pool.submit(take_chunks, partials[w - 1] if direct else partials[w], None)
+            for w in range(1, num_workers)
+        ]
     try:
         take_chunks(out if direct else partials[0], done_direct if direct else None)
     finally:
@@ -183,7 +353,10 @@ def _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ign
             # Subtract exactly what this thread added to ``out``: the counted part of every
             # chunk it took (all of it, or the prefix before a failure).
             for lo, counted in done_direct:
-                kernel(y_true, y_pred, weights, out, lo, counted, -1, commit, ignore)
+                kernel(y_true, y_pred, weights, out, lo, counted, -1, commit, ignore, np.inf)
+        if any(status == _kernels.OVER_BOUND for status, _ in failures.values()):
+            _count_exact(out, batch, flags, ignore, ignore_index)
+            return
         # Chunks are in stream order, so the first failing chunk holds the first bad element.
         status, position = failures[min(failures)]
         _raise(status, position, batch, out.shape[0], ignore_index, integral)

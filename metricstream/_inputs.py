@@ -1,21 +1,44 @@
 """Turning user input into arrays the kernels can read, and wording errors about it.
 
 Everything here is O(1) per call except where an input truly has to be copied (non-contiguous
-N-d arrays, non-native byte order, float16); the usual case of contiguous numpy arrays or CPU
-tensors is zero-copy.
+N-d arrays, non-native byte order, half-precision labels); the usual case of contiguous numpy
+arrays or CPU tensors is zero-copy.
+
+Half-precision scores (numpy float16, torch float16 and bfloat16) are handed to the kernels as
+int16 views of their bits, with a flag saying which format they hold: numpy has no bfloat16,
+and reading the bits avoids an N-sized float32 copy. Only half-precision *labels*, and scores in
+the general ``(A, C, R)`` layout (classes on a middle axis), are converted to float32 (a copy).
+
+CPU torch tensors are read with ``Tensor.numpy()`` (about 1 µs cheaper than ``np.from_dlpack``
+per array, which matters for 256-label training-loop batches); tensors that track gradients are
+read through ``detach()``, which shares memory and copies nothing.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
+from . import _kernels
+
 _NUMERIC_KINDS = frozenset("biuf")
 
 # Element order in which equally shaped arrays are flattened together.
 Order = Literal["C", "F"]
+
+# What a Batch asks the kernels to do.
+LABELS = 0  # y_true, y_pred: flat labels of equal length
+ROWS = 1  # y_pred: C-contiguous (N, C) scores, one row per label
+GENERAL = 2  # y_pred: (A, C, R) scores, classes on the middle axis
+THRESHOLD = 3  # y_pred: flat binary scores, class 1 where score >= threshold
+
+# Marks of _convert: the array holds float16/bfloat16 bits (the kernels' flags), or was bool.
+_HALF = _kernels.HALF
+_BFLOAT16 = _kernels.BFLOAT16
+_BOOL = 1 << 10
 
 
 def as_array(value: Any, name: str) -> np.ndarray:
@@ -23,9 +46,43 @@ def as_array(value: Any, name: str) -> np.ndarray:
 
     Accepts numpy arrays, anything with ``__dlpack__`` or ``__array__`` (CPU torch tensors, JAX,
     CuPy after ``.get()``), scalars and (nested) lists. Raises ``TypeError`` for non-numeric data.
+    Booleans are read as uint8 and float16 as float32; a torch bfloat16 tensor is converted to
+    float32 (a copy: numpy has no bfloat16).
     """
+    array, mark = _convert(value, name)
+    if mark & (_HALF | _BFLOAT16):
+        return _half_to_float32(array, mark)
+    return array
+
+
+def _torch_tensor_array(value: Any, name: str) -> tuple[np.ndarray, int] | None:
+    """A CPU torch tensor as an ndarray sharing its memory, or None to take the generic path."""
+    if value.requires_grad:
+        value = value.detach()  # shares memory; the values are what we need
+    torch = sys.modules.get("torch")
+    mark = 0
+    if torch is not None and value.dtype in (torch.bfloat16, torch.float16):
+        mark = _BFLOAT16 if value.dtype == torch.bfloat16 else _HALF
+        value = value.view(torch.int16)
+    try:
+        array = value.numpy()
+    except (TypeError, RuntimeError):
+        # Another device, a conjugate or negative view: the protocols below say what to do.
+        return None
+    if mark:
+        return array, mark
+    return _numeric(array, name)
+
+
+def _convert(value: Any, name: str) -> tuple[np.ndarray, int]:
+    """``value`` as a numeric ndarray and a mark (0, ``_HALF``, ``_BFLOAT16`` or ``_BOOL``)."""
     if isinstance(value, np.ndarray):
         return _numeric(value, name)
+    cls = type(value)
+    if cls.__module__.startswith("torch") and hasattr(value, "requires_grad"):
+        converted = _torch_tensor_array(value, name)
+        if converted is not None:
+            return converted
     # Autograd-tracked tensors refuse both protocols; the values are what we need.
     if getattr(value, "requires_grad", False) and callable(getattr(value, "detach", None)):
         value = value.detach()
@@ -52,21 +109,45 @@ def as_array(value: Any, name: str) -> np.ndarray:
     return _numeric(array, name)
 
 
-def _numeric(array: np.ndarray, name: str) -> np.ndarray:
+def _numeric(array: np.ndarray, name: str) -> tuple[np.ndarray, int]:
     """Check that ``array`` is numeric and give it a dtype the kernels compile for."""
     kind = array.dtype.kind
     if kind not in _NUMERIC_KINDS:
+        if kind == "O" and name == "weights":
+            return _numeric_objects(array, name), 0
         raise TypeError(
             f"`{name}` must hold integers or floats, got dtype {array.dtype} "
             f"(first value: {_first_value(array)!r}); map class names to indices first."
         )
     if kind == "b":
-        array = array.view(np.uint8)
-    elif array.dtype == np.float16:
-        array = array.astype(np.float32)
-    elif not array.dtype.isnative:
+        return array.view(np.uint8), _BOOL
+    if array.dtype == np.float16:
+        return array.view(np.int16), _HALF
+    if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
-    return array
+    return array, 0
+
+
+def _numeric_objects(array: np.ndarray, name: str) -> np.ndarray:
+    """An object array of numbers (e.g. from pandas) as the numeric array numpy infers for it,
+    as scikit-learn accepts ``sample_weight`` of object dtype."""
+    try:
+        inferred = np.array(array.tolist())
+    except (TypeError, ValueError):
+        inferred = array
+    if inferred.dtype.kind not in "iuf" or inferred.shape != array.shape:
+        raise TypeError(
+            f"`{name}` must hold numbers, got dtype object with first value "
+            f"{_first_value(array)!r}; give one number per label."
+        )
+    return inferred
+
+
+def _half_to_float32(bits: np.ndarray, mark: int) -> np.ndarray:
+    """float32 values of an int16 array holding float16 or bfloat16 bits (an exact copy)."""
+    if mark & _HALF:
+        return bits.view(np.float16).astype(np.float32)
+    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def _first_value(array: np.ndarray) -> Any:
@@ -79,9 +160,13 @@ def _first_value(array: np.ndarray) -> Any:
 class Batch:
     """A validated-by-shape batch ready for a kernel.
 
-    For labels, ``y_true``, ``y_pred`` and ``weights`` are 1-D of equal length. For scores,
-    ``y_true`` and ``weights`` are ``(A, R)`` and ``y_pred`` is ``(A, C, R)``. ``label_shape`` is
-    the user's ``y_true`` shape (positions in messages are given in it).
+    ``kind`` says which kernel reads it. For ``LABELS`` and ``THRESHOLD``, ``y_true``,
+    ``y_pred`` and ``weights`` are 1-D of equal length; for ``ROWS`` ``y_pred`` is ``(N, C)``; for
+    ``GENERAL`` ``y_true`` and ``weights`` are ``(A, R)`` and ``y_pred`` is ``(A, C, R)``.
+    ``label_shape`` is the user's ``y_true`` shape (positions in messages are given in it).
+    ``flags`` carries ``_kernels.HALF``/``BFLOAT16`` when int16 scores hold half-precision bits;
+    ``threshold`` is the float64 threshold (for half-precision scores, the key of the smallest
+    value >= the threshold).
     """
 
     y_true: np.ndarray
@@ -92,6 +177,9 @@ class Batch:
     size: int
     originals: tuple[np.ndarray, np.ndarray, np.ndarray | None]
     order: Order = "C"
+    kind: int = LABELS
+    flags: int = 0
+    threshold: float = 0.0
 
 
 def _shared_order(arrays: list[np.ndarray]) -> Order:
@@ -104,20 +192,38 @@ def _shared_order(arrays: list[np.ndarray]) -> Order:
 
 
 def prepare_batch(
-    y_true: Any, y_pred: Any, weights: Any, num_classes: int, class_axis: int
+    y_true: Any, y_pred: Any, weights: Any, num_classes: int, class_axis: int,
+    threshold: float | None = None,
 ) -> Batch:
-    """Convert and shape-check one ``update`` call's inputs."""
-    # Fast path for the training-loop case (1-D numpy labels that need no conversion): about
-    # 1 µs of the 3 µs budget of a 256-label update goes to the general path below.
-    if (weights is None and type(y_true) is np.ndarray and type(y_pred) is np.ndarray
-            and y_true.ndim == 1 and y_pred.shape == y_true.shape
-            and y_true.dtype.kind in "iu" and y_pred.dtype.kind in "iu"
-            and y_true.dtype.isnative and y_pred.dtype.isnative):
-        return Batch(y_true, y_pred, None, y_true.shape, False, y_true.size,
-                     (y_true, y_pred, None), "C")
-    true_array = as_array(y_true, "y_true")
-    pred_array = as_array(y_pred, "y_pred")
-    weight_array = None if weights is None else as_array(weights, "weights")
+    """Convert and shape-check one ``update`` call's inputs.
+
+    With ``threshold`` (binary tasks, ``num_classes == 2``), float scores of ``y_true``'s shape
+    (or ``(N, 1)`` for ``(N,)`` labels) predict class 1 where ``score >= threshold``, else 0;
+    integer ``y_pred`` is still read as labels.
+    """
+    # Fast paths for the training-loop cases: 1-D numpy labels, and (N, C) logits next to 1-D
+    # labels, that need no conversion (the general path below costs about 1 µs more).
+    if weights is None and type(y_true) is np.ndarray and type(y_pred) is np.ndarray \
+            and y_true.ndim == 1 and y_true.dtype.kind in "iu" and y_true.dtype.isnative:
+        if (y_pred.shape == y_true.shape and y_pred.dtype.kind in "iu"
+                and y_pred.dtype.isnative):
+            return Batch(y_true, y_pred, None, y_true.shape, False, y_true.size,
+                         (y_true, y_pred, None), "C")
+        if (threshold is None and y_pred.ndim == 2 and y_pred.shape[0] == y_true.shape[0]
+                and y_pred.shape[1] == num_classes and (class_axis == 1 or class_axis == -1)
+                and (y_pred.dtype == np.float32 or y_pred.dtype == np.float64)
+                and y_pred.flags.c_contiguous):
+            return Batch(y_true, y_pred, None, y_true.shape, True, y_true.size,
+                         (y_true, y_pred, None), "C", ROWS)
+    true_array, true_mark = _convert(y_true, "y_true")
+    pred_array, pred_mark = _convert(y_pred, "y_pred")
+    weight_array = None
+    if weights is not None:
+        weight_array, weight_mark = _convert(weights, "weights")
+        if weight_mark & (_HALF | _BFLOAT16):
+            weight_array = _half_to_float32(weight_array, weight_mark)
+    if true_mark & (_HALF | _BFLOAT16):
+        true_array = _half_to_float32(true_array, true_mark)
     label_shape = true_array.shape
 
     if weight_array is not None and weight_array.shape != label_shape:
@@ -126,7 +232,14 @@ def prepare_batch(
             f"give one weight per label."
         )
 
+    if threshold is not None and (pred_array.dtype.kind == "f" or pred_mark & (_HALF | _BFLOAT16)) \
+            and pred_array.shape in (label_shape, label_shape + (1,)):
+        return _threshold_batch(true_array, pred_array, pred_mark, weight_array, num_classes,
+                                threshold)
+
     if pred_array.shape == label_shape:
+        if pred_mark & (_HALF | _BFLOAT16):
+            pred_array = _half_to_float32(pred_array, pred_mark)
         arrays = [true_array, pred_array] + ([weight_array] if weight_array is not None else [])
         order = _shared_order(arrays)
         # 1-D arrays go to the kernel as they are, strided or not; N-d ones are flattened (a view
@@ -163,15 +276,49 @@ def prepare_batch(
                 f"`y_pred` (scores) has {pred_array.shape[axis]} classes on axis {axis}, "
                 f"but `num_classes` is {num_classes}."
             )
-        if pred_array.dtype.kind == "b":
-            raise TypeError("`y_pred` scores must be numbers, got a boolean array.")
-        outer = int(np.prod(pred_array.shape[:axis], dtype=np.int64))
-        inner = int(np.prod(pred_array.shape[axis + 1 :], dtype=np.int64))
+        if pred_mark & _BOOL:
+            raise TypeError(
+                f"`y_pred` scores must be numbers, got a boolean array of shape "
+                f"{pred_array.shape}; give logits or probabilities (or labels of `y_true`'s "
+                f"shape)."
+            )
+        if pred_array.ndim == 2 and axis == 1:
+            # (N, C) rows: no copy for contiguous scores, half-precision bits included.
+            return Batch(
+                y_true=true_array,
+                y_pred=np.ascontiguousarray(pred_array),
+                weights=weight_array,
+                label_shape=label_shape,
+                is_scores=True,
+                size=true_array.size,
+                originals=(true_array, pred_array, weight_array),
+                kind=ROWS,
+                flags=pred_mark & (_HALF | _BFLOAT16),
+            )
+        if pred_mark & (_HALF | _BFLOAT16):
+            pred_array = _half_to_float32(pred_array, pred_mark)
+        outer = 1
+        for extent in pred_array.shape[:axis]:
+            outer *= extent
+        inner = 1
+        for extent in pred_array.shape[axis + 1 :]:
+            inner *= extent
         scores = np.ascontiguousarray(pred_array).reshape(outer, num_classes, inner)
         labels = np.ascontiguousarray(true_array).reshape(outer, inner)
         weights2d = None
         if weight_array is not None:
             weights2d = np.ascontiguousarray(weight_array).reshape(outer, inner)
+        if inner == 1:
+            return Batch(
+                y_true=labels.reshape(-1),
+                y_pred=scores.reshape(outer, num_classes),
+                weights=None if weights2d is None else weights2d.reshape(-1),
+                label_shape=label_shape,
+                is_scores=True,
+                size=true_array.size,
+                originals=(true_array, pred_array, weight_array),
+                kind=ROWS,
+            )
         return Batch(
             y_true=labels,
             y_pred=scores,
@@ -180,12 +327,100 @@ def prepare_batch(
             is_scores=True,
             size=true_array.size,
             originals=(true_array, pred_array, weight_array),
+            kind=GENERAL,
         )
 
-    raise ValueError(
+    raise ValueError(_shape_message(label_shape, pred_array, true_array, num_classes))
+
+
+def _shape_message(label_shape: tuple[int, ...], pred_array: np.ndarray,
+                   true_array: np.ndarray, num_classes: int) -> str:
+    message = (
         f"`y_true` has shape {label_shape} and `y_pred` has shape {pred_array.shape}; `y_pred` "
         f"must have the same shape (labels) or one more dimension holding {num_classes} class "
         f"scores (logits/probabilities)."
+    )
+    if true_array.ndim == pred_array.ndim + 1 and num_classes in true_array.shape:
+        message += (
+            f" `y_true` looks like scores ({num_classes} classes on an axis) and `y_pred` like "
+            f"labels: were the arguments swapped? The order is `update(y_true, y_pred)`; "
+            f"torchmetrics' `update(preds, target)` takes them the other way round."
+        )
+    elif true_array.ndim == pred_array.ndim + 1:
+        message += (
+            " `y_true` has one more dimension than `y_pred`: if `y_true` holds scores, the "
+            "arguments are swapped (the order is `update(y_true, y_pred)`, torchmetrics' "
+            "`update(preds, target)` is the other way round)."
+        )
+    return message
+
+
+# Keys of every float16 / bfloat16 value, sorted, for turning a float64 threshold into the key
+# of the smallest representable value >= it (built on first use: 65,536 entries each).
+_half_tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _half_table(mark: int) -> tuple[np.ndarray, np.ndarray]:
+    table = _half_tables.get(mark)
+    if table is None:
+        bits = np.arange(-(2**15), 2**15, dtype=np.int64).astype(np.int16)
+        values = _half_to_float32(bits, mark).astype(np.float64)
+        key = bits.astype(np.int64) ^ ((bits.astype(np.int64) >> 15) & 0x7FFF)
+        key = key - (key >> 15)
+        keep = ~np.isnan(values)
+        order = np.argsort(key[keep], kind="stable")
+        table = (values[keep][order], key[keep][order])
+        _half_tables[mark] = table
+    return table
+
+
+def _threshold_key(threshold: float, mark: int) -> float:
+    """The threshold for the kernel: itself for float scores; for half-precision bits, the key
+    of the smallest representable value >= ``threshold`` (so that comparing keys is exactly
+    ``score >= threshold``)."""
+    if not mark & (_HALF | _BFLOAT16):
+        return threshold
+    values, keys = _half_table(mark)
+    index = int(np.searchsorted(values, threshold, side="left"))
+    if index == values.size:
+        return float(keys[-1] + 1)  # above +inf: nothing reaches it
+    return float(keys[index])
+
+
+def _threshold_batch(true_array: np.ndarray, pred_array: np.ndarray, pred_mark: int,
+                     weight_array: np.ndarray | None, num_classes: int,
+                     threshold: float) -> Batch:
+    if isinstance(threshold, (bool, np.bool_)) or not isinstance(
+            threshold, (int, float, np.integer, np.floating)):
+        raise TypeError(f"`threshold` must be a real number, got {threshold!r}.")
+    threshold = float(threshold)
+    if threshold != threshold:
+        raise ValueError("`threshold` is NaN; give a number (e.g. 0.5 for probabilities, 0.0 "
+                         "for logits).")
+    if num_classes != 2:
+        raise ValueError(
+            f"`threshold` applies to binary tasks, but `num_classes` is {num_classes}; "
+            f"give scores with one column per class instead."
+        )
+    label_shape = true_array.shape
+    scores = pred_array
+    if scores.shape != label_shape:  # (N, 1): one score column
+        scores = scores.reshape(label_shape)
+    arrays = [true_array, scores] + ([weight_array] if weight_array is not None else [])
+    order = _shared_order(arrays)
+    flat = [a if a.ndim == 1 else a.reshape(-1, order=order) for a in arrays]
+    return Batch(
+        y_true=flat[0],
+        y_pred=flat[1],
+        weights=flat[2] if weight_array is not None else None,
+        label_shape=label_shape,
+        is_scores=True,
+        size=true_array.size,
+        originals=(true_array, pred_array, weight_array),
+        order=order,
+        kind=THRESHOLD,
+        flags=pred_mark & (_HALF | _BFLOAT16),
+        threshold=_threshold_key(threshold, pred_mark),
     )
 
 
@@ -214,10 +449,17 @@ def _label_problem(value: Any, num_classes: int, ignore_index: int | None) -> st
 def describe_label_error(name: str, array: np.ndarray, flat_index: int, num_classes: int,
                          ignore_index: int | None, order: Order = "C") -> ValueError:
     value, where = _value_at(array, flat_index, order)
-    return ValueError(
-        f"`{name}` holds label {value!r} at position {where}, but "
-        f"{_label_problem(value, num_classes, ignore_index)}."
-    )
+    message = (f"`{name}` holds label {value!r} at position {where}, but "
+               f"{_label_problem(value, num_classes, ignore_index)}.")
+    if isinstance(value, float) and not float(value).is_integer():
+        if name == "y_true":
+            message += (" If `y_true` holds scores, the arguments are swapped: the order is "
+                        "`update(y_true, y_pred)` (torchmetrics' `update(preds, target)` is the "
+                        "other way round).")
+        elif num_classes == 2:
+            message += (" For binary scores or probabilities, give a `threshold` (or one "
+                        "column of scores per class).")
+    return ValueError(message)
 
 
 def describe_weight_error(array: np.ndarray, flat_index: int, integral: bool,
@@ -227,6 +469,13 @@ def describe_weight_error(array: np.ndarray, flat_index: int, integral: bool,
         return ValueError(
             f"`weights` holds {value!r} at position {where}, but weights must be finite and "
             f"non-negative."
+        )
+    if integral and value >= _kernels.MAX_INTEGRAL_WEIGHT and float(value).is_integer():
+        limit = "2^63" if isinstance(value, int) else f"{_kernels.MAX_INTEGRAL_WEIGHT:.2g}"
+        return ValueError(
+            f"`weights` holds {value!r} at position {where}, but this accumulator counts in "
+            f"int64 and takes whole weights below {limit} only; create it with "
+            f"`weighted=True` to accumulate weights in float64."
         )
     return ValueError(
         f"`weights` holds fractional value {value!r} at position {where}, but this accumulator "

@@ -220,16 +220,16 @@ def test_kernel_contract_sign_and_dry_run():
     out = np.zeros((3, 3), dtype=np.int64)
     flags = _kernels.COMMIT
     status, position, counted = _kernels.count_labels(y_true, y_pred, None, out, 0, 6, 1,
-                                                      flags, 0)
+                                                      flags, 0, np.inf)
     assert (status, position) == (_kernels.BAD_TRUE, 4)
     assert counted <= position
     # Everything below ``counted`` was counted, nothing above: undoing that prefix restores zero.
-    _kernels.count_labels(y_true, y_pred, None, out, 0, counted, -1, flags, 0)
+    _kernels.count_labels(y_true, y_pred, None, out, 0, counted, -1, flags, 0, np.inf)
     assert not out.any()
     # A dry run validates without counting.
-    assert _kernels.count_labels(y_true, y_pred, None, out, 0, 4, 1, 0, 0)[0] == _kernels.OK
+    assert _kernels.count_labels(y_true, y_pred, None, out, 0, 4, 1, 0, 0, np.inf)[0] == _kernels.OK
     assert not out.any()
-    assert _kernels.count_labels(y_true, y_pred, None, out, 0, 4, 1, flags, 0) == (0, 4, 4)
+    assert _kernels.count_labels(y_true, y_pred, None, out, 0, 4, 1, flags, 0, np.inf) == (0, 4, 4)
     assert out.sum() == 4
 
 
