@@ -309,7 +309,8 @@ def _ratio_of_rates(matrix, a_num, a_den, b_num, b_den, *, labels, zero_division
 
 
 def positive_likelihood_ratio(
-    matrix: MatrixLike, *, labels: Labels = None, zero_division: ZeroDivision = "warn"
+    matrix: MatrixLike | LabelCounts, *, labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
 ) -> np.ndarray:
     """Positive likelihood ratio ``LR+_i = TPR_i / FPR_i``, per class.
 
@@ -328,7 +329,8 @@ def positive_likelihood_ratio(
 
 
 def negative_likelihood_ratio(
-    matrix: MatrixLike, *, labels: Labels = None, zero_division: ZeroDivision = "warn"
+    matrix: MatrixLike | LabelCounts, *, labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
 ) -> np.ndarray:
     """Negative likelihood ratio ``LR-_i = FNR_i / TNR_i``, per class.
 
@@ -347,7 +349,8 @@ def negative_likelihood_ratio(
 
 
 def diagnostic_odds_ratio(
-    matrix: MatrixLike, *, labels: Labels = None, zero_division: ZeroDivision = "warn"
+    matrix: MatrixLike | LabelCounts, *, labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
 ) -> np.ndarray:
     """Diagnostic odds ratio ``DOR_i = (TP_i TN_i) / (FP_i FN_i) = LR+_i / LR-_i``, per class.
 

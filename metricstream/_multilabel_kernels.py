@@ -1,0 +1,381 @@
+"""Numba kernels of the multilabel accumulator: the only place where label sets are counted.
+
+The kernels do arithmetic only; inputs are converted, shape-checked and described in errors by
+:mod:`metricstream.multilabel`. A batch is counted into two state arrays:
+
+* ``labels`` (R, L): per label, row 0 ``TP_j``, row 1 ``AP_j`` (truly positive), row 2
+  ``PP_j`` (predicted positive) and, with masking, row 3 the masked entries;
+* ``per_sample`` (S, W): the example-based statistics, laid out by ``layout`` (see
+  :func:`sample_layout`): ``[rows, judged, exact, neither]``, the histograms of the number of
+  true and of predicted labels per sample, and the sums of per-sample true positives grouped by
+  the denominator of each per-sample ratio — ``PP_s`` (precision), ``AP_s`` (recall),
+  ``|T_s ∪ P_s|`` (Jaccard) and ``a AP_s + b PP_s`` for each F-beta with ``beta² = a/b``.
+
+Grouping by denominator keeps the example-based averages exact integers: ``sum_s TP_s / PP_s =
+sum_k (sum of TP_s over samples with PP_s = k) / k``, so merging and any split of the stream give
+bit-identical states, and zero_division is applied when reading (the histograms hold the number
+of 0/0 samples). Weighted states (float64) have ``S = 2``: row 1 holds the same statistics
+unweighted, for scikit-learn's fallback to the unweighted mean when every defined sample has
+weight 0, and for its warnings (which count samples, not weight).
+
+Atomicity without undo: the first pass over the rows validates each row and accumulates the
+column counts into local buffers and the row sums ``(TP_s, AP_s, PP_s)`` into a scratch of 12
+bytes per row; only when every row is valid does the second pass (over the scratch, not the
+data) add into the state. A failed call leaves the state untouched.
+
+Return value: ``(status, row, column)``: ``OK`` or the code and place of the first bad value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+from numba.extending import overload
+
+OK = 0
+BAD_TRUE = 1  # a true entry that is neither 0, 1 nor the mask value
+BAD_PRED = 2  # a predicted entry that is neither 0 nor 1
+BAD_SCORE = 3  # a NaN score
+DUPLICATE_TRUE = 4  # a label listed twice in one sample's true set
+DUPLICATE_PRED = 5
+
+# Bits of ``flags``.
+HAS_WEIGHTS = 1
+MASKED = 2
+
+# Columns of ``per_sample``.
+ROWS = 0  # samples seen
+JUDGED = 1  # samples with at least one unmasked label (all of them without masking)
+EXACT = 2  # judged samples whose predicted set equals the true set
+NEITHER = 3  # judged samples with no true and no predicted label
+FIXED_COLUMNS = 4
+
+
+def sample_layout(num_labels: int, beta_ratios: list[tuple[int, int]]) -> np.ndarray:
+    """Column offsets of ``per_sample`` as an int64 array, read by the kernels.
+
+    ``[card_true, card_pred, by_pred, by_true, by_union, width, then (a, b, offset) per beta]``:
+    the histograms of AP_s and PP_s (L + 1 columns each), the TP_s sums by PP_s, by AP_s and by
+    the union (L + 1 each), and for each F-beta with ``beta² = a/b`` the TP_s sums by
+    ``a AP_s + b PP_s`` ((a + b) L + 1 columns).
+    """
+    size = num_labels + 1
+    offsets = [FIXED_COLUMNS + k * size for k in range(5)]
+    width = FIXED_COLUMNS + 5 * size
+    betas = []
+    for a, b in beta_ratios:
+        betas += [a, b, width]
+        width += (a + b) * num_labels + 1
+    return np.array(offsets + [width] + betas, dtype=np.int64)
+
+
+def _kernel(function):
+    """``njit(nogil=True)``, cached on disk when there is somewhere to write the cache."""
+    try:
+        return njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # no writable cache directory: compile in each process instead
+        return njit(nogil=True)(function)
+
+
+# ---------------------------------------------------------------------------- element helpers
+def _positive(v, threshold):  # pragma: no cover - replaced by the overload below
+    """1 if the prediction ``v`` is positive: the indicator itself, or ``score > threshold``."""
+
+
+@overload(_positive, inline="always")
+def _positive_impl(v, threshold):
+    if isinstance(v, types.Float):
+        def from_score(v, threshold):
+            return np.int64(v > threshold)
+
+        return from_score
+
+    def from_indicator(v, threshold):
+        return np.int64(v)
+
+    return from_indicator
+
+
+def _pred_flag(v):  # pragma: no cover - replaced by the overload below
+    """A value whose bitwise OR over a row exceeds 1 exactly when the row holds a bad value."""
+
+
+@overload(_pred_flag, inline="always")
+def _pred_flag_impl(v):
+    if isinstance(v, types.Float):
+        def score_flag(v):
+            return np.uint64(2) if v != v else np.uint64(0)  # NaN
+
+        return score_flag
+
+    def indicator_flag(v):
+        return np.uint64(v)  # anything but 0/1 (negative values were viewed as unsigned)
+
+    return indicator_flag
+
+
+@njit(inline="always")
+def _row_status(t, p, mask_value, masked):
+    """``OK``, ``BAD_TRUE`` or ``BAD_PRED``/``BAD_SCORE`` for one row; branch-free loops."""
+    if masked:
+        bad = False
+        for j in range(t.shape[0]):
+            v = t[j]
+            bad |= (v > 1) & (v != mask_value)
+        if bad:
+            return BAD_TRUE
+    else:
+        acc = np.uint64(0)
+        for j in range(t.shape[0]):
+            acc |= np.uint64(t[j])
+        if acc > 1:
+            return BAD_TRUE
+    acc = np.uint64(0)
+    for j in range(p.shape[0]):
+        acc |= _pred_flag(p[j])
+    if acc > 1:
+        return BAD_SCORE if _is_score(p[0]) else BAD_PRED
+    return OK
+
+
+def _is_score(v):  # pragma: no cover - replaced by the overload below
+    """Whether predictions are scores (floats)."""
+
+
+@overload(_is_score, inline="always")
+def _is_score_impl(v):
+    if isinstance(v, types.Float):
+        return lambda v: True
+    return lambda v: False
+
+
+@njit
+def _first_bad(t, p, mask_value, masked, status):
+    """Column of the first bad entry of a row known to hold one."""
+    for j in range(t.shape[0]):
+        if status == BAD_TRUE:
+            v = t[j]
+            if v > 1 and not (masked and v == mask_value):
+                return j
+        elif _pred_flag(p[j]) > 1:
+            return j
+    return -1
+
+
+@njit(inline="always")
+def _row_pass_dense(t, p, threshold, mask_value, masked, wi, tpl, apl, ppl, ignl):
+    """Column counts of one row into the local buffers; returns the row sums and whether
+    any label was known. The row is validated before this is called."""
+    tps = np.int64(0)
+    aps = np.int64(0)
+    pps = np.int64(0)
+    known = np.int64(t.shape[0])
+    if masked:
+        known = np.int64(0)
+        for j in range(t.shape[0]):
+            v = t[j]
+            k = np.int64(v != mask_value)
+            tj = np.int64(v) & k
+            pj = _positive(p[j], threshold) & k
+            x = tj & pj
+            tpl[j] += wi * x
+            apl[j] += wi * tj
+            ppl[j] += wi * pj
+            ignl[j] += wi * (1 - k)
+            tps += x
+            aps += tj
+            pps += pj
+            known += k
+        return tps, aps, pps, known
+    for j in range(t.shape[0]):
+        tj = t[j]
+        pj = _positive(p[j], threshold)
+        tpl[j] += wi * (tj & pj)
+        apl[j] += wi * tj
+        ppl[j] += wi * pj
+    for j in range(t.shape[0]):
+        tj = np.int64(t[j])
+        pj = _positive(p[j], threshold)
+        tps += tj & pj
+        aps += tj
+        pps += pj
+    return tps, aps, pps, known
+
+
+@njit(inline="always")
+def _add_sample(per_sample, layout, r, w, tps, aps, pps):
+    """Add one judged sample (row sums ``tps, aps, pps``) with weight ``w`` into row ``r``."""
+    row = per_sample[r]
+    union = aps + pps - tps
+    if tps == aps and tps == pps:
+        row[EXACT] += w
+    if union == 0:
+        row[NEITHER] += w
+    row[layout[0] + aps] += w
+    row[layout[1] + pps] += w
+    if tps != 0:
+        wt = w * tps
+        row[layout[2] + pps] += wt
+        row[layout[3] + aps] += wt
+        row[layout[4] + union] += wt
+        for k in range((layout.shape[0] - 6) // 3):
+            a = layout[6 + 3 * k]
+            b = layout[7 + 3 * k]
+            row[layout[8 + 3 * k] + a * aps + b * pps] += wt
+
+
+@njit(inline="always")
+def _add_cooccurrence(t, w, cooc, scratch):
+    k = 0
+    for j in range(t.shape[0]):
+        if t[j] == 1:
+            scratch[k] = j
+            k += 1
+    for a in range(k):
+        for b in range(k):
+            cooc[scratch[a], scratch[b]] += w
+
+
+@_kernel
+def count_dense(y_true, y_pred, weights, threshold, mask_value, flags, layout, labels,
+                per_sample, cooc):
+    """Count an (N, L) indicator truth against (N, L) indicators or scores.
+
+    ``y_true`` is unsigned (a view of any integer or bool array); ``y_pred`` unsigned
+    indicators or float scores, positive when ``score > threshold``. With ``MASKED``, true
+    entries equal to ``mask_value`` are skipped. ``weights`` holds one weight per sample (of the
+    state's dtype) when ``HAS_WEIGHTS``, else it is an empty int32 array; ``cooc`` (L, L) is
+    counted when not empty.
+    """
+    n = y_true.shape[0]
+    num_labels = y_true.shape[1]
+    weighted = (flags & HAS_WEIGHTS) != 0
+    masked = (flags & MASKED) != 0
+    # Column counts of the call in buffers of the weights' dtype: int32 for unweighted calls
+    # (an empty int32 ``weights``; the caller splits calls of 2^31 rows or more), whose lanes
+    # vectorise twice as wide as int64's.
+    tpl = np.zeros(num_labels, dtype=weights.dtype)
+    apl = np.zeros_like(tpl)
+    ppl = np.zeros_like(tpl)
+    ignl = np.zeros(num_labels if masked else 0, dtype=tpl.dtype)
+    one = tpl[0] * 0 + 1  # 1 of the buffer's dtype (L >= 1)
+    sums = np.empty((n, 4), dtype=np.int32)
+    # ---- pass 1: validate each row, then count its columns (the row is in L1 by then)
+    for i in range(n):
+        t = y_true[i]
+        p = y_pred[i]
+        status = _row_status(t, p, mask_value, masked)
+        if status != OK:
+            return status, i, _first_bad(t, p, mask_value, masked, status)
+        wi = weights[i] if weighted else one
+        tps, aps, pps, known = _row_pass_dense(t, p, threshold, mask_value, masked, wi, tpl,
+                                               apl, ppl, ignl)
+        sums[i, 0] = tps
+        sums[i, 1] = aps
+        sums[i, 2] = pps
+        sums[i, 3] = known != 0
+    # ---- pass 2: commit (nothing can fail from here on)
+    for j in range(num_labels):
+        labels[0, j] += tpl[j]
+        labels[1, j] += apl[j]
+        labels[2, j] += ppl[j]
+    if masked:
+        for j in range(num_labels):
+            labels[3, j] += ignl[j]
+    scratch = np.empty(num_labels if cooc.shape[0] != 0 else 0, dtype=np.int64)
+    _commit_samples(sums, weights, weighted, layout, per_sample)
+    if cooc.shape[0] != 0:
+        for i in range(n):
+            if sums[i, 1] >= 1:
+                _add_cooccurrence(y_true[i], weights[i] if weighted else 1, cooc, scratch)
+    return OK, -1, -1
+
+
+@njit(inline="always")
+def _commit_samples(sums, weights, weighted, layout, per_sample):
+    n = sums.shape[0]
+    judged = 0
+    judged_weight = per_sample[0, 0] * 0
+    total_weight = per_sample[0, 0] * 0
+    for i in range(n):
+        w = weights[i] if weighted else 1
+        total_weight += w
+        if sums[i, 3]:
+            judged += 1
+            judged_weight += w
+            _add_sample(per_sample, layout, 0, w, sums[i, 0], sums[i, 1], sums[i, 2])
+            if per_sample.shape[0] > 1:
+                _add_sample(per_sample, layout, 1, 1, sums[i, 0], sums[i, 1], sums[i, 2])
+    per_sample[0, ROWS] += total_weight
+    per_sample[0, JUDGED] += judged_weight
+    if per_sample.shape[0] > 1:
+        per_sample[1, ROWS] += n
+        per_sample[1, JUDGED] += judged
+
+
+@_kernel
+def count_sets(true_indptr, true_indices, pred_indptr, pred_indices, weights, flags, layout,
+               labels, per_sample, cooc, scratch):
+    """Count per-sample label sets (CSR: ``indices[indptr[i]:indptr[i + 1]]`` of sample ``i``).
+
+    Indices are already checked to lie in ``[0, L)`` and ``indptr`` to be monotone; a label
+    listed twice in one sample stops the call (``DUPLICATE_TRUE``/``DUPLICATE_PRED``) before
+    anything is counted. ``scratch`` is a zeroed uint8 array of length L, left zeroed.
+    """
+    n = true_indptr.shape[0] - 1
+    weighted = (flags & HAS_WEIGHTS) != 0
+    sums = np.empty((n, 4), dtype=np.int32)
+    # ---- pass 1: validate (duplicates) and compute each sample's TP_s
+    for i in range(n):
+        t = true_indices[true_indptr[i]:true_indptr[i + 1]]
+        p = pred_indices[pred_indptr[i]:pred_indptr[i + 1]]
+        status = OK
+        column = -1
+        for a in range(t.shape[0]):
+            if scratch[t[a]] & 1:
+                status = DUPLICATE_TRUE
+                column = a
+                break
+            scratch[t[a]] |= 1
+        if status == OK:
+            for a in range(p.shape[0]):
+                if scratch[p[a]] & 2:
+                    status = DUPLICATE_PRED
+                    column = a
+                    break
+                scratch[p[a]] |= 2
+        tps = 0
+        for a in range(t.shape[0]):
+            tps += scratch[t[a]] >> 1
+        for a in range(t.shape[0]):
+            scratch[t[a]] = 0
+        for a in range(p.shape[0]):
+            scratch[p[a]] = 0
+        if status != OK:
+            return status, i, column
+        sums[i, 0] = tps
+        sums[i, 1] = t.shape[0]
+        sums[i, 2] = p.shape[0]
+        sums[i, 3] = 1
+    # ---- pass 2: commit
+    tp = labels[0]
+    ap = labels[1]
+    pp = labels[2]
+    for i in range(n):
+        w = weights[i] if weighted else 1
+        t = true_indices[true_indptr[i]:true_indptr[i + 1]]
+        p = pred_indices[pred_indptr[i]:pred_indptr[i + 1]]
+        for a in range(p.shape[0]):
+            scratch[p[a]] = 1
+            pp[p[a]] += w
+        for a in range(t.shape[0]):
+            ap[t[a]] += w
+            tp[t[a]] += w * scratch[t[a]]
+        for a in range(p.shape[0]):
+            scratch[p[a]] = 0
+        if cooc.shape[0] != 0:
+            for a in range(t.shape[0]):
+                for b in range(t.shape[0]):
+                    cooc[t[a], t[b]] += w
+    _commit_samples(sums, weights, weighted, layout, per_sample)
+    return OK, -1, -1

@@ -1,0 +1,811 @@
+"""The streaming multilabel accumulator: L independent yes/no labels per sample.
+
+:class:`MultilabelAccumulator` counts, per label, the multilabel confusion matrix (TP, FP, FN,
+TN), and per sample the statistics behind scikit-learn's example-based metrics
+(``average="samples"``, subset accuracy, Hamming and zero-one loss), in O(L) memory whatever
+the number of samples. Every view is a function of :mod:`metricstream.metrics.multilabel`.
+
+Inputs (``update(y_true, y_pred, weights=None)``):
+
+* ``y_true``: an (N, L) 0/1 indicator matrix (bool or any integer width; float 0.0/1.0 is read
+  with a copy), or :class:`LabelSets`;
+* ``y_pred``: an (N, L) 0/1 indicator matrix, or (N, L) float scores — probabilities or
+  logits — that are positive when ``score > threshold`` (``threshold`` is configured: 0.5 for
+  probabilities, 0.0 for logits, since ``sigmoid(x) > 0.5`` exactly when ``x > 0``). The
+  comparison is fused into the counting kernel (no thresholded copy); or :class:`LabelSets`
+  when ``y_true`` is;
+* label sets: :meth:`MultilabelAccumulator.update_sets` takes per-sample label lists, and
+  :class:`LabelSets` the CSR form (``indptr``, ``indices``) or a SciPy CSR matrix, for L up to
+  10^5 and beyond at a cost proportional to the number of labels listed.
+
+Masking (``ignore_index``): a true entry equal to ``ignore_index`` (e.g. -1 or 255 for "not
+annotated") is left out for that label of that sample: it counts as none of TP/FP/FN/TN, and
+the sample's example-based ratios and exact match use its other labels. A sample with every
+label masked is left out of the example-based metrics (and of subset accuracy), and counted
+nowhere but in ``num_rows``. Without masked entries every number equals scikit-learn's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from . import _multilabel_kernels as _k
+from ._inputs import as_array
+from .base import Accumulator
+from .metrics import multilabel as _ml
+from .metrics._averaging import MultilabelAverage
+from .metrics._selection import LabelCounts
+from .metrics._zero_division import ZeroDivision
+from .metrics.counts import Labels
+
+__all__ = ["LabelSets", "MultilabelAccumulator", "read_multilabel_csv"]
+
+_INT64_MAX = 2**63 - 1
+# beta² must be a ratio a/b of integers with a + b at most this (the F-beta sums of a sample
+# are grouped by a |T| + b |P|, so the state grows as (a + b) L).
+_MAX_BETA_TERMS = 64
+# Unweighted calls count columns in int32 buffers: longer calls are split.
+_MAX_ROWS_PER_CALL = 2**31 - 1
+# What the kernels receive as ``weights`` for an unweighted call (see _multilabel_kernels).
+_NO_WEIGHTS = np.zeros(0, dtype=np.int32)
+
+
+# ---------------------------------------------------------------------------- label sets
+@dataclass(frozen=True)
+class LabelSets:
+    """Per-sample label sets in CSR form: sample ``i`` holds ``indices[indptr[i]:indptr[i+1]]``.
+
+    Build it with :meth:`from_lists` (one list of label indices per sample), :meth:`from_csr`
+    or :meth:`from_sparse` (a SciPy CSR matrix/array of 0/1 values). Labels of a sample may come
+    in any order but not twice.
+
+    Example:
+        >>> sets = LabelSets.from_lists([[0, 3], [], [2]])
+        >>> sets.indptr.tolist(), sets.indices.tolist()
+        ([0, 2, 2, 3], [0, 3, 2])
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @classmethod
+    def from_lists(cls, lists: Iterable[Iterable[int]], *, name: str = "`y_true`") -> LabelSets:
+        """Sets from one iterable of label indices per sample."""
+        lengths = []
+        flat: list[int] = []
+        for position, labels in enumerate(lists):
+            if isinstance(labels, (str, bytes)) or not isinstance(labels, Iterable):
+                raise TypeError(
+                    f"{name} must hold one list of label indices per sample; sample {position} "
+                    f"is {labels!r}."
+                )
+            before = len(flat)
+            flat.extend(labels)
+            lengths.append(len(flat) - before)
+        indices = np.asarray(flat) if flat else np.zeros(0, dtype=np.int64)
+        if indices.dtype.kind not in "iu":
+            if indices.dtype.kind == "b" or not np.all(np.equal(np.mod(indices, 1), 0)):
+                raise TypeError(f"{name} must hold integer label indices, got "
+                                f"{indices.dtype} values.")
+        indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        return cls(indptr, indices.astype(np.int64))
+
+    @classmethod
+    def from_csr(cls, indptr: Any, indices: Any) -> LabelSets:
+        """Sets from CSR arrays (``indptr`` of length N + 1, starting at 0, non-decreasing)."""
+        indptr = np.ascontiguousarray(as_array(indptr, "indptr"))
+        indices = np.ascontiguousarray(as_array(indices, "indices"))
+        for array, label in ((indptr, "indptr"), (indices, "indices")):
+            if array.ndim != 1 or array.dtype.kind not in "iu":
+                raise TypeError(f"`{label}` must be a 1-D integer array, got {array.dtype} "
+                                f"of shape {array.shape}.")
+        if indptr.shape[0] == 0 or indptr[0] != 0 or indptr[-1] != indices.shape[0]:
+            raise ValueError(
+                f"`indptr` must start at 0 and end at len(indices) = {indices.shape[0]}, got "
+                f"{indptr[:1].tolist()}...{indptr[-1:].tolist()}."
+            )
+        steps = np.diff(indptr)
+        if (steps < 0).any():
+            row = int(np.argmax(steps < 0))
+            raise ValueError(f"`indptr` decreases after position {row}: {int(indptr[row])} > "
+                             f"{int(indptr[row + 1])}.")
+        return cls(indptr.astype(np.int64), indices.astype(np.int64))
+
+    @classmethod
+    def from_sparse(cls, matrix: Any, *, name: str = "`y_true`") -> LabelSets:
+        """Sets from a SciPy CSR matrix or array of 0/1 values (explicit zeros are dropped)."""
+        data = np.asarray(matrix.data)
+        if data.size and not np.isin(data, (0, 1)).all():
+            bad = int(np.argmax(~np.isin(data, (0, 1))))
+            raise ValueError(f"{name} is a sparse matrix holding {data[bad]!r}; a label "
+                             "indicator holds only 0 and 1.")
+        indptr = np.asarray(matrix.indptr, dtype=np.int64)
+        indices = np.asarray(matrix.indices, dtype=np.int64)
+        if data.size and (data == 0).any():
+            keep = data != 0
+            counts = np.add.reduceat(keep.astype(np.int64), indptr[:-1]) if indices.size else 0
+            counts = np.where(np.diff(indptr) == 0, 0, counts)
+            indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            indices = indices[keep]
+        return cls(indptr, indices)
+
+
+def _as_sets(value: Any, name: str) -> LabelSets | None:
+    if isinstance(value, LabelSets):
+        return value
+    if hasattr(value, "indptr") and hasattr(value, "indices") and hasattr(value, "shape"):
+        if getattr(value, "format", "csr") != "csr":
+            raise TypeError(f"`{name}` is a sparse {value.format} matrix; convert it with "
+                            ".tocsr() first.")
+        return LabelSets.from_sparse(value, name=f"`{name}`")
+    return None
+
+
+# ---------------------------------------------------------------------------- batches
+@dataclass
+class _DenseBatch:
+    y_true: np.ndarray
+    y_pred: np.ndarray
+    weights: np.ndarray
+    mask_value: Any
+    flags: int
+    total_weight: float
+    original_true: np.ndarray
+    original_pred: np.ndarray
+
+
+@dataclass
+class _SetsBatch:
+    true: LabelSets
+    pred: LabelSets
+    weights: np.ndarray
+    flags: int
+    total_weight: float
+
+
+class MultilabelAccumulator(Accumulator):
+    """Multilabel classification over L labels, accumulated over a stream of batches.
+
+    State (O(L), whatever the number of samples): per label TP/AP/PP (the multilabel
+    confusion matrix), and per sample the histograms behind the example-based metrics:
+    per-sample true positives summed by the denominator of each per-sample ratio, so that
+    ``average="samples"`` is exact in integers and ``zero_division`` is chosen when reading.
+    Optionally the L×L co-occurrence of true labels (``cooccurrence=True``, O(L²)).
+
+    Invariants (each is tested): any split of a stream into batches, and any merge order, gives
+    the same state (bit-identical: unweighted states are int64); a failed ``update`` leaves the
+    state bit-identical; counts never wrap (an update that would pass 2**63 - 1 raises).
+
+    Args:
+        num_labels: L, the number of labels.
+        label_names: optional L unique names, used by ``classification_report``.
+        threshold: scores are positive when ``score > threshold`` (0.5 for probabilities; use
+            0.0 for logits).
+        ignore_index: a true value marking "unknown" entries to leave out (see the module
+            docstring); must not be 0 or 1.
+        weighted: count in float64 so that ``weights`` may be fractional (by default counts are
+            exact int64 and weights, if given, must be whole numbers).
+        betas: the F-beta values whose ``average="samples"`` is counted (default ``(1.0,)``;
+            each ``beta²`` must be a ratio ``a/b`` of integers with ``a + b <= 64``, e.g. 0.5, 1,
+            2, 3). Label-wise F-beta works for any beta.
+        cooccurrence: also count the L×L co-occurrence of true labels.
+
+    Example:
+        >>> acc = MultilabelAccumulator(3)
+        >>> acc.update([[1, 0, 1], [0, 1, 0]], [[0.9, 0.2, 0.4], [0.1, 0.8, 0.3]])
+        MultilabelAccumulator(num_labels=3, ...)
+        >>> acc.recall(average="samples"), acc.subset_accuracy()
+        (0.75, 0.5)
+    """
+
+    state_format = 1
+
+    def __init__(
+        self,
+        num_labels: int,
+        label_names: Sequence[str] | None = None,
+        *,
+        threshold: float = 0.5,
+        ignore_index: int | None = None,
+        weighted: bool = False,
+        betas: Sequence[float] = (1.0,),
+        cooccurrence: bool = False,
+    ) -> None:
+        if isinstance(num_labels, bool) or not isinstance(num_labels, (int, np.integer)):
+            raise TypeError(f"`num_labels` must be an integer, got {type(num_labels).__name__}.")
+        if num_labels < 1:
+            raise ValueError(f"`num_labels` must be at least 1, got {num_labels}.")
+        self._num_labels = int(num_labels)
+        self._label_names = _check_names(label_names, self._num_labels)
+        if isinstance(threshold, bool) or not isinstance(
+                threshold, (int, float, np.integer, np.floating)) or not np.isfinite(threshold):
+            raise TypeError(f"`threshold` must be a finite number, got {threshold!r}.")
+        self._threshold = float(threshold)
+        if ignore_index is not None:
+            if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
+                raise TypeError(f"`ignore_index` must be an integer or None, got "
+                                f"{ignore_index!r}.")
+            if ignore_index in (0, 1):
+                raise ValueError(f"`ignore_index` must not be 0 or 1 (they are label values), "
+                                 f"got {ignore_index}.")
+            ignore_index = int(ignore_index)
+        self._ignore_index = ignore_index
+        for flag, label in ((weighted, "weighted"), (cooccurrence, "cooccurrence")):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise TypeError(f"`{label}` must be True or False, got {flag!r}.")
+        self._weighted = bool(weighted)
+        self._cooccurrence = bool(cooccurrence)
+        self._betas, ratios = _check_betas(betas)
+        self._layout = _k.sample_layout(self._num_labels, ratios)
+        self._ratios = ratios
+        self._scratch: np.ndarray | None = None
+        dtype = np.float64 if self._weighted else np.int64
+        rows = 4 if ignore_index is not None else 3
+        arrays: dict[str, Any] = {
+            "labels": ((rows, self._num_labels), dtype),
+            "per_sample": ((2 if self._weighted else 1, int(self._layout[5])), dtype),
+        }
+        if self._cooccurrence:
+            arrays["cooccurrence"] = ((self._num_labels, self._num_labels), dtype)
+        super().__init__(arrays)
+
+    def _init_runtime(self) -> None:
+        super()._init_runtime()
+        self._counts_cache: tuple[int, _ml.MultilabelCounts] | None = None
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "num_labels": self._num_labels,
+            "label_names": None if self._label_names is None else list(self._label_names),
+            "threshold": self._threshold,
+            "ignore_index": self._ignore_index,
+            "weighted": self._weighted,
+            "betas": list(self._betas),
+            "cooccurrence": self._cooccurrence,
+        }
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def num_labels(self) -> int:
+        return self._num_labels
+
+    @property
+    def threshold(self) -> float:
+        return self._threshold
+
+    @property
+    def weighted(self) -> bool:
+        return self._weighted
+
+    @property
+    def num_samples(self) -> int | float:
+        """Samples counted (total weight when weighted), masked-out samples included."""
+        value = self._snapshot()["per_sample"][0, _k.ROWS]
+        return float(value) if self._weighted else int(value)
+
+    # ------------------------------------------------------------------ updates
+    def update_sets(self, y_true: Iterable[Iterable[int]], y_pred: Iterable[Iterable[int]],
+                    weights: Any = None) -> MultilabelAccumulator:
+        """Count per-sample label lists, e.g. ``[[0, 3], [], [2]]``; returns ``self``."""
+        return self.update(LabelSets.from_lists(y_true, name="`y_true`"),
+                           LabelSets.from_lists(y_pred, name="`y_pred`"), weights)
+
+    def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> Any:
+        true_sets = _as_sets(y_true, "y_true")
+        pred_sets = _as_sets(y_pred, "y_pred")
+        if (true_sets is None) != (pred_sets is None):
+            raise TypeError(
+                "`y_true` and `y_pred` must both be label sets (LabelSets or sparse) or both "
+                "dense (N, L) arrays; convert one to the other's form."
+            )
+        if true_sets is not None and pred_sets is not None:
+            return self._prepare_sets(true_sets, pred_sets, weights)
+        return self._prepare_dense(y_true, y_pred, weights)
+
+    def _prepare_weights(self, weights: Any, n: int) -> tuple[np.ndarray, int, float]:
+        dtype = np.float64 if self._weighted else np.int64
+        if weights is None:
+            return _NO_WEIGHTS, 0, float(n)
+        array = as_array(weights, "weights")
+        if array.ndim != 1 or array.shape[0] != n:
+            raise ValueError(f"`weights` must have shape ({n},) (one weight per sample), got "
+                             f"{array.shape}.")
+        if array.dtype.kind not in "iufb":
+            raise TypeError(f"`weights` must hold numbers, got dtype {array.dtype}.")
+        values = array.astype(np.float64, copy=False)
+        bad = ~np.isfinite(values) | (values < 0)
+        if not self._weighted:
+            bad |= values != np.floor(values)
+        if bad.any():
+            position = int(np.argmax(bad))
+            rule = ("finite and non-negative" if self._weighted else
+                    "whole non-negative numbers (use weighted=True for fractional weights)")
+            raise ValueError(f"`weights` holds {array[position]!r} at position {position}; "
+                             f"weights must be {rule}.")
+        total = float(values.sum())
+        if not np.isfinite(total * self._num_labels):
+            raise ValueError("`weights` sum to a value whose per-label sums overflow float64.")
+        return np.ascontiguousarray(values.astype(dtype)), _k.HAS_WEIGHTS, total
+
+    def _prepare_dense(self, y_true: Any, y_pred: Any, weights: Any) -> _DenseBatch:
+        true = as_array(y_true, "y_true")
+        pred = as_array(y_pred, "y_pred")
+        true = _as_matrix(true, self._num_labels, "y_true")
+        pred = _as_matrix(pred, self._num_labels, "y_pred")
+        if true.shape[0] != pred.shape[0]:
+            raise ValueError(
+                f"`y_true` has {true.shape[0]} samples but `y_pred` has {pred.shape[0]}; both "
+                f"must be (N, {self._num_labels})."
+            )
+        flags = 0
+        mask_value: Any = np.uint8(0)
+        original_true, original_pred = true, pred
+        if true.dtype.kind == "f":
+            true = _float_indicator(true, self._ignore_index)
+        if true.dtype.kind not in "iub":
+            raise TypeError(f"`y_true` must be a 0/1 indicator matrix, got dtype {true.dtype}.")
+        unsigned = np.dtype(f"u{true.dtype.itemsize}")
+        if self._ignore_index is not None:
+            info = np.iinfo(true.dtype) if true.dtype.kind != "b" else None
+            if info is not None and info.min <= self._ignore_index <= info.max:
+                mask_value = np.array(self._ignore_index, dtype=true.dtype).view(unsigned)[()]
+                flags |= _k.MASKED
+            else:
+                mask_value = unsigned.type(0)
+        else:
+            mask_value = unsigned.type(0)
+        true = np.ascontiguousarray(true).view(unsigned)
+        if pred.dtype.kind in "iub":
+            pred = np.ascontiguousarray(pred).view(f"u{pred.dtype.itemsize}")
+        elif pred.dtype.kind == "f":
+            if pred.dtype.itemsize < 4:
+                pred = pred.astype(np.float32)  # float16: numba has no half-precision loads
+            pred = np.ascontiguousarray(pred)
+        else:
+            raise TypeError(f"`y_pred` must be a 0/1 indicator matrix or float scores, got "
+                            f"dtype {pred.dtype}.")
+        w, wflag, total = self._prepare_weights(weights, true.shape[0])
+        return _DenseBatch(true, pred, w, mask_value, flags | wflag, total, original_true,
+                           original_pred)
+
+    def _prepare_sets(self, true: LabelSets, pred: LabelSets, weights: Any) -> _SetsBatch:
+        if len(true) != len(pred):
+            raise ValueError(f"`y_true` has {len(true)} samples but `y_pred` has {len(pred)}.")
+        for sets, name in ((true, "y_true"), (pred, "y_pred")):
+            indices = sets.indices
+            bad = (indices < 0) | (indices >= self._num_labels)
+            if bad.any():
+                position = int(np.argmax(bad))
+                sample = int(np.searchsorted(sets.indptr, position, side="right") - 1)
+                raise ValueError(
+                    f"`{name}` lists label {int(indices[position])} in sample {sample}, but "
+                    f"label indices must be in [0, {self._num_labels}) (`num_labels` is "
+                    f"{self._num_labels})."
+                )
+        w, wflag, total = self._prepare_weights(weights, len(true))
+        return _SetsBatch(true, pred, w, wflag, total)
+
+    def _check_headroom(self, arrays: dict[str, np.ndarray], total_weight: float) -> None:
+        """Refuse a batch after which an int64 count could pass 2**63 - 1.
+
+        Every count is at most ``L`` times the total weight (the per-sample true positives
+        summed by denominator are the largest), so bounding that bounds them all.
+        """
+        if self._weighted:
+            return
+        current = int(arrays["per_sample"][0, _k.ROWS])
+        if (current + int(total_weight) + 1) * self._num_labels > _INT64_MAX:
+            raise ValueError(
+                f"this batch (total weight {int(total_weight)}) would let an int64 count of "
+                f"MultilabelAccumulator pass 2**63 - 1 (already {current} samples over "
+                f"{self._num_labels} labels); nothing was counted."
+            )
+
+    def _count(self, arrays: dict[str, np.ndarray], batch: Any) -> None:
+        self._check_headroom(arrays, batch.total_weight)
+        cooc = arrays.get("cooccurrence")
+        if cooc is None:
+            cooc = np.zeros((0, 0), dtype=arrays["labels"].dtype)
+        if isinstance(batch, _SetsBatch):
+            self._count_sets(arrays, batch, cooc)
+            return
+        # A weighted kernel adds floats (not exactly undoable): it counts into the live arrays
+        # only after validating every row, which the kernel does in its first pass.
+        n = batch.y_true.shape[0]
+        for start in range(0, max(n, 1), _MAX_ROWS_PER_CALL):
+            stop = min(n, start + _MAX_ROWS_PER_CALL)
+            if start and batch.flags & _k.HAS_WEIGHTS == 0:
+                raise ValueError("batches of 2**31 rows or more are not supported; split them.")
+            status, row, column = _k.count_dense(
+                batch.y_true[start:stop], batch.y_pred[start:stop],
+                batch.weights[start:stop] if batch.flags & _k.HAS_WEIGHTS else batch.weights,
+                self._threshold, batch.mask_value, batch.flags, self._layout, arrays["labels"],
+                arrays["per_sample"], cooc)
+            if status != _k.OK:
+                raise ValueError(_dense_error(status, row + start, column, batch,
+                                              self._ignore_index))
+
+    def _count_sets(self, arrays: dict[str, np.ndarray], batch: _SetsBatch,
+                    cooc: np.ndarray) -> None:
+        if self._scratch is None:
+            self._scratch = np.zeros(self._num_labels, dtype=np.uint8)
+        status, row, column = _k.count_sets(
+            batch.true.indptr, batch.true.indices, batch.pred.indptr, batch.pred.indices,
+            batch.weights, batch.flags, self._layout, arrays["labels"], arrays["per_sample"],
+            cooc, self._scratch)
+        if status != _k.OK:
+            sets, name = ((batch.true, "y_true") if status == _k.DUPLICATE_TRUE
+                          else (batch.pred, "y_pred"))
+            label = int(sets.indices[sets.indptr[row] + column])
+            raise ValueError(f"`{name}` lists label {label} twice in sample {row}; a label set "
+                             "holds each label once. Nothing was counted.")
+
+    # ------------------------------------------------------------------ views
+    def _view_source(self) -> _ml.MultilabelCounts:
+        version = self._version
+        cached = self._counts_cache
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        counts = self._make_counts(self._snapshot())
+        self._counts_cache = (version, counts)
+        return counts
+
+    def _make_counts(self, snap: dict[str, np.ndarray]) -> _ml.MultilabelCounts:
+        labels, per_sample = snap["labels"], snap["per_sample"]
+        rows = per_sample[0, _k.ROWS]
+        total = np.full(self._num_labels, rows) if labels.shape[0] == 3 else rows - labels[3]
+        label_counts = LabelCounts(tp=labels[0], ap=labels[1], pp=labels[2], total=total)
+        lay = self._layout
+        size = self._num_labels + 1
+        fbeta = {}
+        for k, beta in enumerate(self._betas):
+            a, b, offset = (int(x) for x in lay[6 + 3 * k: 9 + 3 * k])
+            fbeta[beta] = (a, b, per_sample[:, offset: offset + (a + b) * self._num_labels + 1])
+        stats = _ml.SampleStatistics(
+            rows=per_sample[:, _k.ROWS], judged=per_sample[:, _k.JUDGED],
+            exact=per_sample[:, _k.EXACT], neither=per_sample[:, _k.NEITHER],
+            cardinality_true=per_sample[:, lay[0]: lay[0] + size],
+            cardinality_pred=per_sample[:, lay[1]: lay[1] + size],
+            tp_by_pred=per_sample[:, lay[2]: lay[2] + size],
+            tp_by_true=per_sample[:, lay[3]: lay[3] + size],
+            tp_by_union=per_sample[:, lay[4]: lay[4] + size],
+            tp_by_fbeta=fbeta,
+        )
+        return _ml.MultilabelCounts(labels=label_counts, samples=stats,
+                                    integral=not self._weighted, label_names=self._label_names,
+                                    cooccurrence=snap.get("cooccurrence"))
+
+    def counts(self) -> _ml.MultilabelCounts:
+        """The counts every view is computed from (read-only arrays of one state)."""
+        return self._view_source()
+
+    def precision(self, average: MultilabelAverage = None, *, labels: Labels = None,
+                  zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Precision per label or averaged; see
+        :func:`metricstream.metrics.multilabel.precision`."""
+        return self._view(_ml.precision, average, labels=_key(labels),
+                          zero_division=zero_division)
+
+    def recall(self, average: MultilabelAverage = None, *, labels: Labels = None,
+               zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Recall per label or averaged; see :func:`metricstream.metrics.multilabel.recall`."""
+        return self._view(_ml.recall, average, labels=_key(labels), zero_division=zero_division)
+
+    def fbeta(self, beta: float, average: MultilabelAverage = None, *, labels: Labels = None,
+              zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """F-beta per label or averaged; see :func:`metricstream.metrics.multilabel.fbeta`."""
+        return self._view(_ml.fbeta, beta, average, labels=_key(labels),
+                          zero_division=zero_division)
+
+    def f1(self, average: MultilabelAverage = None, *, labels: Labels = None,
+           zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """F1 per label or averaged; see :func:`metricstream.metrics.multilabel.f1`."""
+        return self._view(_ml.f1, average, labels=_key(labels), zero_division=zero_division)
+
+    def jaccard(self, average: MultilabelAverage = None, *, labels: Labels = None,
+                zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Jaccard index per label or averaged; see
+        :func:`metricstream.metrics.multilabel.jaccard`."""
+        return self._view(_ml.jaccard, average, labels=_key(labels),
+                          zero_division=zero_division)
+
+    def precision_recall_fscore_support(
+        self, beta: float = 1.0, average: MultilabelAverage = None, *, labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> tuple:
+        """``(precision, recall, fbeta, support)``; see
+        :func:`metricstream.metrics.multilabel.precision_recall_fscore_support`."""
+        return self._view(_ml.precision_recall_fscore_support, beta, average,
+                          labels=_key(labels), zero_division=zero_division)
+
+    def subset_accuracy(self, *, normalize: bool = True,
+                        zero_division: ZeroDivision = "warn") -> float:
+        """Share of exactly matched samples; see
+        :func:`metricstream.metrics.multilabel.subset_accuracy`."""
+        return self._view(_ml.subset_accuracy, normalize=normalize, zero_division=zero_division)
+
+    def zero_one_loss(self, *, normalize: bool = True,
+                      zero_division: ZeroDivision = "warn") -> float:
+        """``1 - subset_accuracy``; see :func:`metricstream.metrics.multilabel.zero_one_loss`."""
+        return self._view(_ml.zero_one_loss, normalize=normalize, zero_division=zero_division)
+
+    def hamming_loss(self, *, zero_division: ZeroDivision = "warn") -> float:
+        """Share of wrong (sample, label) entries; see
+        :func:`metricstream.metrics.multilabel.hamming_loss`."""
+        return self._view(_ml.hamming_loss, zero_division=zero_division)
+
+    def multilabel_confusion_matrix(self, *, labels: Labels = None) -> np.ndarray:
+        """(L, 2, 2) matrices ``[[TN, FP], [FN, TP]]``; see
+        :func:`metricstream.metrics.multilabel.multilabel_confusion_matrix`."""
+        return self._view(_ml.multilabel_confusion_matrix, labels=_key(labels))
+
+    def label_cardinality(self, *, predicted: bool = False,
+                          zero_division: ZeroDivision = "warn") -> float:
+        """Mean number of true (``predicted``: predicted) labels per sample."""
+        return self._view(_ml.label_cardinality, predicted=predicted,
+                          zero_division=zero_division)
+
+    def cardinality_histogram(self, *, predicted: bool = False) -> np.ndarray:
+        """``h[k]``: samples with ``k`` true (``predicted``: predicted) labels, ``k = 0..L``."""
+        return self._view(_ml.cardinality_histogram, predicted=predicted)
+
+    def cooccurrence(self) -> np.ndarray:
+        """``C[i, j]``: samples truly carrying both labels ``i`` and ``j`` (``C[i, i] = AP_i``).
+
+        Needs ``cooccurrence=True`` in the configuration.
+        """
+        if not self._cooccurrence:
+            raise ValueError("co-occurrence is not counted; create the accumulator with "
+                             "cooccurrence=True.")
+        return self._snapshot()["cooccurrence"].copy()
+
+    def classification_report(self, *, target_names: Sequence[str] | None = None,
+                              digits: int = 2, output_dict: bool = False,
+                              zero_division: ZeroDivision = "warn") -> str | dict:
+        """scikit-learn's multilabel ``classification_report``; see
+        :func:`metricstream.metrics.multilabel.classification_report`."""
+        names = None if target_names is None else tuple(target_names)
+        return self._view(_ml.classification_report, target_names=names, digits=digits,
+                          output_dict=output_dict, zero_division=zero_division)
+
+    def _rate(self, function: Any, average: Any, labels: Labels,
+              zero_division: ZeroDivision) -> Any:
+        return self._view(function, average, labels=_key(labels), zero_division=zero_division)
+
+    def specificity(self, average: MultilabelAverage = None, *, labels: Labels = None,
+                    zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Per-label specificity ``TN_j / (TN_j + FP_j)``; see
+        :func:`metricstream.metrics.specificity`."""
+        return self._rate(_ml.specificity, average, labels, zero_division)
+
+    def negative_predictive_value(self, average: MultilabelAverage = None, *,
+                                  labels: Labels = None,
+                                  zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Per-label NPV ``TN_j / (TN_j + FN_j)``; see
+        :func:`metricstream.metrics.negative_predictive_value`."""
+        return self._rate(_ml.negative_predictive_value, average, labels, zero_division)
+
+    def false_positive_rate(self, average: MultilabelAverage = None, *, labels: Labels = None,
+                            zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Per-label FPR ``FP_j / (FP_j + TN_j)``."""
+        return self._rate(_ml.false_positive_rate, average, labels, zero_division)
+
+    def false_negative_rate(self, average: MultilabelAverage = None, *, labels: Labels = None,
+                            zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Per-label FNR ``FN_j / AP_j``."""
+        return self._rate(_ml.false_negative_rate, average, labels, zero_division)
+
+    def false_discovery_rate(self, average: MultilabelAverage = None, *, labels: Labels = None,
+                             zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Per-label FDR ``FP_j / PP_j``."""
+        return self._rate(_ml.false_discovery_rate, average, labels, zero_division)
+
+    def false_omission_rate(self, average: MultilabelAverage = None, *, labels: Labels = None,
+                            zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Per-label FOR ``FN_j / (FN_j + TN_j)``."""
+        return self._rate(_ml.false_omission_rate, average, labels, zero_division)
+
+    def informedness(self, average: MultilabelAverage = None, *, labels: Labels = None,
+                     zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Per-label informedness ``TPR_j + TNR_j - 1``."""
+        return self._rate(_ml.informedness, average, labels, zero_division)
+
+    def markedness(self, average: MultilabelAverage = None, *, labels: Labels = None,
+                   zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+        """Per-label markedness ``PPV_j + NPV_j - 1``."""
+        return self._rate(_ml.markedness, average, labels, zero_division)
+
+    def prevalence(self, *, labels: Labels = None,
+                   zero_division: ZeroDivision = "warn") -> np.ndarray:
+        """Per-label prevalence ``AP_j / N_j``."""
+        return self._view(_ml.prevalence, labels=_key(labels), zero_division=zero_division)
+
+    def positive_likelihood_ratio(self, *, labels: Labels = None,
+                                  zero_division: ZeroDivision = "warn") -> np.ndarray:
+        """Per-label ``LR+_j = TPR_j / FPR_j``."""
+        return self._view(_ml.positive_likelihood_ratio, labels=_key(labels),
+                          zero_division=zero_division)
+
+    def negative_likelihood_ratio(self, *, labels: Labels = None,
+                                  zero_division: ZeroDivision = "warn") -> np.ndarray:
+        """Per-label ``LR-_j = FNR_j / TNR_j``."""
+        return self._view(_ml.negative_likelihood_ratio, labels=_key(labels),
+                          zero_division=zero_division)
+
+    def diagnostic_odds_ratio(self, *, labels: Labels = None,
+                              zero_division: ZeroDivision = "warn") -> np.ndarray:
+        """Per-label ``DOR_j = TP_j TN_j / (FP_j FN_j)``."""
+        return self._view(_ml.diagnostic_odds_ratio, labels=_key(labels),
+                          zero_division=zero_division)
+
+
+# ---------------------------------------------------------------------------- helpers
+def _key(labels: Labels) -> Any:
+    """``labels`` in a hashable form for the view cache (a tuple), None unchanged."""
+    if labels is None:
+        return None
+    array = np.asarray(labels)
+    if array.ndim == 0:
+        return (array.item(),)
+    return tuple(array.tolist()) if array.ndim == 1 else labels
+
+
+def _check_names(names: Sequence[str] | None, num_labels: int) -> tuple[str, ...] | None:
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+        raise TypeError("`label_names` must be a sequence of strings.")
+    names = tuple(names)
+    if len(names) != num_labels or len(set(names)) != num_labels:
+        raise ValueError(f"`label_names` must hold {num_labels} unique names, got "
+                         f"{len(names)} ({len(set(names))} unique).")
+    return names
+
+
+def _check_betas(betas: Sequence[float]) -> tuple[tuple[float, ...], list[tuple[int, int]]]:
+    if isinstance(betas, (str, bytes)) or not isinstance(betas, Iterable):
+        raise TypeError(f"`betas` must be a sequence of numbers, got {betas!r}.")
+    values: list[float] = []
+    ratios = []
+    for beta in betas:
+        if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)):
+            raise TypeError(f"`betas` must hold numbers, got {beta!r}.")
+        beta = float(beta)
+        if not (np.isfinite(beta) and beta > 0):
+            raise ValueError(f"`betas` must hold positive finite numbers (beta 0 and inf are "
+                             f"precision and recall, always available), got {beta!r}.")
+        ratio = Fraction(beta * beta).limit_denominator(_MAX_BETA_TERMS)
+        a, b = ratio.numerator, ratio.denominator
+        if a + b > _MAX_BETA_TERMS or abs(a / b - beta * beta) > 1e-12 * beta * beta:
+            raise ValueError(
+                f"`betas` holds {beta!r}, whose square is not a ratio a/b of integers with "
+                f"a + b <= {_MAX_BETA_TERMS} (e.g. 0.5, 1, 2, 3); example-based F-beta is "
+                f"counted exactly only for those."
+            )
+        if beta not in values:
+            values.append(beta)
+            ratios.append((a, b))
+    if not values:
+        raise ValueError("`betas` must hold at least one value (1.0 for F1).")
+    return tuple(values), ratios
+
+
+def _as_matrix(array: np.ndarray, num_labels: int, name: str) -> np.ndarray:
+    if array.ndim == 1 and num_labels == 1:
+        return array.reshape(-1, 1)
+    if array.ndim != 2 or array.shape[1] != num_labels:
+        hint = ""
+        if array.ndim == 1:
+            hint = (" For per-sample label lists use update_sets(); for a single label, "
+                    "num_labels=1.")
+        raise ValueError(
+            f"`{name}` must be an (N, {num_labels}) label indicator matrix (`num_labels` is "
+            f"{num_labels}), got shape {array.shape}.{hint}"
+        )
+    return array
+
+
+def _float_indicator(array: np.ndarray, ignore_index: int | None) -> np.ndarray:
+    """A float 0.0/1.0 truth as int8 (or int64 when the mask value needs it): a copy."""
+    allowed = [0.0, 1.0] if ignore_index is None else [0.0, 1.0, float(ignore_index)]
+    ok = np.isin(array, allowed)
+    if not ok.all():
+        row, column = (int(i) for i in np.argwhere(~ok)[0])
+        raise ValueError(
+            f"`y_true` holds {array[row, column]!r} at row {row}, label {column}; a label "
+            f"indicator holds only 0 and 1" + ("" if ignore_index is None else
+                                               f" (or `ignore_index` {ignore_index})") + "."
+        )
+    return array.astype(np.int64 if ignore_index is not None else np.int8)
+
+
+def _dense_error(status: int, row: int, column: int, batch: _DenseBatch,
+                 ignore_index: int | None) -> str:
+    if status == _k.BAD_TRUE:
+        value = batch.original_true[row, column]
+        allowed = "0 or 1" if ignore_index is None else f"0, 1 or `ignore_index` {ignore_index}"
+        return (f"`y_true` holds {value.item()!r} at row {row}, label {column}, but a label "
+                f"indicator holds {allowed}. Nothing was counted.")
+    value = batch.original_pred[row, column]
+    if status == _k.BAD_SCORE:
+        return (f"`y_pred` holds NaN at row {row}, label {column}; scores must be numbers. "
+                f"Nothing was counted.")
+    return (f"`y_pred` holds {value.item()!r} at row {row}, label {column}, but a label "
+            f"indicator holds 0 or 1 (float scores are thresholded at `threshold`). Nothing "
+            f"was counted.")
+
+
+# ---------------------------------------------------------------------------- file input
+def read_multilabel_csv(path: Any, *, num_labels: int | None = None, separator: str = "|",
+                        true_column: str = "y_true", pred_column: str = "y_pred",
+                        weight_column: str | None = None, delimiter: str = ","
+                        ) -> MultilabelAccumulator:
+    """Count a CSV file whose ``y_true``/``y_pred`` columns hold label sets, e.g. ``0|3``.
+
+    Each cell lists the sample's label indices separated by ``separator`` (an empty cell is the
+    empty set). Labels may also be names: then ``num_labels`` is the number of distinct names
+    and the names (sorted) become ``label_names``. The file is read in one pass of bounded
+    memory per row.
+
+    Example:
+        >>> import io
+        >>> text = "y_true,y_pred\\n0|2,0\\n1,1|2\\n,\\n"
+        >>> acc = read_multilabel_csv(io.StringIO(text), num_labels=3)
+        >>> acc.subset_accuracy(), acc.num_samples
+        (0.3333333333333333, 3)
+    """
+    import csv
+
+    opened = None
+    if hasattr(path, "read"):
+        handle = path
+    else:
+        opened = handle = open(path, newline="", encoding="utf-8")  # noqa: SIM115
+    try:
+        reader = csv.DictReader(handle, delimiter=delimiter)
+        fields = reader.fieldnames or []
+        for column in (true_column, pred_column) + ((weight_column,) if weight_column else ()):
+            if column not in fields:
+                raise ValueError(f"the file has no column {column!r}; its columns are "
+                                 f"{fields}.")
+        true_sets: list[list[str]] = []
+        pred_sets: list[list[str]] = []
+        weights: list[float] = []
+        for row in reader:
+            true_sets.append(_split(row[true_column], separator))
+            pred_sets.append(_split(row[pred_column], separator))
+            if weight_column:
+                weights.append(float(row[weight_column]))
+    finally:
+        if opened is not None:
+            opened.close()
+    tokens = {token for sets in (true_sets, pred_sets) for labels in sets for token in labels}
+    names: list[str] | None = None
+    if all(token.lstrip("-").isdigit() for token in tokens):
+        index = {token: int(token) for token in tokens}
+        size = num_labels if num_labels is not None else (max(index.values(), default=-1) + 1)
+    else:
+        names = sorted(tokens)
+        index = {name: position for position, name in enumerate(names)}
+        size = len(names) if num_labels is None else num_labels
+    weighted = bool(weights) and any(w != int(w) for w in weights)
+    acc = MultilabelAccumulator(max(size, 1), names if names and len(names) == size else None,
+                                weighted=weighted)
+    acc.update_sets([[index[t] for t in labels] for labels in true_sets],
+                    [[index[t] for t in labels] for labels in pred_sets],
+                    np.asarray(weights) if weight_column else None)
+    return acc
+
+
+def _split(cell: str | None, separator: str) -> list[str]:
+    cell = (cell or "").strip()
+    return [token.strip() for token in cell.split(separator)] if cell else []
