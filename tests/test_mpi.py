@@ -19,7 +19,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metricstream import ConfusionAccumulator
+if __package__ in (None, ""):  # run by mpirun as a script: make `tests` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from metricstream import AccumulatorGroup, ConfusionAccumulator  # noqa: E402
+from tests.sync_fixtures import (  # noqa: E402
+    GROUP_FLOAT_SIZE,
+    GROUP_INT_SIZE,
+    WeightTotals,
+    feed,
+    group_data,
+    make_group,
+    states,
+)
+from tests.sync_fixtures import (
+    K as GROUP_K,
+)
+
+# Every test here runs inside one `mpirun -n 2` session (tens of seconds): slow tests.
+pytestmark = pytest.mark.slow
 
 K = 5
 NAMES = list("abcde")
@@ -97,6 +115,39 @@ def worker(out: str) -> None:
     acc = ConfusionAccumulator(K, class_names=NAMES, ignore_index=-1)
     acc.update(y_true[shard], y_pred[shard])
     results["after_mismatch"] = {"matrix": allreduce(acc, comm).matrix.tolist()}
+
+    # A group of six accumulators: one Allgather, one Allreduce per state dtype.
+    gdata = group_data()
+    group = feed(make_group(), gdata, shard)
+    local = states(group)
+    del log[:]
+    synced = allreduce(group, comm, inplace=False)
+    results["group_copy"] = {"state": states(synced), "calls": list(log),
+                             "untouched": states(group) == local}
+    del log[:]
+    returned = allreduce(group, comm)
+    results["group_inplace"] = {"state": states(group), "calls": list(log),
+                                "self": returned is group}
+
+    def attempt(name, target):
+        before = states(target) if hasattr(target, "state_arrays") or isinstance(
+            target, AccumulatorGroup) else None
+        del log[:]
+        try:
+            allreduce(target, comm)
+        except Exception as error:  # noqa: BLE001 - recorded for the test
+            outcome = {"error": type(error).__name__, "message": str(error)}
+        else:
+            outcome = {"error": None, "message": None}
+        outcome.update(calls=list(log), unchanged=before is None or states(target) == before)
+        results[name] = outcome
+
+    attempt("group_mismatch",
+            make_group() if rank == 0 else make_group(totals=WeightTotals(GROUP_K + 1)))
+    attempt("non_accumulator", group if rank == 0 else [1, 2, 3])
+    attempt("overflow", ConfusionAccumulator.from_matrix(np.array([[2**62, 0], [0, 0]])))
+    group = feed(make_group(), gdata, shard)
+    results["after_hostile"] = {"state": states(allreduce(group, comm))}
     Path(out, f"rank{rank}.json").write_text(json.dumps(results))
 
 
@@ -154,7 +205,7 @@ def test_weighted_allreduce(ranks):
 def test_two_collectives_and_local_copy_untouched(ranks):
     for rank in ranks:
         for scenario in ("copy", "inplace"):
-            assert rank[scenario]["calls"] == [["Allgather", 14, None],
+            assert rank[scenario]["calls"] == [["Allgather", 12, None],
                                                ["Allreduce", K * K, "SUM"]]
         assert rank["copy"]["untouched"] is True
         assert rank["inplace"]["self"] is True
@@ -162,8 +213,7 @@ def test_two_collectives_and_local_copy_untouched(ranks):
 
 @pytest.mark.parametrize("name, fragment", [
     ("num_classes", r"`num_classes` is 5 on rank 0 and 6 on rank 1\."),
-    ("class_names",
-     r"`class_names` differ between ranks \(list 1 on rank 0 and list 2 on rank 1\)"),
+    ("class_names", r"`class_names\[0\]` is 'a' on rank 0 and 'e' on rank 1\."),
 ])
 def test_mismatch_raises_the_same_error_on_every_rank(ranks, name, fragment):
     messages = [rank[f"mismatch-{name}"]["message"] for rank in ranks]
@@ -171,7 +221,9 @@ def test_mismatch_raises_the_same_error_on_every_rank(ranks, name, fragment):
     assert re.search(r"cannot allreduce accumulators configured differently across the 2 "
                      r"ranks: " + fragment, messages[0])
     for rank in ranks:
-        assert rank[f"mismatch-{name}"]["calls"] == [["Allgather", 14, None]]
+        calls = rank[f"mismatch-{name}"]["calls"]
+        # The check, then the descriptions (lengths, texts); no Allreduce.
+        assert [c[0] for c in calls] == ["Allgather"] * 3 and calls[0][1] == 12
 
 
 if __name__ == "__main__":
@@ -179,3 +231,37 @@ if __name__ == "__main__":
         worker(sys.argv[2])
     else:
         sys.exit(f"usage: mpirun -n 2 {sys.argv[0]} --worker OUT_DIR (started by pytest)")
+
+
+def test_group_of_six_in_one_allgather_and_one_allreduce_per_dtype(ranks):
+    expected = states(feed(make_group(), group_data(), slice(None)))
+    for rank in ranks:
+        for scenario in ("group_copy", "group_inplace"):
+            assert rank[scenario]["state"] == expected
+            assert rank[scenario]["calls"] == [["Allgather", 12, None],
+                                               ["Allreduce", GROUP_INT_SIZE, "SUM"],
+                                               ["Allreduce", GROUP_FLOAT_SIZE, "SUM"]]
+        assert rank["group_copy"]["untouched"] is True
+        assert rank["group_inplace"]["self"] is True
+        assert rank["after_hostile"]["state"] == expected  # still in step after the refusals
+
+
+def test_group_mismatch_names_the_member_on_every_rank(ranks):
+    outcomes = [rank["group_mismatch"] for rank in ranks]
+    assert outcomes[0]["message"] == outcomes[1]["message"]
+    assert "member 'totals': `size` is 7 on rank 0 and 8 on rank 1." in outcomes[0]["message"]
+    assert all(o["error"] == "ValueError" and o["unchanged"] for o in outcomes)
+    assert all("Allreduce" not in [c[0] for c in o["calls"]] for o in outcomes)
+
+
+def test_non_accumulator_and_overflow_raise_on_every_rank(ranks):
+    zero, one = ranks[0]["non_accumulator"], ranks[1]["non_accumulator"]
+    assert one["error"] == "TypeError" and "got list" in one["message"]
+    assert zero["error"] == "ValueError" and "rank(s) 1 could not take part" in zero["message"]
+    assert zero["unchanged"] is True
+    for rank in ranks:
+        outcome = rank["overflow"]
+        assert outcome["error"] == "ValueError"
+        assert "cannot allreduce: the summed int64 counts could pass 2**63 - 1" in outcome[
+            "message"]
+        assert outcome["calls"] == [["Allgather", 12, None]] and outcome["unchanged"] is True
