@@ -3,10 +3,14 @@
 mpi4py is imported on first use, not with this module (``pip install "metricstream[mpi]"``,
 plus an MPI library such as Open MPI: ``apt-get install openmpi-bin``).
 
-Like :func:`metricstream.distributed.all_reduce`, a sync is two collectives: an ``Allgather`` of
-7 int64 values per rank that checks every rank holds the same configuration (a mismatch raises
-the same ``ValueError`` on every rank, before any count is exchanged), then one in-place
-``Allreduce(SUM)`` of the K×K matrix through the buffer interface (no pickling, no copy).
+``allreduce`` takes any accumulator or an :class:`~metricstream.AccumulatorGroup`. Like
+:func:`metricstream.distributed.all_reduce`, a sync is one check plus one collective per state
+dtype: an ``Allgather`` of 6 int64 values per rank that checks every rank holds the same types
+and configurations and that the sums cannot overflow (a mismatch raises the same ``ValueError``
+on every rank, naming the member, the field and each rank's value, before any count is
+exchanged), then an in-place ``Allreduce(SUM)`` of the int64 counts (and one of the float64
+sums, if any) through the buffer interface: no pickling, and for a single confusion matrix no
+copy.
 
 Run under ``mpirun -n 4 python evaluate.py``::
 
