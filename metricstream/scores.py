@@ -1,0 +1,781 @@
+"""The streaming score accumulator: ROC/PR curves, AUROC, average precision, calibration and
+top-k accuracy from constant-memory histograms.
+
+The views are plain functions of the histograms, in :mod:`metricstream.metrics.curves`,
+:mod:`~metricstream.metrics.calibration` and :mod:`~metricstream.metrics.topk`; counting is done
+by the Numba kernels of :mod:`metricstream._score_kernels`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from . import _score_kernels as _k
+from ._inputs import as_array
+from .accumulator import ConfusionAccumulator
+from .base import Accumulator
+from .metrics import calibration as _calibration
+from .metrics import curves as _curves
+from .metrics import topk as _topk
+from .metrics.calibration import Norm, ReliabilityDiagram
+from .metrics.curves import Bounded, CurveAverage, OperatingPoint
+
+__all__ = ["ScoreAccumulator"]
+
+Task = Literal["binary", "multiclass", "multilabel"]
+Ties = Literal["sklearn", "optimistic"]
+
+DEFAULT_BINS = 65536
+# At many classes the default bins shrink so that the histograms stay near 64 MB.
+DEFAULT_MAX_CELLS = 1 << 22
+MIN_BINS = 16
+MAX_BINS = 1 << 24
+# 25200 = 2^4 * 3^2 * 5^2 * 7: divisible by every n_bins from 1 to 10 and by 12, 14, 15, 16,
+# 18, 20, 21, 24, 25, 28, 30, 35, 36, 40, 42, 45, 48, 50, 56, 60, 63, 70, 72, 75, 80, 84, 90, 100.
+DEFAULT_CALIBRATION_BINS = 25200
+# Batches with more scores than this are validated row by row while they are counted (one pass
+# over memory) and undone on error; smaller ones are validated first (they stay in cache).
+_ONE_PASS_MIN_SCORES = 1 << 16
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One converted batch: ``(N,)`` labels or ``(N, C)`` targets, ``(N, C)`` scores, weights
+    ``(N,)`` in the state dtype or None."""
+
+    y: np.ndarray
+    scores: np.ndarray
+    weights: np.ndarray | None
+    eps: float | None
+    # To word errors: the user's score shape, where classes are, and the sample shape.
+    score_shape: tuple[int, ...]
+    class_axis: int
+    sample_shape: tuple[int, ...]
+    total_weight: float
+
+
+class ScoreAccumulator(Accumulator):
+    """Score histograms of a stream: ROC/PR curves, AUROC, AP, calibration and top-k.
+
+    Every score lands in a bin of an order-preserving integer key of its float32 bits (the top
+    ``log2(bins)`` bits). With the default 65,536 bins a bin holds exactly the float32 values
+    that round toward zero to one bfloat16 value, so **16-bit scores (bfloat16, and any score
+    that is a bfloat16 value) are counted exactly** and every curve and area equals
+    scikit-learn's; float32/float64 scores are resolved to 8 significant bits wherever they
+    lie, which suits probabilities, logits and log-probabilities alike (the key is monotone in
+    the score over the whole float range), and each area can report an interval that is
+    guaranteed to contain the exact value (``with_bound=True``).
+
+    State (memory O(C x bins), whatever the number of samples):
+
+    * ``curves`` ``(C, bins, 2)``: per class and bin, the negatives and positives (one-vs-rest);
+      ``C x bins x 2 x 8`` bytes: 10.5 MB for 10 classes. The default is 65,536 bins up to 64
+      classes, then the largest power of two keeping ``C x bins <= 2**22`` (64 MB): 32,768 at
+      100 classes, 4,096 at 1,000; pass ``bins`` to trade memory for resolution;
+    * ``inexact`` ``(C,)``: scores that were not their bin's own value (0: the class is exact);
+    * ``ranks`` ``(2, C, C)`` (multiclass): histograms of the rank of the true class under
+      scikit-learn's tie rule and the optimistic one (top-k for every k);
+    * ``calibration`` ``(F, 2)`` and ``confidence`` ``(F,)``: per fine confidence bin, weight,
+      correct weight and summed confidence (ECE/MCE for any ``n_bins`` dividing ``F``);
+    * ``losses`` ``(2,)``: exact running sums of the Brier score and the log loss.
+
+    Invariants (tested): any split of a stream into batches gives the same counts as one
+    update; merging is associative and commutative (float sums up to rounding); a failed
+    update changes nothing.
+
+    Args:
+        task: ``"binary"`` (``y_true`` 0/1, scores ``(N,)`` or ``(N, 1)`` of the positive
+            class), ``"multiclass"`` (``y_true`` labels, scores with one more axis holding the
+            ``num_classes`` class scores, one-vs-rest curves, as ``roc_auc_score(...,
+            multi_class="ovr")``), or ``"multilabel"`` (``y_true`` a 0/1 matrix of the scores'
+            shape).
+        num_classes: classes (multiclass, >= 2) or labels (multilabel); unused for binary.
+        bins: number of key bins, a power of two from 16 to 2**24 (see above).
+        thresholds: explicit increasing finite thresholds instead of key bins, e.g.
+            ``np.linspace(0, 1, 100)`` as torchmetrics' ``thresholds=100``: a sample is
+            predicted positive at ``t`` when ``score >= t`` (for Keras' ``score > t`` pass the
+            next float up, ``np.nextafter(t, np.inf)``).
+        logits: scores are logits: curves and top-k are unchanged (a monotone transform), and
+            calibration, Brier score and log loss use their softmax (multiclass) or sigmoid.
+            Without it scores must be probabilities in ``[0, 1]``.
+        weighted: accumulate float64 weights; by default counts are exact int64 and weights,
+            if given, must be whole numbers.
+        ignore_index: a label (or multilabel target) whose samples are skipped.
+        class_axis: the axis of the class scores (multiclass and multilabel), 1 by default
+            (``(N, C)`` and ``(B, C, H, W)``), -1 for channels-last.
+        calibration_bins: ``F``, the number of fine confidence bins.
+
+    Example:
+        >>> acc = ScoreAccumulator("binary")
+        >>> acc.update([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]).auroc()
+        0.75
+        >>> acc.average_precision()
+        0.8333333333333333
+    """
+
+    state_format = 1
+
+    def __init__(
+        self,
+        task: Task,
+        num_classes: int | None = None,
+        *,
+        bins: int | None = None,
+        thresholds: Sequence[float] | np.ndarray | None = None,
+        logits: bool = False,
+        weighted: bool = False,
+        ignore_index: int | None = None,
+        class_axis: int = 1,
+        calibration_bins: int = DEFAULT_CALIBRATION_BINS,
+    ) -> None:
+        if task not in ("binary", "multiclass", "multilabel"):
+            raise ValueError(
+                f"`task` must be 'binary', 'multiclass' or 'multilabel', got {task!r}."
+            )
+        self._task: Task = task
+        if task == "binary":
+            if num_classes not in (None, 1, 2):
+                raise ValueError(
+                    f"`num_classes` is {num_classes!r}, but a binary task has one score per "
+                    f"sample; leave it None (or use task='multiclass')."
+                )
+            self._num_classes = 1
+        else:
+            least = 2 if task == "multiclass" else 1
+            if (isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer))
+                    or num_classes < least):
+                raise ValueError(
+                    f"`num_classes` must be an integer >= {least} for task={task!r}, got "
+                    f"{num_classes!r}."
+                )
+            self._num_classes = int(num_classes)
+        for name, flag in (("logits", logits), ("weighted", weighted)):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise TypeError(f"`{name}` must be True or False, got {flag!r}.")
+        self._logits = bool(logits)
+        self._weighted = bool(weighted)
+        if ignore_index is not None and (isinstance(ignore_index, bool)
+                                         or not isinstance(ignore_index, (int, np.integer))):
+            raise TypeError(f"`ignore_index` must be an integer or None, got {ignore_index!r}.")
+        self._ignore_index = None if ignore_index is None else int(ignore_index)
+        if isinstance(class_axis, bool) or not isinstance(class_axis, (int, np.integer)):
+            raise TypeError(f"`class_axis` must be an integer, got {class_axis!r}.")
+        self._class_axis = int(class_axis)
+        if (isinstance(calibration_bins, bool)
+                or not isinstance(calibration_bins, (int, np.integer))
+                or not 1 <= calibration_bins <= 1 << 24):
+            raise ValueError(
+                f"`calibration_bins` must be an integer in [1, 2**24], got {calibration_bins!r}."
+            )
+        self._calibration_bins = int(calibration_bins)
+        self._thresholds = _check_thresholds(thresholds, bins)
+        if self._thresholds is not None:
+            self._bins = None
+            num_bins = self._thresholds.shape[0] + 1
+            self._shift = 0
+        else:
+            self._bins = _check_bins(bins, self._num_classes)
+            self._shift, num_bins = _key_layout(self._bins, self._logits)
+        self._num_bins = num_bins
+        self._bin_values: np.ndarray | None = None
+        count = np.float64 if self._weighted else np.int64
+        classes = self._num_classes
+        arrays: dict[str, Any] = {
+            "curves": ((classes, num_bins, 2), count),
+            "inexact": ((classes,), np.int64),
+            "calibration": ((self._calibration_bins, 2), count),
+            "confidence": ((self._calibration_bins,), np.float64),
+            "losses": ((2,), np.float64),
+        }
+        if task == "multiclass":
+            arrays["ranks"] = ((2, classes, classes), count)
+        super().__init__(arrays)
+
+    # ------------------------------------------------------------------ configuration
+    def config(self) -> dict[str, Any]:
+        return {
+            "task": self._task,
+            "num_classes": None if self._task == "binary" else self._num_classes,
+            "bins": self._bins,
+            "thresholds": None if self._thresholds is None else self._thresholds.tolist(),
+            "logits": self._logits,
+            "weighted": self._weighted,
+            "ignore_index": self._ignore_index,
+            "class_axis": self._class_axis,
+            "calibration_bins": self._calibration_bins,
+        }
+
+    @property
+    def task(self) -> Task:
+        """``"binary"``, ``"multiclass"`` or ``"multilabel"``."""
+        return self._task
+
+    @property
+    def num_classes(self) -> int:
+        """Number of one-vs-rest curves: 1 (binary), the classes or the labels."""
+        return self._num_classes
+
+    @property
+    def num_bins(self) -> int:
+        """Bins per class: ``bins`` for logits, at most ``bins`` for probabilities (38,147 of
+        65,536), the number of thresholds + 1 with explicit thresholds."""
+        return self._num_bins
+
+    @property
+    def num_samples(self) -> int | float:
+        """Samples counted (binary, multiclass) or scores counted (multilabel); total weight
+        when weighted."""
+        total = self._snapshot()["calibration"][:, 0].sum()
+        return float(total) if self._weighted else int(total)
+
+    def bin_values(self) -> np.ndarray:
+        """The value each bin stands for, ascending: the scores of the bin's 8 (by default)
+        significant bits, rounded toward zero for logits and toward 0 or 1 (whichever is
+        nearer) for probabilities; NaN for bins no score can reach; ``[-inf, t_1, ..., t_m]``
+        with explicit thresholds."""
+        if self._bin_values is None:
+            self._bin_values = _bin_values(self._shift, self._thresholds, self._logits)
+        return self._bin_values.copy()
+
+    def exact(self) -> np.ndarray:
+        """Per class: True when every score counted was its bin's value, so that every result
+        of that class equals scikit-learn's on the raw scores (no bound needed)."""
+        return self._snapshot()["inexact"] == 0
+
+    def bin_index(self, threshold: float) -> int:
+        """The bin of ``threshold``: at that threshold, the samples in bins
+        ``>= bin_index(threshold)`` are predicted positive (``score >= threshold`` exactly
+        when ``threshold`` is a bin value, see :meth:`bin_values`)."""
+        value = float(threshold)
+        if math.isnan(value):
+            raise ValueError("`threshold` is NaN.")
+        if self._thresholds is None and not self._logits:
+            if value <= 0.0:
+                return 0
+            if value > 1.0:
+                return self._num_bins
+        return int(_k.bin_index(value, self._shift, self._thresholds, self._logits))
+
+    # ------------------------------------------------------------------ counting
+    def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> _Batch:
+        scores = as_array(y_pred, "y_pred")
+        if scores.dtype.kind != "f":
+            scores = scores.astype(np.float64)
+        y = as_array(y_true, "y_true")
+        if self._task == "multiclass":
+            labels, matrix, axis, sample_shape = self._multiclass_layout(y, scores)
+        else:
+            labels, matrix, axis, sample_shape = self._elementwise_layout(y, scores)
+        weight_array = None
+        total = float(matrix.shape[0])
+        if weights is not None:
+            weight_array, total = self._weights(weights, sample_shape)
+        eps = None if self._logits else float(np.finfo(matrix.dtype).eps)
+        return _Batch(labels, matrix, weight_array, eps, scores.shape, axis, sample_shape, total)
+
+    def _multiclass_layout(self, y: np.ndarray, scores: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray, int, tuple[int, ...]]:
+        if scores.ndim != y.ndim + 1:
+            raise ValueError(
+                f"`y_pred` must hold {self._num_classes} class scores per label: one more "
+                f"dimension than `y_true` (shape {y.shape}), got shape {scores.shape}."
+            )
+        axis = self._axis(scores)
+        if scores.shape[axis] != self._num_classes:
+            raise ValueError(
+                f"`y_pred` has {scores.shape[axis]} class scores on axis {axis}, but "
+                f"`num_classes` is {self._num_classes}."
+            )
+        rest = scores.shape[:axis] + scores.shape[axis + 1:]
+        if rest != y.shape:
+            raise ValueError(
+                f"`y_pred` has shape {scores.shape} (classes on axis {axis}), which leaves "
+                f"{rest}, but `y_true` has shape {y.shape}; set `class_axis` if the classes "
+                f"are on another axis."
+            )
+        matrix = np.ascontiguousarray(np.moveaxis(scores, axis, -1)).reshape(-1,
+                                                                            self._num_classes)
+        labels = np.ascontiguousarray(y).reshape(-1)
+        return labels, matrix, axis, y.shape
+
+    def _elementwise_layout(self, y: np.ndarray, scores: np.ndarray
+                            ) -> tuple[np.ndarray, np.ndarray, int, tuple[int, ...]]:
+        if self._task == "binary":
+            if scores.ndim == y.ndim + 1 and scores.shape[-1] == 1:
+                scores = scores[..., 0]
+            if scores.shape != y.shape:
+                raise ValueError(
+                    f"`y_pred` must hold one score per label (shape {y.shape}, or with a "
+                    f"trailing axis of 1), got shape {scores.shape}."
+                )
+            matrix = np.ascontiguousarray(scores).reshape(-1, 1)
+            targets = np.ascontiguousarray(y).reshape(-1, 1)
+            return targets, matrix, scores.ndim, y.shape
+        if scores.shape != y.shape:
+            raise ValueError(
+                f"`y_true` (targets) and `y_pred` (scores) must have the same shape for "
+                f"task='multilabel', got {y.shape} and {scores.shape}."
+            )
+        if scores.ndim < 2:
+            raise ValueError(
+                f"multilabel scores need a label axis, got shape {scores.shape}."
+            )
+        axis = self._axis(scores)
+        if scores.shape[axis] != self._num_classes:
+            raise ValueError(
+                f"`y_pred` has {scores.shape[axis]} labels on axis {axis}, but `num_classes` "
+                f"is {self._num_classes}."
+            )
+        classes = self._num_classes
+        matrix = np.ascontiguousarray(np.moveaxis(scores, axis, -1)).reshape(-1, classes)
+        targets = np.ascontiguousarray(np.moveaxis(y, axis, -1)).reshape(-1, classes)
+        return targets, matrix, axis, scores.shape[:axis] + scores.shape[axis + 1:]
+
+    def _axis(self, scores: np.ndarray) -> int:
+        axis = self._class_axis + scores.ndim if self._class_axis < 0 else self._class_axis
+        if not 0 <= axis < scores.ndim:
+            raise ValueError(
+                f"`class_axis` is {self._class_axis}, but `y_pred` has only {scores.ndim} "
+                f"dimensions."
+            )
+        return axis
+
+    def _weights(self, weights: Any, sample_shape: tuple[int, ...]
+                 ) -> tuple[np.ndarray, float]:
+        array = as_array(weights, "weights")
+        if array.shape != sample_shape:
+            raise ValueError(
+                f"`weights` has shape {array.shape}, but there is one weight per sample: "
+                f"shape {sample_shape}."
+            )
+        flat = np.ascontiguousarray(array).reshape(-1).astype(np.float64, copy=False)
+        bad = ~(np.isfinite(flat) & (flat >= 0))
+        if not self._weighted:
+            bad |= flat != np.floor(flat)
+        if bad.any():
+            where = np.unravel_index(int(np.argmax(bad)), sample_shape) if sample_shape else ()
+            value = flat[int(np.argmax(bad))]
+            rule = "finite and non-negative"
+            if not self._weighted and np.isfinite(value) and value >= 0:
+                rule = ("whole numbers: this accumulator counts integers; create it with "
+                        "`weighted=True` for fractional weights")
+            position = where[0] if len(where) == 1 else tuple(int(i) for i in where)
+            raise ValueError(
+                f"`weights` holds {value!r} at position {position}, but weights must be {rule}."
+            )
+        total = float(flat.sum())
+        if self._weighted:
+            return flat, total
+        return flat.astype(np.int64), total
+
+    def _count(self, arrays: dict[str, np.ndarray], batch: _Batch) -> None:
+        rows = batch.scores.shape[0]
+        if rows == 0:
+            return
+        per_row = 1 if self._task == "multiclass" else self._num_classes
+        if not self._weighted and batch.weights is not None:
+            # Every cell grows by at most the batch's total weight (per label for multilabel).
+            headroom = _INT64_MAX - float(arrays["calibration"][:, 0].sum())
+            if batch.total_weight * per_row >= headroom:
+                raise ValueError(
+                    f"`weights` sum to {batch.total_weight:g}, which would overflow the int64 "
+                    f"counts; create the accumulator with `weighted=True`."
+                )
+        one_pass = not self._weighted and batch.scores.size >= _ONE_PASS_MIN_SCORES
+        flags = (0 if one_pass else _k.VALIDATE_FIRST) | (
+            _k.HAS_IGNORE if self._ignore_index is not None else 0)
+        backup = None
+        if one_pass:
+            backup = (arrays["confidence"].copy(), arrays["losses"].copy())
+        status, position = self._run(arrays, batch, 0, rows, 1, flags)
+        if status == _k.OK:
+            return
+        if backup is not None:
+            row = position // batch.scores.shape[1] if status == _k.BAD_SCORE or (
+                status == _k.BAD_TRUE and self._task != "multiclass") else position
+            self._run(arrays, batch, 0, row, -1, flags)
+            arrays["confidence"][...] = backup[0]
+            arrays["losses"][...] = backup[1]
+        raise self._error(status, position, batch)
+
+    def _run(self, arrays: dict[str, np.ndarray], batch: _Batch, start: int, stop: int,
+             sign: int, flags: int) -> tuple[int, int]:
+        ignore = -1 if self._ignore_index is None else self._ignore_index
+        if self._task == "multiclass":
+            return _k.count_multiclass(
+                batch.y, batch.scores, batch.weights, arrays["curves"], arrays["inexact"],
+                arrays["ranks"], arrays["calibration"],
+                arrays["confidence"], arrays["losses"], self._thresholds, self._shift, start,
+                stop, sign, flags, ignore, batch.eps)
+        return _k.count_elementwise(
+            batch.y, batch.scores, batch.weights, arrays["curves"],
+            arrays["inexact"], arrays["calibration"], arrays["confidence"], arrays["losses"],
+            self._thresholds, self._shift, start, stop, sign, flags, ignore, batch.eps)
+
+    def _error(self, status: int, position: int, batch: _Batch) -> ValueError:
+        classes = batch.scores.shape[1]
+        if status == _k.BAD_SCORE or (status == _k.BAD_TRUE and self._task != "multiclass"):
+            row, column = divmod(position, classes)
+            sample = _unravel(row, batch.sample_shape)
+            if self._task == "binary":
+                where = sample
+            else:
+                where = sample[:batch.class_axis] + (column,) + sample[batch.class_axis:]
+            shown = where[0] if len(where) == 1 else where
+            if status == _k.BAD_TRUE:
+                value = batch.y[row, column].item()
+                return ValueError(
+                    f"`y_true` holds {value!r} at position {shown}, but targets must be 0 or 1"
+                    + (f" (or `ignore_index` {self._ignore_index})"
+                       if self._ignore_index is not None else "") + "."
+                )
+            value = batch.scores[row, column].item()
+            if self._logits:
+                rule = "logits must not be NaN or +inf"
+            else:
+                rule = ("probabilities must lie in [0, 1]; create the accumulator with "
+                        "`logits=True` for logits or other unbounded scores")
+            return ValueError(f"`y_pred` (scores) holds {value!r} at position {shown}, but "
+                              f"{rule}.")
+        sample = _unravel(position, batch.sample_shape)
+        shown = sample[0] if len(sample) == 1 else sample
+        if status == _k.BAD_ROW:
+            return ValueError(
+                f"`y_pred` (logits) at position {shown} are all -inf: the softmax of that "
+                f"sample is undefined."
+            )
+        value = batch.y[position].item()
+        allowed = f"labels must be integers in [0, {classes})"
+        if self._ignore_index is not None:
+            allowed += f" or equal `ignore_index` ({self._ignore_index})"
+        return ValueError(f"`y_true` holds label {value!r} at position {shown}, but {allowed}.")
+
+    # ------------------------------------------------------------------ curves and areas
+    def _hist(self, snap: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        curves = snap["curves"]
+        return curves[:, :, 1], curves[:, :, 0], snap["inexact"] == 0
+
+    def _class(self, label: int | None) -> int:
+        if self._task == "binary":
+            return 0
+        if label is None or isinstance(label, bool) or not isinstance(label, (int, np.integer)):
+            raise ValueError(
+                f"`label` must be a class index in [0, {self._num_classes}) for "
+                f"task={self._task!r}, got {label!r}."
+            )
+        if not 0 <= label < self._num_classes:
+            raise ValueError(
+                f"`label` is {label}, but `num_classes` is {self._num_classes}."
+            )
+        return int(label)
+
+    def _default_average(self, average: Any) -> CurveAverage:
+        if average == "binary" or (average == "macro" and self._task == "binary"):
+            return None
+        return average
+
+    def roc_curve(self, label: int | None = None, *, micro: bool = False,
+                  drop_intermediate: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(fpr, tpr, thresholds)`` of the positive class (binary), of class ``label``
+        (one-vs-rest), or of the pooled one-vs-rest histograms (``micro=True``); see
+        :func:`metricstream.metrics.curves.roc_curve`."""
+        pos, neg = self._one(label, micro)
+        return _curves.roc_curve(pos, neg, self.bin_values(),
+                                 drop_intermediate=drop_intermediate)
+
+    def precision_recall_curve(self, label: int | None = None, *, micro: bool = False,
+                               drop_intermediate: bool = False
+                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(precision, recall, thresholds)``, as scikit-learn's function of that name; see
+        :func:`metricstream.metrics.curves.precision_recall_curve`."""
+        pos, neg = self._one(label, micro)
+        return _curves.precision_recall_curve(pos, neg, self.bin_values(),
+                                              drop_intermediate=drop_intermediate)
+
+    def _one(self, label: int | None, micro: bool) -> tuple[np.ndarray, np.ndarray]:
+        pos, neg, _ = self._hist(self._snapshot())
+        if micro:
+            return pos.sum(axis=0), neg.sum(axis=0)
+        index = self._class(label)
+        return pos[index], neg[index]
+
+    def auroc(self, average: CurveAverage = "macro", *,
+              with_bound: bool = False) -> float | np.ndarray | Bounded:
+        """Area under the ROC curve; one-vs-rest ``average`` for multiclass/multilabel
+        (``"macro"``, ``"weighted"``, ``"micro"`` or None per class; ignored for binary).
+
+        ``with_bound=True`` returns ``Bounded(value, lower, upper)``: the exact AUROC of the
+        raw scores lies in ``[lower, upper]`` (equal to the value for exact classes). See
+        :func:`metricstream.metrics.curves.auroc` for the formula and the NaN rule.
+        """
+        # The cache hands back plain tuples: rebuild the named one.
+        result = Bounded(*self._view(_auroc_view, self._default_average(average)))
+        return result if with_bound else result.value
+
+    def average_precision(self, average: CurveAverage = "macro", *,
+                          with_bound: bool = False) -> float | np.ndarray | Bounded:
+        """Average precision, scikit-learn's step sum; arguments as :meth:`auroc`. See
+        :func:`metricstream.metrics.curves.average_precision`."""
+        result = Bounded(*self._view(_ap_view, self._default_average(average)))
+        return result if with_bound else result.value
+
+    def _point(self, target: _curves.Target, constraint: float, label: int | None,
+               with_bound: bool) -> Any:
+        pos, neg, exact = self._hist(self._snapshot())
+        values = self.bin_values()
+        indices = [self._class(label)] if (label is not None or self._task == "binary") else (
+            range(self._num_classes))
+        results = [_curves.operating_point(pos[i], neg[i], values, target, constraint,
+                                           exact=exact[i]) for i in indices]
+        if label is not None or self._task == "binary":
+            point, bound = results[0]
+            return (point, bound) if with_bound else point
+        point = OperatingPoint(np.array([r[0].value for r in results]),
+                               np.array([r[0].threshold for r in results]))
+        bound = Bounded(point.value, np.array([r[1].lower for r in results]),
+                        np.array([r[1].upper for r in results]))
+        return (point, bound) if with_bound else point
+
+    def precision_at_recall(self, min_recall: float, label: int | None = None, *,
+                            with_bound: bool = False) -> Any:
+        """``OperatingPoint(precision, threshold)``: the highest precision at a threshold
+        whose recall is ``>= min_recall`` (per class unless ``label`` is given). With
+        ``with_bound=True`` also the ``Bounded`` interval of the best value; see
+        :func:`metricstream.metrics.curves.operating_point`."""
+        return self._point("precision_at_recall", min_recall, label, with_bound)
+
+    def recall_at_precision(self, min_precision: float, label: int | None = None, *,
+                            with_bound: bool = False) -> Any:
+        """The highest recall at a threshold whose precision is ``>= min_precision``."""
+        return self._point("recall_at_precision", min_precision, label, with_bound)
+
+    def sensitivity_at_specificity(self, min_specificity: float, label: int | None = None, *,
+                                   with_bound: bool = False) -> Any:
+        """The highest sensitivity (TPR) at a threshold whose specificity is
+        ``>= min_specificity``."""
+        return self._point("sensitivity_at_specificity", min_specificity, label, with_bound)
+
+    def specificity_at_sensitivity(self, min_sensitivity: float, label: int | None = None, *,
+                                   with_bound: bool = False) -> Any:
+        """The highest specificity at a threshold whose sensitivity is ``>= min_sensitivity``."""
+        return self._point("specificity_at_sensitivity", min_sensitivity, label, with_bound)
+
+    def best_threshold(self, criterion: _curves.Criterion = "f1", label: int | None = None,
+                       *, with_bound: bool = False) -> Any:
+        """``OperatingPoint(value, threshold)`` maximising F1 (``criterion="f1"``) or Youden's
+        J = TPR - FPR (``"youden"``)."""
+        if criterion not in ("f1", "youden"):
+            raise ValueError(f"`criterion` must be 'f1' or 'youden', got {criterion!r}.")
+        return self._point(criterion, 0.0, label, with_bound)
+
+    def confusion_at(self, threshold: float, label: int | None = None) -> ConfusionAccumulator:
+        """The 2x2 confusion matrix (rows true 0/1, columns predicted 0/1) at ``threshold``
+        of the positive class (binary) or of class ``label`` against the rest, as a
+        :class:`~metricstream.ConfusionAccumulator` with every metric of a confusion matrix.
+
+        A sample is predicted positive when its bin is at or above the bin of ``threshold``:
+        exactly ``score >= threshold`` when the threshold is a bin value (see
+        :meth:`bin_values`; every 16-bit score is one).
+        """
+        index = self._class(label)
+        pos, neg, _ = self._hist(self._snapshot())
+        matrix = _curves.confusion_at(pos[index], neg[index], self.bin_index(threshold))
+        if not self._weighted:
+            matrix = matrix.astype(np.int64)
+        return ConfusionAccumulator.from_matrix(matrix, weighted=self._weighted)
+
+    def multilabel_confusion_matrix(self, threshold: float) -> np.ndarray:
+        """``(C, 2, 2)`` one-vs-rest matrices ``[[TN, FP], [FN, TP]]`` at ``threshold``, as
+        ``sklearn.metrics.multilabel_confusion_matrix``."""
+        pos, neg, _ = self._hist(self._snapshot())
+        index = self.bin_index(threshold)
+        result = np.stack([_curves.confusion_at(pos[i], neg[i], index)
+                           for i in range(self._num_classes)])
+        return result if self._weighted else result.astype(np.int64)
+
+    # ------------------------------------------------------------------ calibration
+    def reliability_diagram(self, n_bins: int = 15) -> ReliabilityDiagram:
+        """Weight, accuracy and mean confidence per confidence bin (``n_bins`` must divide
+        ``calibration_bins``); see :mod:`metricstream.metrics.calibration`. Multiclass uses
+        the top-label confidence; binary and multilabel the positive-class probability against
+        the fraction of positives (scikit-learn's ``calibration_curve``)."""
+        return ReliabilityDiagram(*self._view(_diagram_view, n_bins))
+
+    def calibration_error(self, n_bins: int = 15, norm: Norm = "l1") -> float:
+        """Expected calibration error (``norm="l1"``; ``"l2"``) or the maximum one
+        (``"max"``) over ``n_bins`` equal-width bins; see
+        :func:`metricstream.metrics.calibration.calibration_error`."""
+        snap = self._snapshot()
+        return _calibration.calibration_error(snap["calibration"][:, 0],
+                                              snap["calibration"][:, 1], snap["confidence"],
+                                              n_bins, norm)
+
+    def max_calibration_error(self, n_bins: int = 15) -> float:
+        """Maximum calibration error, ``calibration_error(n_bins, norm="max")``."""
+        return self.calibration_error(n_bins, "max")
+
+    def brier_score(self) -> float:
+        """Mean squared error of the probabilities: ``mean (p - y)^2`` (binary, per label for
+        multilabel) or ``mean sum_c (p_c - [c == y])^2`` (multiclass), as scikit-learn's
+        ``brier_score_loss``; an exact running sum, not binned. NaN (with a warning) when
+        empty."""
+        snap = self._snapshot()
+        return _calibration.mean_loss(snap["losses"][0], snap["calibration"][:, 0].sum(),
+                                      "Brier score")
+
+    def log_loss(self) -> float:
+        """Mean negative log-likelihood, as scikit-learn's ``log_loss`` (probabilities clipped
+        to ``[eps, 1 - eps]`` with ``eps`` of their float type; from logits it is computed
+        without clipping); an exact running sum. NaN (with a warning) when empty."""
+        snap = self._snapshot()
+        return _calibration.mean_loss(snap["losses"][1], snap["calibration"][:, 0].sum(),
+                                      "Log loss")
+
+    # ------------------------------------------------------------------ top-k
+    def _ranks(self, ties: Ties) -> np.ndarray:
+        if self._task != "multiclass":
+            raise ValueError(f"top-k accuracy needs task='multiclass', not {self._task!r}.")
+        if ties not in ("sklearn", "optimistic"):
+            raise ValueError(f"`ties` must be 'sklearn' or 'optimistic', got {ties!r}.")
+        return self._snapshot()["ranks"][0 if ties == "sklearn" else 1]
+
+    def top_k_accuracy(self, k: int | None = None, *,
+                       ties: Ties = "sklearn") -> float | np.ndarray:
+        """Fraction of samples whose true class is among the ``k`` highest scores, for every
+        k at once when ``k`` is None. ``ties="sklearn"`` ranks tied classes as
+        ``top_k_accuracy_score`` (higher class index first); ``"optimistic"`` ranks the true
+        class before every class tied with it (Keras' ``in_top_k``). See
+        :mod:`metricstream.metrics.topk`."""
+        return _topk.top_k_accuracy(self._ranks(ties), k)
+
+    def top_k_recall(self, k: int, *, ties: Ties = "sklearn") -> np.ndarray:
+        """Per class, the fraction of its samples ranked within the top ``k``."""
+        return _topk.top_k_recall(self._ranks(ties), k)
+
+    def rank_histogram(self, *, ties: Ties = "sklearn") -> np.ndarray:
+        """``(C, C)``: samples of true class ``t`` (rows) whose class was ranked ``r``."""
+        return self._ranks(ties).copy()
+
+    # ------------------------------------------------------------------ plots
+    def plot_roc(self, ax: Any = None, **kwargs: Any) -> Any:
+        """ROC curves of every class in one figure; see
+        :func:`metricstream.score_plotting.plot_roc`."""
+        from .score_plotting import plot_roc
+
+        return plot_roc(self, ax=ax, **kwargs)
+
+    def plot_precision_recall(self, ax: Any = None, **kwargs: Any) -> Any:
+        """Precision-recall curves of every class in one figure; see
+        :func:`metricstream.score_plotting.plot_precision_recall`."""
+        from .score_plotting import plot_precision_recall
+
+        return plot_precision_recall(self, ax=ax, **kwargs)
+
+    def plot_calibration(self, n_bins: int = 15, ax: Any = None, **kwargs: Any) -> Any:
+        """The reliability diagram; see :func:`metricstream.score_plotting.plot_calibration`."""
+        from .score_plotting import plot_calibration
+
+        return plot_calibration(self, n_bins=n_bins, ax=ax, **kwargs)
+
+
+# ---------------------------------------------------------------------- cached view functions
+def _auroc_view(snap: dict[str, np.ndarray], average: CurveAverage) -> Bounded:
+    curves = snap["curves"]
+    pos, neg = curves[:, :, 1], curves[:, :, 0]
+    if pos.shape[0] == 1:
+        pos, neg = pos[0], neg[0]
+    return _curves.auroc_bounds(pos, neg, exact=snap["inexact"] == 0, average=average)
+
+
+def _ap_view(snap: dict[str, np.ndarray], average: CurveAverage) -> Bounded:
+    curves = snap["curves"]
+    pos, neg = curves[:, :, 1], curves[:, :, 0]
+    if pos.shape[0] == 1:
+        pos, neg = pos[0], neg[0]
+    return _curves.average_precision_bounds(pos, neg, exact=snap["inexact"] == 0,
+                                            average=average)
+
+
+def _diagram_view(snap: dict[str, np.ndarray], n_bins: int) -> ReliabilityDiagram:
+    return _calibration.reliability_diagram(snap["calibration"][:, 0], snap["calibration"][:, 1],
+                                            snap["confidence"], n_bins)
+
+
+# ---------------------------------------------------------------------- configuration helpers
+def _check_bins(bins: int | None, num_classes: int) -> int:
+    if bins is None:
+        bins = DEFAULT_BINS
+        while bins > MIN_BINS and num_classes * bins > DEFAULT_MAX_CELLS:
+            bins //= 2
+        return bins
+    if (isinstance(bins, bool) or not isinstance(bins, (int, np.integer))
+            or not MIN_BINS <= bins <= MAX_BINS or bins & (bins - 1)):
+        raise ValueError(
+            f"`bins` must be a power of two from {MIN_BINS} to 2**24 (65536 keeps every "
+            f"bfloat16 value apart), got {bins!r}."
+        )
+    return int(bins)
+
+
+def _probability_bins(shift: int) -> int:
+    base, top = _k.probability_key_layout(shift)
+    return int(top) + 1
+
+
+def _key_layout(bins: int, logits: bool) -> tuple[int, int]:
+    """``(shift, number of bins)`` of the key for a budget of ``bins`` (a power of two)."""
+    if logits:
+        return 32 - int(math.log2(bins)), bins
+    shift = 1
+    while _probability_bins(shift) > bins:
+        shift += 1
+    return shift, _probability_bins(shift)
+
+
+def _check_thresholds(thresholds: Any, bins: Any) -> np.ndarray | None:
+    if thresholds is None:
+        return None
+    if bins is not None:
+        raise ValueError("give `bins` or `thresholds`, not both.")
+    array = np.asarray(thresholds, dtype=np.float64).reshape(-1)
+    if array.size == 0 or not np.all(np.isfinite(array)) or np.any(np.diff(array) <= 0):
+        raise ValueError(
+            f"`thresholds` must be finite and strictly increasing, got {thresholds!r}."
+        )
+    return array
+
+
+def _bin_values(shift: int, thresholds: np.ndarray | None, logits: bool) -> np.ndarray:
+    """Each bin's value (see ``ScoreAccumulator.bin_values`` and ``_score_kernels``)."""
+    if thresholds is not None:
+        return np.r_[-np.inf, thresholds]
+    if logits:
+        top = np.arange(1 << (32 - shift), dtype=np.uint64) << np.uint64(shift)
+        low = np.uint64((1 << shift) - 1)
+        positive = top >= np.uint64(0x80000000)
+        bits = np.where(positive, top & np.uint64(0x7FFFFFFF),
+                        (~(top | low)) & np.uint64(0xFFFFFFFF))
+        return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+    base, last = (int(v) for v in _k.probability_key_layout(shift))
+    middle = (0x3F000000 >> shift)
+    lower = (np.arange(middle, dtype=np.uint64) << np.uint64(shift)).astype(np.uint32)
+    # Upper bins M + 1 .. last - 1 hold 1 - p from 1/2 down to 2**-24.
+    complement_keys = (last - 1 - np.arange(middle + 1, last, dtype=np.int64)) + base
+    upper = (complement_keys.astype(np.uint64) << np.uint64(shift)).astype(np.uint32)
+    values = np.r_[0.0, lower.view(np.float32).astype(np.float64),
+                   1.0 - upper.view(np.float32).astype(np.float64), 1.0]
+    # Bin 1 holds the smallest positive floats (0 has bin 0): its smallest is its value.
+    values[1] = float(np.nextafter(np.float32(0), np.float32(1)))
+    return values
+
+
+def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if not shape:
+        return (index,)
+    return tuple(int(i) for i in np.unravel_index(index, shape))

@@ -1,0 +1,514 @@
+"""ScoreAccumulator against scikit-learn: curves, areas, calibration, top-k, errors, state."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from sklearn import metrics as skm
+
+from metricstream.exceptions import UndefinedMetricWarning
+from metricstream.scores import ScoreAccumulator
+
+EXACT = dict(rel=1e-12, abs=1e-12)
+
+
+def bf16(values: np.ndarray) -> np.ndarray:
+    """Round float32 values toward zero to bfloat16 (still float32 arrays)."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+    return bits.view(np.float32)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+def multiclass_data(seed: int, n: int = 1500, classes: int = 5, absent: tuple[int, ...] = ()):
+    rng = np.random.default_rng(seed)
+    present = [c for c in range(classes) if c not in absent]
+    y = rng.choice(present, size=n)
+    logits = rng.normal(size=(n, classes)) + 2.0 * np.eye(classes)[y]
+    return y, logits, softmax(logits).astype(np.float32)
+
+
+def feed(acc: ScoreAccumulator, y, scores, weights=None, seed: int = 0) -> ScoreAccumulator:
+    """Update in random batch sizes (including empty batches)."""
+    rng = np.random.default_rng(seed)
+    cuts = np.sort(rng.integers(0, len(y), size=6))
+    edges = [0, *cuts.tolist(), len(y)]
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        acc.update(y[lo:hi], scores[lo:hi], None if weights is None else weights[lo:hi])
+    return acc
+
+
+# ------------------------------------------------------------------------------ binary
+@pytest.mark.parametrize("weighted", [False, True], ids=["counts", "weights"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_binary_equals_sklearn_on_16_bit_scores(seed, weighted):
+    rng = np.random.default_rng(seed)
+    n = 2000
+    y = rng.integers(0, 2, n)
+    scores = bf16(np.clip(rng.random(n) * 0.7 + 0.3 * y, 0, 1))
+    weights = rng.random(n) * 3 if weighted else rng.integers(0, 4, n)
+    acc = feed(ScoreAccumulator("binary", weighted=weighted), y, scores, weights, seed)
+    assert acc.exact().all()
+    assert acc.auroc() == pytest.approx(skm.roc_auc_score(y, scores, sample_weight=weights),
+                                        **EXACT)
+    assert acc.average_precision() == pytest.approx(
+        skm.average_precision_score(y, scores, sample_weight=weights), **EXACT)
+    for mine, ref in zip(acc.roc_curve(), skm.roc_curve(y, scores, sample_weight=weights),
+                         strict=True):
+        np.testing.assert_allclose(mine, ref, rtol=1e-12, atol=1e-12)
+    for drop in (False, True):
+        mine = acc.precision_recall_curve(drop_intermediate=drop)
+        ref = skm.precision_recall_curve(y, scores, sample_weight=weights,
+                                         drop_intermediate=drop)
+        for a, b in zip(mine, ref, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    bound = acc.auroc(with_bound=True)
+    assert bound.lower == bound.value == bound.upper
+    assert acc.brier_score() == pytest.approx(
+        skm.brier_score_loss(y, scores.astype(np.float64), sample_weight=weights), rel=1e-9)
+    assert acc.log_loss() == pytest.approx(
+        skm.log_loss(y, scores.astype(np.float64), sample_weight=weights), rel=1e-6)
+
+
+def test_binary_float64_scores_and_n_by_1_layout():
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 2, 500)
+    scores = rng.random(500)
+    acc = ScoreAccumulator("binary").update(y, scores[:, None])
+    assert not acc.exact()[0]
+    result = acc.auroc(with_bound=True)
+    exact = skm.roc_auc_score(y, scores)
+    assert result.lower <= exact <= result.upper
+    assert abs(result.value - exact) < 1e-4
+    assert acc.log_loss() == pytest.approx(skm.log_loss(y, scores), rel=1e-12)
+    assert acc.brier_score() == pytest.approx(skm.brier_score_loss(y, scores), rel=1e-12)
+
+
+def test_exact_zero_and_one_probabilities_have_own_bins():
+    y = np.array([0, 1, 0, 1, 1, 0])
+    scores = np.array([0.0, 0.0, 1.0, 1.0, 1e-30, 1 - 2**-24], dtype=np.float32)
+    acc = ScoreAccumulator("binary").update(y, scores)
+    assert acc.auroc() == pytest.approx(skm.roc_auc_score(y, scores), **EXACT)
+    values = acc.bin_values()
+    assert values[0] == 0.0 and values[-1] == 1.0
+    assert np.all(np.diff(values[~np.isnan(values)]) > 0)
+
+
+def test_logits_any_range():
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 800)
+    logits = bf16((rng.normal(size=800) * 4 + 3 * y).astype(np.float32))
+    acc = ScoreAccumulator("binary", logits=True).update(y, logits)
+    assert acc.exact().all()
+    assert acc.auroc() == pytest.approx(skm.roc_auc_score(y, logits), **EXACT)
+    assert acc.average_precision() == pytest.approx(
+        skm.average_precision_score(y, logits), **EXACT)
+    probabilities = 1 / (1 + np.exp(-logits.astype(np.float64)))
+    assert acc.log_loss() == pytest.approx(skm.log_loss(y, probabilities), rel=1e-9)
+    assert acc.brier_score() == pytest.approx(skm.brier_score_loss(y, probabilities), rel=1e-9)
+
+
+# ------------------------------------------------------------------------------ multiclass
+@pytest.mark.parametrize("average", ["macro", "weighted", "micro"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_multiclass_ovr_equals_sklearn(seed, average):
+    y, _, probabilities = multiclass_data(seed)
+    scores = bf16(probabilities)
+    acc = feed(ScoreAccumulator("multiclass", 5), y, scores, seed=seed)
+    onehot = np.eye(5)[y]
+    assert acc.auroc(average) == pytest.approx(
+        skm.roc_auc_score(onehot, scores, average=average), **EXACT)
+    assert acc.average_precision(average) == pytest.approx(
+        skm.average_precision_score(onehot, scores, average=average), **EXACT)
+    per_class = acc.auroc(None)
+    np.testing.assert_allclose(per_class, skm.roc_auc_score(onehot, scores, average=None),
+                               rtol=1e-12)
+
+
+def test_multiclass_matches_roc_auc_score_multi_class_ovr():
+    y, _, probabilities = multiclass_data(4, classes=4)
+    probabilities = probabilities.astype(np.float64)
+    acc = ScoreAccumulator("multiclass", 4).update(y, probabilities)
+    for average in ("macro", "weighted"):
+        exact = skm.roc_auc_score(y, probabilities, multi_class="ovr", average=average)
+        bound = acc.auroc(average, with_bound=True)
+        assert bound.lower <= exact <= bound.upper
+        assert abs(bound.value - exact) < 1e-5
+
+
+def test_multiclass_curves_per_class_and_micro():
+    y, _, probabilities = multiclass_data(2)
+    scores = bf16(probabilities)
+    acc = ScoreAccumulator("multiclass", 5).update(y, scores)
+    onehot = np.eye(5)[y]
+    for label in range(5):
+        reference = skm.roc_curve(onehot[:, label], scores[:, label])
+        for a, b in zip(acc.roc_curve(label), reference, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+    reference = skm.roc_curve(onehot.ravel(), scores.ravel())
+    for a, b in zip(acc.roc_curve(micro=True), reference, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_absent_class_auroc_is_nan_with_warning_and_left_out_of_average():
+    y, _, probabilities = multiclass_data(1, absent=(2,))
+    scores = bf16(probabilities)
+    acc = ScoreAccumulator("multiclass", 5).update(y, scores)
+    with pytest.warns(UndefinedMetricWarning, match="without positive"):
+        per_class = acc.auroc(None)
+    assert np.isnan(per_class[2])
+    present = [0, 1, 3, 4]
+    onehot = np.eye(5)[y]
+    expected = skm.roc_auc_score(onehot[:, present], scores[:, present], average="macro")
+    with pytest.warns(UndefinedMetricWarning):
+        assert acc.auroc("macro") == pytest.approx(expected, **EXACT)
+    # average precision: 0.0 for the class without positives, as scikit-learn
+    with pytest.warns(UndefinedMetricWarning):
+        ap = acc.average_precision(None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = skm.average_precision_score(onehot, scores, average=None)
+    np.testing.assert_allclose(ap, reference, rtol=1e-12)
+
+
+def test_all_positive_binary_roc_curve_follows_sklearn_nan_convention():
+    acc = ScoreAccumulator("binary").update([1, 1, 1], [0.25, 0.5, 0.75])
+    with pytest.warns(UndefinedMetricWarning, match="No negative samples"):
+        fpr, tpr, _ = acc.roc_curve()
+    assert np.isnan(fpr).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = skm.roc_curve([1, 1, 1], [0.25, 0.5, 0.75])
+    np.testing.assert_allclose(tpr, reference[1])
+    with pytest.warns(UndefinedMetricWarning):
+        assert np.isnan(acc.auroc())
+    assert acc.average_precision() == 1.0
+
+
+def test_empty_accumulator_views_warn():
+    acc = ScoreAccumulator("multiclass", 3)
+    with pytest.warns(UndefinedMetricWarning):
+        assert np.isnan(acc.auroc())
+    with pytest.warns(UndefinedMetricWarning):
+        assert np.isnan(acc.calibration_error())
+    with pytest.warns(UndefinedMetricWarning):
+        assert np.isnan(acc.brier_score())
+    with pytest.warns(UndefinedMetricWarning):
+        assert np.isnan(acc.top_k_accuracy(1))
+
+
+@pytest.mark.filterwarnings("ignore:The y_prob values do not sum to one")
+def test_multiclass_losses_equal_sklearn():
+    y, logits, probabilities = multiclass_data(7)
+    probabilities = probabilities.astype(np.float64)
+    weights = np.random.default_rng(0).integers(1, 5, len(y))
+    acc = feed(ScoreAccumulator("multiclass", 5), y, probabilities, weights)
+    assert acc.log_loss() == pytest.approx(
+        skm.log_loss(y, probabilities, sample_weight=weights), rel=1e-12)
+    assert acc.brier_score() == pytest.approx(
+        skm.brier_score_loss(y, probabilities, sample_weight=weights), rel=1e-12)
+    from_logits = feed(ScoreAccumulator("multiclass", 5, logits=True), y, logits, weights)
+    exact = softmax(logits)
+    assert from_logits.log_loss() == pytest.approx(
+        skm.log_loss(y, exact, sample_weight=weights), rel=1e-9)
+    assert from_logits.brier_score() == pytest.approx(
+        skm.brier_score_loss(y, exact, sample_weight=weights), rel=1e-9)
+    # the ranking of logits is the ranking of their softmax: top-k agree
+    np.testing.assert_allclose(from_logits.top_k_accuracy(), acc.top_k_accuracy())
+
+
+# ------------------------------------------------------------------------------ top-k
+def test_top_k_every_k_with_sklearn_tie_rule():
+    rng = np.random.default_rng(11)
+    n, classes = 3000, 6
+    y = rng.integers(0, classes, n)
+    # Scores on a coarse grid: many ties, including with the true class.
+    scores = (rng.integers(0, 4, size=(n, classes)) / 4.0).astype(np.float32)
+    weights = rng.random(n)
+    acc = feed(ScoreAccumulator("multiclass", classes, weighted=True), y, scores, weights)
+    every_k = acc.top_k_accuracy()
+    for k in range(1, classes):
+        expected = skm.top_k_accuracy_score(y, scores, k=k, labels=range(classes),
+                                            sample_weight=weights)
+        assert every_k[k - 1] == pytest.approx(expected, rel=1e-12)
+        assert acc.top_k_accuracy(k) == pytest.approx(expected, rel=1e-12)
+    # optimistic rule: the true class beats every class tied with it
+    greater = (scores > scores[np.arange(n), y][:, None]).sum(axis=1)
+    for k in range(1, classes):
+        expected = np.average(greater < k, weights=weights)
+        assert acc.top_k_accuracy(k, ties="optimistic") == pytest.approx(expected, rel=1e-12)
+    recall = acc.top_k_recall(2)
+    for label in range(classes):
+        rows = y == label
+        hits = skm.top_k_accuracy_score(y[rows], scores[rows], k=2, labels=range(classes),
+                                        sample_weight=weights[rows])
+        assert recall[label] == pytest.approx(hits, rel=1e-12)
+    with pytest.warns(UndefinedMetricWarning, match="greater than or equal"):
+        assert acc.top_k_accuracy(classes) == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------ calibration
+def reference_calibration(confidence, correct, weights, n_bins, fine=25200):
+    index = np.minimum((confidence.astype(np.float64) * fine).astype(np.int64), fine - 1)
+    coarse = index // (fine // n_bins)
+    total = weights.sum()
+    ece, mce = 0.0, 0.0
+    for b in range(n_bins):
+        rows = coarse == b
+        if not rows.any() or weights[rows].sum() == 0:
+            continue
+        w = weights[rows].sum()
+        gap = abs(np.average(correct[rows], weights=weights[rows])
+                  - np.average(confidence[rows], weights=weights[rows]))
+        ece += w / total * gap
+        mce = max(mce, gap)
+    return ece, mce
+
+
+@pytest.mark.parametrize("n_bins", [10, 15, 100])
+def test_calibration_error_multiclass_top_label(n_bins):
+    y, _, probabilities = multiclass_data(9)
+    weights = np.random.default_rng(1).random(len(y))
+    acc = feed(ScoreAccumulator("multiclass", 5, weighted=True), y, probabilities, weights)
+    confidence = probabilities.max(axis=1)
+    correct = (probabilities.argmax(axis=1) == y).astype(float)
+    ece, mce = reference_calibration(confidence, correct, weights, n_bins)
+    assert acc.calibration_error(n_bins) == pytest.approx(ece, rel=1e-9)
+    assert acc.max_calibration_error(n_bins) == pytest.approx(mce, rel=1e-9)
+    diagram = acc.reliability_diagram(n_bins)
+    assert diagram.count.sum() == pytest.approx(weights.sum())
+    assert len(diagram.edges) == n_bins + 1
+
+
+def test_confidence_one_lands_in_last_bin_and_zero_in_first():
+    acc = ScoreAccumulator("binary").update([1, 0, 1], [1.0, 0.0, 0.95])
+    diagram = acc.reliability_diagram(10)
+    assert diagram.count.tolist() == [1, 0, 0, 0, 0, 0, 0, 0, 0, 2]
+    assert diagram.accuracy[-1] == 1.0
+    with pytest.raises(ValueError, match="does not divide"):
+        acc.calibration_error(n_bins=11)
+
+
+# ------------------------------------------------------------------------------ bounds
+@pytest.mark.parametrize("seed", range(4))
+def test_bounds_always_contain_the_exact_value(seed):
+    rng = np.random.default_rng(seed)
+    n = 3000
+    y = rng.integers(0, 2, n)
+    # Dense float64 scores in a narrow range: many distinct values per bin.
+    scores = 0.5 + 0.01 * rng.random(n) + 0.002 * y
+    acc = ScoreAccumulator("binary", bins=256).update(y, scores)
+    checks = [
+        (acc.auroc(with_bound=True), skm.roc_auc_score(y, scores)),
+        (acc.average_precision(with_bound=True), skm.average_precision_score(y, scores)),
+    ]
+    for bound, exact in checks:
+        assert bound.lower <= exact + 1e-12 and exact <= bound.upper + 1e-12
+        assert bound.upper > bound.lower
+    precision, recall, _ = skm.precision_recall_curve(y, scores)
+    for target in (0.3, 0.8):
+        _, bound = acc.precision_at_recall(target, with_bound=True)
+        exact = precision[recall >= target].max()
+        assert bound.lower <= exact + 1e-12 and exact <= bound.upper + 1e-12
+
+
+# ------------------------------------------------------------------------------ thresholds
+def brute_force_points(y, scores):
+    thresholds = np.r_[np.inf, np.unique(scores)[::-1]]
+    pred = scores[None, :] >= thresholds[:, None]
+    tp = (pred & (y == 1)).sum(axis=1).astype(float)
+    fp = (pred & (y == 0)).sum(axis=1).astype(float)
+    return thresholds, tp, fp
+
+
+def test_operating_points_equal_brute_force():
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 2, 600)
+    scores = bf16(rng.random(600) * 0.6 + 0.4 * y)
+    acc = ScoreAccumulator("binary").update(y, scores)
+    thresholds, tp, fp = brute_force_points(y, scores)
+    positives, negatives = y.sum(), (1 - y).sum()
+    recall = tp / positives
+    with np.errstate(invalid="ignore"):
+        precision = np.where(tp + fp > 0, tp / (tp + fp), 0.0)
+    specificity = 1 - fp / negatives
+    point = acc.precision_at_recall(0.9)
+    assert point.value == pytest.approx(precision[recall >= 0.9].max())
+    assert point.threshold in thresholds[(recall >= 0.9)
+                                         & (precision == precision[recall >= 0.9].max())]
+    point = acc.recall_at_precision(0.8)
+    assert point.value == pytest.approx(recall[(precision >= 0.8) & (tp + fp > 0)].max())
+    point = acc.sensitivity_at_specificity(0.95)
+    assert point.value == pytest.approx(recall[specificity >= 0.95].max())
+    point = acc.specificity_at_sensitivity(0.95)
+    assert point.value == pytest.approx(specificity[recall >= 0.95].max())
+    f1 = 2 * tp / (positives + tp + fp)
+    point = acc.best_threshold("f1")
+    assert point.value == pytest.approx(f1.max())
+    assert point.threshold == thresholds[np.argmax(f1)]
+    point = acc.best_threshold("youden")
+    assert point.value == pytest.approx((recall - fp / negatives).max())
+    # the operating point's confusion matrix, at that threshold
+    matrix = acc.confusion_at(point.threshold).confusion_matrix()
+    np.testing.assert_array_equal(matrix, skm.confusion_matrix(y, scores >= point.threshold))
+
+
+def test_confusion_at_thresholds_and_multilabel_matrix():
+    y, _, probabilities = multiclass_data(3)
+    scores = bf16(probabilities)
+    acc = ScoreAccumulator("multiclass", 5).update(y, scores)
+    onehot = np.eye(5, dtype=int)[y]
+    for threshold in (0.0, 0.25, 0.5, 0.75, 1.0):
+        expected = skm.multilabel_confusion_matrix(onehot, scores >= threshold)
+        np.testing.assert_array_equal(acc.multilabel_confusion_matrix(threshold), expected)
+        conf = acc.confusion_at(threshold, label=2)
+        np.testing.assert_array_equal(conf.confusion_matrix(), expected[2])
+
+
+def test_explicit_thresholds_quantise_like_torchmetrics():
+    rng = np.random.default_rng(8)
+    y = rng.integers(0, 2, 1000)
+    scores = rng.random(1000)
+    grid = np.linspace(0, 1, 11)
+    acc = ScoreAccumulator("binary", thresholds=grid).update(y, scores)
+    assert acc.num_bins == 12
+    floored = grid[np.searchsorted(grid, scores, side="right") - 1]
+    assert acc.auroc() == pytest.approx(skm.roc_auc_score(y, floored), **EXACT)
+    quantised = ScoreAccumulator("binary", thresholds=grid).update(y, floored)
+    assert quantised.exact().all()
+
+
+# ------------------------------------------------------------------------------ multilabel
+def test_multilabel_equals_sklearn_and_ignores_index():
+    rng = np.random.default_rng(12)
+    n, labels = 900, 4
+    targets = rng.integers(0, 2, size=(n, labels))
+    scores = bf16(np.clip(rng.random((n, labels)) * 0.7 + 0.3 * targets, 0, 1))
+    acc = feed(ScoreAccumulator("multilabel", labels), targets, scores)
+    for average in ("macro", "micro", "weighted", None):
+        np.testing.assert_allclose(acc.auroc(average),
+                                   skm.roc_auc_score(targets, scores, average=average),
+                                   rtol=1e-12)
+        np.testing.assert_allclose(acc.average_precision(average),
+                                   skm.average_precision_score(targets, scores,
+                                                               average=average), rtol=1e-12)
+    masked = targets.copy()
+    masked[::3, 1] = -1
+    ignoring = ScoreAccumulator("multilabel", labels, ignore_index=-1).update(masked, scores)
+    keep = masked[:, 1] != -1
+    assert ignoring.auroc(None)[1] == pytest.approx(
+        skm.roc_auc_score(targets[keep, 1], scores[keep, 1]), **EXACT)
+
+
+def test_segmentation_layout_equals_flat_rows():
+    rng = np.random.default_rng(13)
+    classes = 3
+    logits = rng.normal(size=(2, classes, 5, 7)).astype(np.float32)
+    labels = rng.integers(0, classes, size=(2, 5, 7))
+    labels[0, 0, :3] = 255
+    acc = ScoreAccumulator("multiclass", classes, logits=True, ignore_index=255)
+    acc.update(labels, logits)
+    flat_scores = np.moveaxis(logits, 1, -1).reshape(-1, classes)
+    flat_labels = labels.reshape(-1)
+    keep = flat_labels != 255
+    flat = ScoreAccumulator("multiclass", classes, logits=True).update(flat_labels[keep],
+                                                                      flat_scores[keep])
+    assert state_bytes(acc) == state_bytes(flat)
+    last = ScoreAccumulator("multiclass", classes, logits=True, ignore_index=255,
+                            class_axis=-1).update(labels, np.moveaxis(logits, 1, -1))
+    assert state_bytes(last) == state_bytes(acc)
+
+
+# ------------------------------------------------------------------------------ bad input
+def state_bytes(acc: ScoreAccumulator) -> dict[str, bytes]:
+    return {name: array.tobytes() for name, array in acc.state_arrays().items()}
+
+
+@pytest.mark.parametrize("rows", [50, 20000], ids=["small", "one-pass"])
+def test_bad_input_raises_and_leaves_state_bit_identical(rows):
+    y, _, probabilities = multiclass_data(0, n=rows)
+    acc = ScoreAccumulator("multiclass", 5).update(y[:10], probabilities[:10])
+    before = state_bytes(acc)
+    bad = probabilities.copy()
+    bad[rows - 5, 3] = 1.5
+    with pytest.raises(ValueError, match=rf"holds 1.5 at position \({rows - 5}, 3\).*\[0, 1\]"):
+        acc.update(y, bad)
+    assert state_bytes(acc) == before
+    bad[rows - 5, 3] = np.nan
+    with pytest.raises(ValueError, match="holds nan"):
+        acc.update(y, bad)
+    labels = y.copy()
+    labels[rows - 2] = 5
+    with pytest.raises(ValueError, match=f"`y_true` holds label 5 at position {rows - 2}"):
+        acc.update(labels, probabilities)
+    assert state_bytes(acc) == before
+    with pytest.raises(ValueError, match="whole numbers"):
+        acc.update(y, probabilities, np.full(rows, 0.5))
+    with pytest.raises(ValueError, match="num_classes"):
+        acc.update(y, probabilities[:, :4])
+    assert state_bytes(acc) == before
+
+
+def test_bad_configuration():
+    with pytest.raises(ValueError, match="`task`"):
+        ScoreAccumulator("ranking")
+    with pytest.raises(ValueError, match="`num_classes`"):
+        ScoreAccumulator("multiclass", 1)
+    with pytest.raises(ValueError, match="power of two"):
+        ScoreAccumulator("binary", bins=1000)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        ScoreAccumulator("binary", thresholds=[0.5, 0.2])
+    with pytest.raises(TypeError, match="`logits`"):
+        ScoreAccumulator("binary", logits="yes")
+
+
+def test_logit_rows_and_targets_are_checked():
+    acc = ScoreAccumulator("multiclass", 2, logits=True)
+    with pytest.raises(ValueError, match="all -inf"):
+        acc.update([0, 1], [[0.0, 1.0], [-np.inf, -np.inf]])
+    binary = ScoreAccumulator("binary")
+    with pytest.raises(ValueError, match="targets must be 0 or 1"):
+        binary.update([0, 2], [0.5, 0.5])
+
+
+# ------------------------------------------------------------------------------ memory, state
+def test_default_memory_shrinks_at_many_classes():
+    assert ScoreAccumulator("multiclass", 10).num_bins == 38147
+    assert ScoreAccumulator("multiclass", 10, logits=True).num_bins == 65536
+    big = ScoreAccumulator("multiclass", 1000)
+    assert big.num_classes * big.num_bins <= 1 << 22
+    state = big.state_arrays()
+    assert state["curves"].nbytes <= 64 * 2**20
+
+
+def test_pickle_and_bytes_round_trip():
+    y, _, probabilities = multiclass_data(6)
+    acc = ScoreAccumulator("multiclass", 5, weighted=True).update(y, probabilities,
+                                                                np.ones(len(y)) * 0.5)
+    assert pickle.loads(pickle.dumps(acc)) == acc
+    restored = ScoreAccumulator.from_bytes(acc.to_bytes())
+    assert restored == acc
+    assert restored.auroc() == acc.auroc()
+    copied = acc.copy()
+    assert copied == acc and copied is not acc
+
+
+def test_merge_equals_single_pass():
+    y, _, probabilities = multiclass_data(10)
+    whole = ScoreAccumulator("multiclass", 5).update(y, probabilities)
+    left = ScoreAccumulator("multiclass", 5).update(y[:700], probabilities[:700])
+    right = ScoreAccumulator("multiclass", 5).update(y[700:], probabilities[700:])
+    merged = left + right
+    mine, theirs = merged.state_arrays(), whole.state_arrays()
+    for name in ("curves", "inexact", "ranks", "calibration"):
+        np.testing.assert_array_equal(mine[name], theirs[name])
+    np.testing.assert_allclose(mine["losses"], theirs["losses"], rtol=1e-12)
+    assert merged.auroc() == whole.auroc()
+    with pytest.raises(ValueError, match="bins"):
+        merged.merge(ScoreAccumulator("multiclass", 5, bins=1024))
