@@ -22,6 +22,12 @@ from metricstream.report import (
 ZERO_DIVISIONS = ["warn", 0, 1, np.nan]
 
 
+def seeds(count: int, default: int) -> list:
+    """``range(count)``, with all but the first ``default`` seeds marked slow (CI runs them)."""
+    return [seed if seed < default else pytest.param(seed, marks=pytest.mark.slow)
+            for seed in range(count)]
+
+
 def _random_case(seed: int):
     """Random labels with absent/degenerate classes, optional dyadic weights, subsets, names."""
     rng = np.random.default_rng(seed)
@@ -32,6 +38,9 @@ def _random_case(seed: int):
     pred_classes = rng.choice(k, size=int(rng.integers(1, k + 1)), replace=False)
     y_true = rng.choice(true_classes, size=n)
     y_pred = np.where(rng.random(n) < 0.5, y_true, rng.choice(pred_classes, size=n))
+    if k > 1 and rng.random() < 0.15:
+        # nothing classified correctly: scikit-learn's supports become floats
+        y_pred = (y_true + rng.integers(1, k, size=n)) % k
     weights = None
     if rng.random() < 0.3:
         # multiples of 1/4 keep every sum exact, so supports print the same digits
@@ -62,7 +71,7 @@ def _dict_equal(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
-@pytest.mark.parametrize("seed", range(150))
+@pytest.mark.parametrize("seed", seeds(150, 30))
 def test_classification_report_matches_sklearn(seed):
     k, y_true, y_pred, weights, labels, names, digits, zd = _random_case(seed)
     acc = ConfusionAccumulator(k, weighted=weights is not None).update(y_true, y_pred, weights)
@@ -85,7 +94,7 @@ def test_classification_report_matches_sklearn(seed):
         assert ours == sk_undefined
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", seeds(20, 8))
 def test_accumulator_report_uses_class_names(seed):
     k, y_true, y_pred, weights, labels, _, digits, _ = _random_case(1000 + seed)
     names = [f"class-{i}-name" for i in range(k)]
@@ -220,7 +229,8 @@ def test_summary_class_names_checked():
 
 @pytest.mark.parametrize("weighted", [False, True], ids=["counts", "weights"])
 @pytest.mark.parametrize("zd", ZERO_DIVISIONS, ids=["warn", "0", "1", "nan"])
-@pytest.mark.parametrize("digits", range(7))
+@pytest.mark.parametrize("digits", [d if d in (0, 2, 5) else pytest.param(d, marks=pytest.mark.slow)
+                                    for d in range(7)])
 def test_report_grid_digits_zero_division_weights(digits, zd, weighted):
     """Every digits × zero_division × weighting, on data with all three degenerate classes."""
     rng = np.random.default_rng(digits)
@@ -267,7 +277,7 @@ def _no_true_positive_case(seed: int):
     return k, y_true, y_pred, labels
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", seeds(40, 12))
 def test_report_without_true_positives_matches_sklearn(seed):
     k, y_true, y_pred, labels = _no_true_positive_case(seed)
     acc = ConfusionAccumulator(k).update(y_true, y_pred)
@@ -287,7 +297,7 @@ def test_report_without_true_positives_matches_sklearn(seed):
         assert _dict_equal(got_dict, expected_dict), (got_dict, expected_dict)
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", seeds(40, 12))
 def test_nan_averages_are_bit_equal_to_sklearn(seed):
     """Many classes and ``zero_division=np.nan``: numpy's pairwise sums group by position."""
     rng = np.random.default_rng(seed)
