@@ -4,7 +4,7 @@ defined: complements, informedness/markedness/MCC, LR and DOR, Dice/IoU, micro a
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -26,7 +26,7 @@ def both(a, b):
     return mask
 
 
-@settings(max_examples=300, deadline=None)
+# Examples per property: the profile's (tests/conftest.py): 60 by default, 300 in CI.
 @given(matrices())
 def test_identities(matrix):
     m = dict(zero_division=NAN)
@@ -70,7 +70,6 @@ def test_identities(matrix):
         assert ((finite >= -1 - 1e-12) & (finite <= 1 + 1e-12)).all()
 
 
-@settings(max_examples=200, deadline=None)
 @given(matrices(), st.sampled_from([0, 1, NAN]))
 def test_averages_never_nan_unless_asked(matrix, zd):
     for name in ("precision", "recall", "f1", "jaccard", "specificity",
