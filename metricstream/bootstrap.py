@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any, Literal
@@ -42,6 +44,7 @@ import numpy as np
 
 from . import _bootstrap_kernels as _k
 from . import metrics as _metrics
+from ._dispatch import get_num_threads
 from .exceptions import UndefinedMetricWarning
 from .metrics import batched as _batched
 from .metrics.counts import ClassCounts
@@ -279,6 +282,43 @@ def _as_value(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- replicates
+# Below this many variates (replicates × non-zero cells) one thread draws them all; above, the
+# replicates are split into contiguous ranges drawn by several threads (the kernels release
+# the GIL). Each replicate has its own random stream, so the result does not depend on the
+# split or the number of threads.
+PARALLEL_MIN_DRAWS = 1 << 16
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+def _get_pool(workers: int) -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != workers:
+            if _pool is not None:
+                _pool[1].shutdown(wait=False)
+            _pool = (workers, ThreadPoolExecutor(max_workers=workers,
+                                                 thread_name_prefix="metricstream-bootstrap"))
+        return _pool[1]
+
+
+def _draw_marginals(rows: np.ndarray, cols: np.ndarray, cell_counts: np.ndarray,
+                    num_classes: int, seed: int, first: int, stop: int, multinomial: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    threads = min(get_num_threads(), stop - first)
+    if threads < 2 or (stop - first) * cell_counts.size < PARALLEL_MIN_DRAWS:
+        return _k.replicate_marginals(rows, cols, cell_counts, num_classes, np.uint64(seed),
+                                      first, stop, multinomial)
+    bounds = [first + (stop - first) * t // threads for t in range(threads + 1)]
+    pool = _get_pool(threads)
+    parts = list(pool.map(
+        lambda t: _k.replicate_marginals(rows, cols, cell_counts, num_classes,
+                                         np.uint64(seed), bounds[t], bounds[t + 1],
+                                         multinomial),
+        range(threads)))
+    return tuple(np.concatenate([part[i] for part in parts]) for i in range(4))  # type: ignore[return-value]
+
+
 def _replicate_values(counts: np.ndarray, metric: _Metric, n_resamples: int, seed: int,
                       multinomial: bool) -> np.ndarray:
     flat = counts.reshape(-1)
@@ -292,9 +332,8 @@ def _replicate_values(counts: np.ndarray, metric: _Metric, n_resamples: int, see
         step = max(1, _CHUNK_VALUES // (4 * num_classes))
         for first in range(0, n_resamples, step):
             stop = min(first + step, n_resamples)
-            tp, ap, pp, total = _k.replicate_marginals(rows, cols, cell_counts, num_classes,
-                                                       np.uint64(seed), first, stop,
-                                                       multinomial)
+            tp, ap, pp, total = _draw_marginals(rows, cols, cell_counts, num_classes, seed,
+                                                first, stop, multinomial)
             chunks.append(np.asarray(metric.batched(_batched.BatchedCounts(tp, ap, pp, total)),
                                      dtype=np.float64))
         return np.concatenate(chunks, axis=0)

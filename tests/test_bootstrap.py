@@ -487,3 +487,15 @@ def test_interval_report_formats() -> None:
         interval_report(MATRIX, format="html")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="which is per-class"):
         interval_report(MATRIX, ["recall"], n_resamples=20)
+
+
+def test_threads_do_not_change_the_replicates(monkeypatch: pytest.MonkeyPatch) -> None:
+    import metricstream.bootstrap as module
+
+    rng = np.random.default_rng(3)
+    matrix = rng.integers(0, 50, size=(12, 12)) + np.diag(np.full(12, 500))
+    monkeypatch.setattr(module, "PARALLEL_MIN_DRAWS", 1)
+    threaded = bootstrap(matrix, "macro_f1", n_resamples=301, seed=8)
+    monkeypatch.setattr(module, "PARALLEL_MIN_DRAWS", 1 << 62)
+    single = bootstrap(matrix, "macro_f1", n_resamples=301, seed=8)
+    assert np.array_equal(threaded.replicates, single.replicates)
