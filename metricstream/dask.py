@@ -1,23 +1,30 @@
-"""Confusion matrices of dask arrays and dask dataframe columns, counted chunk by chunk.
+"""Any accumulator (or group of accumulators) over dask arrays or dataframe columns, chunk by chunk.
 
 Dask is imported on first use, not with this module (``pip install "metricstream[dask]"``); the
 absolute ``importlib.import_module("dask")`` means this module never shadows the real package.
 
-:func:`confusion` pairs up the chunks of ``y_true``, ``y_pred`` (and ``weights``), counts each
-pair into its own small accumulator in a dask task (O(K²) memory per task, whatever the chunk
-size), and sums the partial accumulators in a tree of ``split_every``-way merges, as dask's own
-reductions do. Only K×K matrices travel between workers. Works on every dask scheduler: threads,
-processes, and ``distributed`` clusters.
+:func:`accumulate` pairs up the chunks of ``y_true``, ``y_pred`` (and ``weights``), feeds each
+pair to its own empty copy of a template accumulator (or :class:`~metricstream.AccumulatorGroup`)
+in a dask task, so each task holds one state whatever the chunk size, and sums the partial
+states in a tree of ``split_every``-way merges, as dask's own reductions do. Only states travel
+between workers. :func:`confusion` is the same for one
+:class:`~metricstream.ConfusionAccumulator`, configured by keyword. Works on every dask
+scheduler: threads, processes, and ``distributed`` clusters.
 
 Example (the threaded scheduler)::
 
     import dask.array as da
-    from metricstream.dask import confusion
+    from metricstream import AccumulatorGroup, ConfusionAccumulator
+    from metricstream.dask import accumulate, confusion
 
     y_true = da.from_npy_stack("labels/")          # on disk, chunk by chunk
     y_pred = da.from_npy_stack("logits/").argmax(axis=1)
     acc = confusion(y_true, y_pred, num_classes=10)
     print(acc.accuracy(), acc.f1(average="macro"))
+
+    group = AccumulatorGroup(counts=ConfusionAccumulator(10),
+                             weighted=ConfusionAccumulator(10, weighted=True))
+    totals = accumulate(group, y_true, y_pred, weights=da.from_npy_stack("weights/"))
 
     df = dask.dataframe.read_parquet("predictions/")
     acc = confusion(df["label"], df["prediction"], num_classes=10)
@@ -27,15 +34,85 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .accumulator import ConfusionAccumulator
+from .base import Accumulator, AccumulatorGroup
 
-__all__ = ["confusion"]
+__all__ = ["accumulate", "confusion"]
 
 INSTALL_HINT = 'pip install "metricstream[dask]"'
+
+T = TypeVar("T", Accumulator, AccumulatorGroup)
+
+
+def accumulate(
+    template: T,
+    y_true: Any,
+    y_pred: Any,
+    weights: Any = None,
+    *,
+    class_axis: int | None = None,
+    split_every: int = 8,
+    compute: bool = True,
+    **compute_kwargs: Any,
+) -> Any:
+    """Feed dask collections to copies of ``template`` chunk by chunk and sum the copies.
+
+    The result equals ``template.copy().update(y_true, y_pred, weights)`` on the computed
+    arrays (float sums up to the order of additions), whatever the chunking and fan-in:
+    merging is exact, associative and commutative.
+
+    Args:
+        template: an empty accumulator or :class:`~metricstream.AccumulatorGroup`; its type and
+            configuration are used (it is checked, and left untouched, before any task runs).
+            Each task feeds its chunk to ``update(y_true, y_pred, weights)`` of its own copy.
+        y_true: a dask array of any shape, or a dask dataframe column (Series). Numpy arrays
+            are accepted too (wrapped with ``dask.array.asarray``).
+        y_pred: an array of the same shape (chunks are aligned to ``y_true``'s), or scores with
+            one more axis (``class_axis``), which is gathered into one chunk. With Series: a
+            Series partitioned like ``y_true`` (two columns of one dataframe are).
+        weights: optional weights shaped like ``y_true`` (or one per row, for templates that
+            are not all confusion matrices), partitioned alike.
+        class_axis: the axis of ``y_pred`` holding scores when it has one more dimension than
+            ``y_true``. Default: the template's ``class_axis`` setting (every member that has
+            one must agree), else 1.
+        split_every: how many partial states each merge task sums (the tree's fan-in).
+        compute: ``True`` computes and returns the result; ``False`` returns a
+            ``dask.delayed.Delayed`` that computes to it (to combine with other computations).
+        **compute_kwargs: passed to ``dask.compute``, e.g. ``scheduler="threads"``. With a
+            ``distributed.Client`` active, the cluster is used by default.
+
+    Chunking: confusion matrices count every element as a sample, so any chunking of ``y_true``
+    is kept. Other accumulators see whole rows: chunks are merged along every axis but the
+    first (a multilabel ``(N, L)`` array is split into groups of rows, never of labels).
+
+    Returns:
+        An accumulator or group of the template's type (or a Delayed one).
+
+    Raises:
+        ImportError: dask is not installed; the message gives the pip command.
+        TypeError: ``template`` is not an accumulator or a group; a mix of dataframe and
+            array inputs.
+        ValueError: a template that already holds counts, shapes or partitions that do not
+            line up, or a bad label, weight or score; the message names the chunk or partition
+            that held it.
+    """
+    recipe = _recipe(template)
+    members = template.values() if isinstance(template, AccumulatorGroup) else [template]
+    elementwise = all(isinstance(member, ConfusionAccumulator) for member in members)
+    if class_axis is None:
+        axes = {member.config()["class_axis"] for member in members
+                if "class_axis" in member.config()}
+        if len(axes) > 1:
+            raise ValueError(f"the template's members hold different `class_axis` settings "
+                             f"{sorted(axes)}; pass `class_axis=` to say where the scores are.")
+        class_axis = axes.pop() if axes else 1
+    return _reduce(recipe, y_true, y_pred, weights, class_axis=class_axis, num_scores=None,
+                   elementwise=elementwise, split_every=split_every, compute=compute,
+                   compute_kwargs=compute_kwargs)
 
 
 def confusion(
@@ -53,6 +130,9 @@ def confusion(
     **compute_kwargs: Any,
 ) -> Any:
     """Count the confusion matrix of dask collections; equal to one in-memory ``update``.
+
+    :func:`accumulate` with an empty :class:`~metricstream.ConfusionAccumulator` configured by
+    ``num_classes``, ``class_names``, ``ignore_index``, ``weighted`` and ``class_axis``.
 
     Args:
         y_true: true labels: a dask array of any shape, or a dask dataframe column (Series).
@@ -79,25 +159,73 @@ def confusion(
         ValueError: shapes or partitions that do not line up, or a bad label, weight or score;
             the message names the chunk or partition that held it.
     """
+    # Validates the configuration before any task runs.
+    template = ConfusionAccumulator(num_classes, class_names, ignore_index, weighted=weighted,
+                                    class_axis=class_axis)
+    return _reduce(_recipe(template), y_true, y_pred, weights, class_axis=template.class_axis,
+                   num_scores=num_classes, elementwise=True, split_every=split_every,
+                   compute=compute, compute_kwargs=compute_kwargs)
+
+
+# ---------------------------------------------------------------------------- the reduction
+# A recipe rebuilds an empty twin of the template in a task: (class, config) for one
+# accumulator, [(name, class, config), ...] for a group. It is a few hundred bytes, where a
+# pickled empty state would carry every zero of the arrays to every task.
+Recipe = tuple[Any, ...]
+
+
+def _recipe(template: Any) -> Recipe:
+    if isinstance(template, AccumulatorGroup):
+        members = template.members()
+        recipe: Recipe = ("group", tuple((name, type(member), member.config())
+                                         for name, member in members.items()))
+    elif isinstance(template, Accumulator):
+        members = {"": template}
+        recipe = ("single", type(template), template.config())
+    else:
+        raise TypeError(f"`template` must be an accumulator or an AccumulatorGroup, got "
+                        f"{type(template).__name__}.")
+    for name, member in members.items():
+        if any(array.any() for array in member.state_arrays().values()):
+            where = f" (member {name!r})" if name else ""
+            raise ValueError(
+                f"`template`{where} already holds counts; pass an empty accumulator (e.g. "
+                f"`acc.copy().reset()`) and merge the result into yours: "
+                f"`acc.merge(accumulate(...))`."
+            )
+    try:  # every task rebuilds the template this way: fail here, not in the first task
+        _build(recipe)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"`template` cannot be rebuilt from its type and config(): "
+                         f"{error}") from error
+    return recipe
+
+
+def _build(recipe: Recipe) -> Any:
+    if recipe[0] == "single":
+        _, cls, config = recipe
+        return cls(**config)
+    return AccumulatorGroup({name: cls(**config) for name, cls, config in recipe[1]})
+
+
+def _reduce(recipe: Recipe, y_true: Any, y_pred: Any, weights: Any, *, class_axis: int,
+            num_scores: int | None, elementwise: bool, split_every: int, compute: bool,
+            compute_kwargs: dict[str, Any]) -> Any:
     dask = _import("dask")
-    config: dict[str, Any] = {"num_classes": num_classes, "class_names": class_names,
-              "ignore_index": ignore_index, "weighted": weighted, "class_axis": class_axis}
-    empty = ConfusionAccumulator(**config)  # validates the configuration before any task runs
-    config = {**config, "class_names": empty.class_names}
     if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
         raise ValueError(f"`split_every` must be an int of at least 2, got {split_every!r}.")
 
     if any(_is_dask_frame(x) for x in (y_true, y_pred, weights)):
         pieces = _frame_pieces(dask, y_true, y_pred, weights)
     else:
-        pieces = _array_pieces(dask, y_true, y_pred, weights, num_classes,
-                               empty.class_axis)
+        pieces = _array_pieces(dask, y_true, y_pred, weights, num_scores, class_axis,
+                               elementwise)
 
     count = dask.delayed(_count_piece, pure=True)
     merge = dask.delayed(_merge, pure=True)
-    level = [count(t, p, w, config, where) for t, p, w, where in pieces]
+    level = [count(t, p, w, recipe, where) for t, p, w, where in pieces]
     if not level:
-        level = [dask.delayed(empty, traverse=False)]
+        level = [dask.delayed(_build, pure=True)(recipe)]
     while len(level) > 1:
         level = [merge(*level[i : i + split_every]) for i in range(0, len(level), split_every)]
     (total,) = level
@@ -108,9 +236,8 @@ def confusion(
 
 
 # ---------------------------------------------------------------------------- tasks
-def _count_piece(y_true: Any, y_pred: Any, weights: Any, config: dict,
-                 where: str) -> ConfusionAccumulator:
-    acc = ConfusionAccumulator(**config)
+def _count_piece(y_true: Any, y_pred: Any, weights: Any, recipe: Recipe, where: str) -> Any:
+    acc = _build(recipe)
     try:
         acc.update(y_true, y_pred, weights)
     except (TypeError, ValueError) as error:
@@ -118,7 +245,7 @@ def _count_piece(y_true: Any, y_pred: Any, weights: Any, config: dict,
     return acc
 
 
-def _merge(*partials: ConfusionAccumulator) -> ConfusionAccumulator:
+def _merge(*partials: Any) -> Any:
     # Copy first: a task must not modify its inputs (dask may hold them, or rerun this task).
     total = partials[0].copy()
     for partial in partials[1:]:
@@ -127,47 +254,55 @@ def _merge(*partials: ConfusionAccumulator) -> ConfusionAccumulator:
 
 
 # ---------------------------------------------------------------------------- pairing chunks
-def _array_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any, num_classes: int,
-                  class_axis: int) -> list[tuple]:
+def _array_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any, num_scores: int | None,
+                  class_axis: int, elementwise: bool) -> list[tuple]:
     da = _import("dask.array")
     y_true, y_pred = da.asarray(y_true), da.asarray(y_pred)
     weights = None if weights is None else da.asarray(weights)
     shape = y_true.shape
-    scores_axis = None
+    if not elementwise and y_true.ndim > 1:
+        # Whole rows: split the first axis only (labels of one sample stay together).
+        y_true = _align(y_true, (y_true.chunks[0], *((n,) for n in shape[1:])), "y_true")
+    scores = "scores" if num_scores is None else f"{num_scores} class scores"
     if y_pred.ndim == y_true.ndim:
         if y_pred.shape != shape:
             raise ValueError(
                 f"`y_true` has shape {shape} and `y_pred` has shape {y_pred.shape}; `y_pred` must "
-                f"have the same shape (labels) or one more dimension holding {num_classes} class "
-                f"scores."
+                f"have the same shape (labels) or one more dimension holding {scores}."
             )
         y_pred = _align(y_pred, y_true.chunks, "y_pred")
+        scores_axis = None
     elif y_pred.ndim == y_true.ndim + 1:
         axis = class_axis + y_pred.ndim if class_axis < 0 else class_axis
         if not 0 <= axis < y_pred.ndim:
             raise ValueError(f"`class_axis` is {class_axis}, but `y_pred` (scores) has only "
                              f"{y_pred.ndim} dimensions.")
         rest = y_pred.shape[:axis] + y_pred.shape[axis + 1 :]
-        if rest != shape or y_pred.shape[axis] != num_classes:
+        if rest != shape or (num_scores is not None and y_pred.shape[axis] != num_scores):
+            expected = "" if num_scores is None else f" and `num_classes` is {num_scores}"
             raise ValueError(
                 f"`y_pred` looks like scores of shape {y_pred.shape} with classes on axis {axis}, "
-                f"but `y_true` has shape {shape} and `num_classes` is {num_classes}."
+                f"but `y_true` has shape {shape}{expected}."
             )
         chunks = list(y_true.chunks)
-        chunks.insert(axis, (num_classes,))  # every score of a sample in one chunk
+        chunks.insert(axis, (y_pred.shape[axis],))  # every score of a sample in one chunk
         y_pred = _align(y_pred, tuple(chunks), "y_pred")
         scores_axis = axis
     else:
         raise ValueError(
             f"`y_true` has shape {shape} and `y_pred` has shape {y_pred.shape}; `y_pred` must "
-            f"have the same shape (labels) or one more dimension holding {num_classes} class "
-            f"scores."
+            f"have the same shape (labels) or one more dimension holding {scores}."
         )
     if weights is not None:
-        if weights.shape != shape:
+        if weights.shape == shape:
+            weights = _align(weights, y_true.chunks, "weights")
+        elif not elementwise and weights.ndim == 1 and len(shape) > 1 and (
+                weights.shape[0] == shape[0]):
+            weights = _align(weights, (y_true.chunks[0],), "weights")  # one weight per row
+        else:
+            rows = "" if elementwise else f" or ({shape[0] if shape else 0},) (one per row)"
             raise ValueError(f"`weights` has shape {weights.shape}, but `y_true` has shape "
-                             f"{shape}; give one weight per label.")
-        weights = _align(weights, y_true.chunks, "weights")
+                             f"{shape}; give weights of shape {shape}{rows}.")
 
     # One merged, optimized graph for all inputs, so a shared source is read once.
     collections = (y_true, y_pred) if weights is None else (y_true, y_pred, weights)
@@ -183,8 +318,13 @@ def _array_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any, num_classes
     for index in np.ndindex(true_blocks.shape):
         start = tuple(int(starts[d][i]) for d, i in enumerate(index))
         where = f"dask chunk {index} of `y_true`, which starts at index {start}"
-        pieces.append((true_blocks[index], pred_blocks[index],
-                       None if weight_blocks is None else weight_blocks[index], where))
+        if weight_blocks is None:
+            weight = None
+        elif weight_blocks.ndim == true_blocks.ndim:
+            weight = weight_blocks[index]
+        else:
+            weight = weight_blocks[index[:1]]
+        pieces.append((true_blocks[index], pred_blocks[index], weight, where))
     return pieces
 
 

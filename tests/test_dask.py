@@ -19,7 +19,9 @@ da = pytest.importorskip("dask.array", reason='needs dask: pip install "metricst
 dd = pytest.importorskip("dask.dataframe", reason='needs dask: pip install "metricstream[dask]"')
 pd = pytest.importorskip("pandas")
 
-from metricstream.dask import confusion  # noqa: E402 - after the skips
+from metricstream import Accumulator, AccumulatorGroup  # noqa: E402
+from metricstream.dask import accumulate, confusion  # noqa: E402 - after the skips
+from tests.sync_fixtures import LabelHistogram, WeightTotals, make_group  # noqa: E402
 
 K = 6
 
@@ -166,6 +168,152 @@ def test_numpy_inputs_and_empty_inputs():
     assert empty == ConfusionAccumulator(K)
 
 
+# ---------------------------------------------------------------------------- any accumulator
+class LabelwiseCounts(Accumulator):
+    """Per label of a multilabel ``(N, L)`` batch: true positives and positives (int64), and
+    the total row weight (float64). Needs whole rows: a chunk split along L would be refused."""
+
+    def __init__(self, num_labels: int) -> None:
+        self._num_labels = int(num_labels)
+        super().__init__({"tp": ((num_labels,), np.int64), "pos": ((num_labels,), np.int64),
+                          "rows": ((1,), np.float64)})
+
+    def config(self):
+        return {"num_labels": self._num_labels}
+
+    def _prepare(self, y_true, y_pred, weights=None):
+        y_true, y_pred = np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)
+        if y_true.ndim != 2 or y_true.shape[1] != self._num_labels or y_pred.shape != y_true.shape:
+            raise ValueError(f"`y_true` must have shape (N, {self._num_labels}), got "
+                             f"{y_true.shape} (and `y_pred` {y_pred.shape}).")
+        w = np.ones(len(y_true)) if weights is None else np.asarray(weights, dtype=np.float64)
+        return y_true, y_pred, w
+
+    def _count(self, arrays, batch):
+        y_true, y_pred, w = batch
+        arrays["tp"] += (y_true & y_pred).sum(axis=0)
+        arrays["pos"] += y_true.sum(axis=0)
+        arrays["rows"] += w.sum()
+
+
+def _group_case():
+    y_true, y_pred, _, _ = _data()
+    weights = np.random.default_rng(5).integers(0, 3, size=len(y_true))
+    group = make_group(wide=ConfusionAccumulator(50), labels=LabelHistogram(K),
+                       totals=WeightTotals(K), counts=ConfusionAccumulator(K),
+                       weighted=ConfusionAccumulator(K, weighted=True),
+                       weighted_wide=ConfusionAccumulator(K, weighted=True, class_axis=1))
+    expected = group.copy().update(y_true, y_pred, weights)
+    args = (da.from_array(y_true, chunks=3000), da.from_array(y_pred, chunks=2500),
+            da.from_array(weights, chunks=4000))
+    return group, args, expected
+
+
+@pytest.mark.parametrize("split_every", [2, 8])
+def test_group_of_accumulators_equals_one_in_memory_update(split_every):
+    group, (y_true, y_pred, weights), expected = _group_case()
+    before = group.copy()
+    result = accumulate(group, y_true, y_pred, weights, split_every=split_every,
+                        scheduler="threads")
+    assert isinstance(result, AccumulatorGroup) and result == expected
+    assert group == before  # the template is left untouched (and empty)
+    assert list(result) == list(group)
+
+
+def test_single_non_confusion_accumulator_and_delayed_tree():
+    y_true, y_pred, _, _ = _data(n=1600)
+    delayed = accumulate(WeightTotals(K), da.from_array(y_true, chunks=100),
+                         da.from_array(y_pred, chunks=100), split_every=4, compute=False)
+    names = [str(key[0] if isinstance(key, tuple) else key) for key in dict(delayed.dask)]
+    assert sum(name.startswith("_count_piece") for name in names) == 16
+    assert sum(name.startswith("_merge") for name in names) == 4 + 1
+    assert delayed.compute(scheduler="sync") == WeightTotals(K).update(y_true, y_pred)
+
+
+def test_rows_are_never_split_for_accumulators_of_whole_samples():
+    rng = np.random.default_rng(2)
+    y_true, y_pred = rng.integers(0, 2, size=(900, 6)), rng.integers(0, 2, size=(900, 6))
+    row_weights = rng.random(900)
+    # Chunked along the labels too: accumulate must hand each task whole rows.
+    result = accumulate(LabelwiseCounts(6), da.from_array(y_true, chunks=(200, 4)),
+                        da.from_array(y_pred, chunks=(300, 3)),
+                        da.from_array(row_weights, chunks=250), scheduler="sync")
+    expected = LabelwiseCounts(6).update(y_true, y_pred, row_weights)
+    assert result.state_arrays()["tp"].tolist() == expected.state_arrays()["tp"].tolist()
+    np.testing.assert_allclose(result.state_arrays()["rows"], expected.state_arrays()["rows"],
+                               rtol=1e-12)
+
+
+def test_group_of_scores_and_labels_views():
+    y_true, _, logits, _ = _data()
+    group = AccumulatorGroup(first=ConfusionAccumulator(K), last=ConfusionAccumulator(K))
+    result = accumulate(group, da.from_array(y_true, chunks=5000),
+                        da.from_array(logits, chunks=(3000, 4)), scheduler="threads")
+    assert result["first"] == ConfusionAccumulator(K).update(y_true, logits)
+
+
+def test_empty_inputs_give_an_empty_copy_of_the_template():
+    empty = accumulate(make_group(), da.zeros((0,), dtype=int, chunks=5),
+                       da.zeros((0,), dtype=int, chunks=5), scheduler="sync")
+    assert empty == make_group()
+
+
+@pytest.mark.parametrize(
+    "template, error, match",
+    [
+        (np.zeros((3, 3)), TypeError,
+         r"`template` must be an accumulator or an AccumulatorGroup, got ndarray"),
+        (ConfusionAccumulator(K).update([0], [1]), ValueError,
+         r"`template` already holds counts; pass an empty accumulator"),
+        (AccumulatorGroup(a=ConfusionAccumulator(K), b=LabelHistogram(K).update([1], [1])),
+         ValueError, r"`template` \(member 'b'\) already holds counts"),
+        (AccumulatorGroup(a=ConfusionAccumulator(K), b=ConfusionAccumulator(K, class_axis=-1)),
+         ValueError, r"different `class_axis` settings \[-1, 1\]; pass `class_axis=`"),
+    ],
+    ids=["not-an-accumulator", "not-empty", "member-not-empty", "class-axes-differ"],
+)
+def test_template_is_checked_before_any_task_runs(template, error, match):
+    y_true = da.from_array(np.zeros(10, dtype=int), chunks=5)
+    calls = []
+    y_true = y_true.map_blocks(lambda block: calls.append(1) or block,
+                               meta=np.zeros(0, dtype=int))
+    with pytest.raises(error, match=match):
+        accumulate(template, y_true, y_true, scheduler="sync")
+    assert calls == []
+
+
+def test_template_whose_config_does_not_rebuild_it_is_refused():
+    class Talkative(LabelHistogram):
+        def config(self):
+            return {**super().config(), "colour": "blue"}  # not a constructor argument
+
+    with pytest.raises(ValueError, match=r"`template` cannot be rebuilt from its type and "
+                                         r"config\(\): .*colour"):
+        accumulate(Talkative(3), np.zeros(3, dtype=int), np.zeros(3, dtype=int))
+
+
+def test_bad_input_in_a_group_names_the_chunk():
+    group, _, _ = _group_case()
+    y_true, y_pred, _, _ = _data(n=1000)
+    y_pred[650] = K  # fine for the 50-class member, not for the others
+    with pytest.raises(ValueError, match=r"`y_pred` .*\(The position is counted within dask "
+                                         r"chunk \(3,\) of `y_true`, which starts at index "
+                                         r"\(600,\)\.\)"):
+        accumulate(group, da.from_array(y_true, chunks=200), da.from_array(y_pred, chunks=200),
+                   scheduler="sync")
+    assert group == group.copy().reset()
+
+
+def test_weights_must_match_labels_or_rows():
+    with pytest.raises(ValueError, match=r"`weights` has shape \(9,\), but `y_true` has shape "
+                                         r"\(10,\); give weights of shape \(10,\)\."):
+        accumulate(ConfusionAccumulator(3), da.zeros(10, dtype=int), da.zeros(10, dtype=int),
+                   da.ones(9))
+    with pytest.raises(ValueError, match=r"or \(10,\) \(one per row\)"):
+        accumulate(LabelwiseCounts(2), da.zeros((10, 2), dtype=int),
+                   da.zeros((10, 2), dtype=int), da.ones(9))
+
+
 # ---------------------------------------------------------------------------- errors
 def test_bad_label_names_the_chunk():
     y_true, y_pred, _, _ = _data(n=1000)
@@ -268,3 +416,9 @@ def test_cluster_reports_bad_labels(client):
     with pytest.raises(ValueError, match=r"negative labels are not allowed.*dask chunk \(0,\)"):
         confusion(da.from_array(y_true, chunks=500), da.from_array(y_pred, chunks=500), K,
                   scheduler=client)
+
+
+def test_local_cluster_accumulates_a_group(client):
+    group, (y_true, y_pred, weights), expected = _group_case()
+    result = accumulate(group, y_true, y_pred, weights, scheduler=client)
+    assert result == expected
