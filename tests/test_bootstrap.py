@@ -499,3 +499,26 @@ def test_threads_do_not_change_the_replicates(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(module, "PARALLEL_MIN_DRAWS", 1 << 62)
     single = bootstrap(matrix, "macro_f1", n_resamples=301, seed=8)
     assert np.array_equal(threaded.replicates, single.replicates)
+
+
+def test_auroc_interval_from_a_score_histogram() -> None:
+    """A binary score histogram is a multinomial table too: AUROC intervals by the same path."""
+    from sklearn.metrics import roc_auc_score
+
+    from metricstream.metrics.curves import auroc
+    from metricstream.scores import ScoreAccumulator
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 3000)
+    scores = np.clip(rng.normal(0.4 + 0.2 * y, 0.2), 0, 1).astype(np.float32)
+    acc = ScoreAccumulator("binary").update(y, scores)
+    histogram = acc.state_arrays()["curves"][0]          # (bins, [negatives, positives])
+    result = bootstrap(histogram, lambda h: auroc(h[:, 1], h[:, 0]), n_resamples=400, seed=0)
+    assert result.estimate == pytest.approx(roc_auc_score(y, scores), abs=1e-4)
+    values = []
+    for _ in range(400):
+        index = rng.integers(0, y.size, y.size)
+        values.append(roc_auc_score(y[index], scores[index]))
+    assert result.standard_error == pytest.approx(np.std(values, ddof=1), rel=0.15)
+    with pytest.raises(TypeError, match="whose state has no confusion matrix"):
+        bootstrap(acc, "accuracy", n_resamples=10)
