@@ -28,9 +28,11 @@ The kernels add one batch of an ``(N, C)`` score matrix to the state arrays and 
 bad multiclass label or an all ``-inf`` row. Weights are validated and converted to the state's
 dtype by the caller (one per row), or are None.
 
-Each row is validated before any of it is counted. With ``VALIDATE_FIRST`` the whole range is
-validated before anything is counted, so a failure changes nothing; without it, the rows before
-the bad one were counted and the caller undoes them (see :mod:`metricstream.scores`).
+Rows are validated ``chunk`` at a time, each chunk before any of it is counted (a separate
+validation loop over a cache-resident chunk is faster than checks inside the counting loop:
+256x10, 17.5 -> 13 us). A failure returns ``(status, position, counted_until)``: the rows
+before ``counted_until`` were counted and the caller undoes them (see
+:mod:`metricstream.scores`); with ``chunk >= stop - start`` nothing was counted.
 
 Speed notes (2-core AMD EPYC, 256x10 float32): reading the float bits through an intrinsic
 bitcast is twice as fast as through a scratch buffer, and a 2-D ``(N, C)`` loop is 5x faster
@@ -56,7 +58,6 @@ BAD_ROW = 5
 # instead: Numba compiles one version per type, which drops the unused branches of the inner
 # loop (measured, 256x10: 23 -> 13 us).
 HAS_IGNORE = 1
-VALIDATE_FIRST = 2
 
 _SIGN = np.uint32(0x80000000)
 # float32 bits of 0.5 and of 2**-24 (the smallest non-zero 1 - p of a float32 p >= 0.5).
@@ -204,8 +205,8 @@ def _check_row(labels, scores, i, has_ignore, ignore_index, logits):
 
 @_kernel
 def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts,
-                     cal_conf, sums, thresholds, shift, start, stop, sign, flags, ignore_index,
-                     eps):
+                     cal_conf, sums, thresholds, shift, start, stop, chunk, sign, flags,
+                     ignore_index, eps):
     """Count rows ``[start, stop)`` of a multiclass batch, one-vs-rest per class.
 
     ``labels`` ``(N,)``, ``scores`` ``(N, C)``, ``weights`` ``(N,)`` or None. Per counted
@@ -221,85 +222,88 @@ def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts
       (w, w * correct)`` and ``cal_conf[fine(q)] += w * q``;
     * ``sums += w * (sum_c (p_c - [c == t])^2, -log(clip(p_t, eps, 1 - eps)))`` (for logits,
       ``p`` is the softmax and the loss is ``logsumexp(s) - s_t``, which needs no clipping).
+
+    Rows are validated ``chunk`` at a time before they are counted. Returns ``(status,
+    position, counted_until)``: ``OK`` and ``stop``, or the first bad element and the first
+    row not counted.
     """
     num_classes = scores.shape[1]
     fine_bins = cal_counts.shape[0]
     has_ignore = (flags & HAS_IGNORE) != 0
     logits = eps is None
-    validated = (flags & VALIDATE_FIRST) != 0
-    if validated:
-        for i in range(start, stop):
-            status, position = _check_row(labels, scores, i, has_ignore, ignore_index, logits)
-            if status != OK:
-                return status, position
     ushift = np.uint32(shift)
     low = (np.uint32(1) << ushift) - np.uint32(1)
     base, last = probability_key_layout(shift)
+    softmax = np.empty(num_classes if logits else 0)
     brier_sum = 0.0
     log_sum = 0.0
-    status = OK
-    position = 0
-    for i in range(start, stop):
-        t = labels[i]
-        if has_ignore and t == ignore_index:
-            continue
-        if not validated:
+    for lo in range(start, stop, chunk):
+        hi = min(lo + chunk, stop)
+        for i in range(lo, hi):
             status, position = _check_row(labels, scores, i, has_ignore, ignore_index, logits)
             if status != OK:
-                break
-        ti = np.int64(t)
-        if weights is None:
-            w = sign
-        else:
-            w = weights[i] * sign
-        st = scores[i, ti]
-        greater = 0
-        tied_after = 0
-        top = scores[i, 0]
-        arg = 0
-        brier = 0.0
-        for c in range(num_classes):
-            v = scores[i, c]
-            b, exact = _bin_of(v, ushift, low, base, last, thresholds, logits)
-            curves[c, b, 1 if c == ti else 0] += w
-            if not exact:
-                inexact[c] += sign
-            if v > st:
-                greater += 1
-            elif v == st and c > ti:
-                tied_after += 1
-            if v > top:
-                top = v
-                arg = c
-            if not logits:
-                d = np.float64(v) - (1.0 if c == ti else 0.0)
-                brier += d * d
-        ranks[0, ti, greater + tied_after] += w
-        ranks[1, ti, greater] += w
-        if logits:
-            top64 = np.float64(top)
-            total = 0.0
+                sums[0] += brier_sum
+                sums[1] += log_sum
+                return status, position, lo
+        for i in range(lo, hi):
+            t = labels[i]
+            if has_ignore and t == ignore_index:
+                continue
+            ti = np.int64(t)
+            if weights is None:
+                w = sign
+            else:
+                w = weights[i] * sign
+            st = scores[i, ti]
+            greater = 0
+            tied_after = 0
+            top = scores[i, 0]
+            arg = 0
+            brier = 0.0
             for c in range(num_classes):
-                total += np.exp(np.float64(scores[i, c]) - top64)
-            for c in range(num_classes):
-                d = np.exp(np.float64(scores[i, c]) - top64) / total - (1.0 if c == ti else 0.0)
-                brier += d * d
-            conf = 1.0 / total
-            loss = top64 + np.log(total) - np.float64(st)
-        else:
-            conf = np.float64(top)
-            loss = -_clip_log(np.float64(st), eps)
-        f = _fine_bin(conf, fine_bins)
-        wf = np.float64(w)
-        cal_counts[f, 0] += w
-        if arg == ti:
-            cal_counts[f, 1] += w
-        cal_conf[f] += wf * conf
-        brier_sum += wf * brier
-        log_sum += wf * loss
+                v = scores[i, c]
+                b, exact = _bin_of(v, ushift, low, base, last, thresholds, logits)
+                curves[c, b, 1 if c == ti else 0] += w
+                if not exact:
+                    inexact[c] += sign
+                if v > st:
+                    greater += 1
+                elif v == st and c > ti:
+                    tied_after += 1
+                if v > top:
+                    top = v
+                    arg = c
+                if not logits:
+                    d = np.float64(v) - (1.0 if c == ti else 0.0)
+                    brier += d * d
+            ranks[0, ti, greater + tied_after] += w
+            ranks[1, ti, greater] += w
+            if logits:
+                top64 = np.float64(top)
+                total = 0.0
+                for c in range(num_classes):
+                    e = np.exp(np.float64(scores[i, c]) - top64)
+                    softmax[c] = e
+                    total += e
+                for c in range(num_classes):
+                    d = softmax[c] / total - (1.0 if c == ti else 0.0)
+                    brier += d * d
+                conf = 1.0 / total
+                loss = top64 + np.log(total) - np.float64(st)
+            else:
+                conf = np.float64(top)
+                loss = -_clip_log(np.float64(st), eps)
+            f = _fine_bin(conf, fine_bins)
+            wf = np.float64(w)
+            cal_counts[f, 0] += w
+            if arg == ti:
+                cal_counts[f, 1] += w
+            cal_conf[f] += wf * conf
+            brier_sum += wf * brier
+            log_sum += wf * loss
     sums[0] += brier_sum
     sums[1] += log_sum
-    return status, position
+    return OK, 0, stop
 
 
 @njit(inline="always")
@@ -318,78 +322,72 @@ def _check_elements(targets, scores, i, has_ignore, ignore_index, logits):
 
 
 @_kernel
-def count_elementwise(targets, scores, weights, curves, inexact, cal_counts,
-                      cal_conf, sums, thresholds, shift, start, stop, sign, flags, ignore_index,
-                      eps):
+def count_elementwise(targets, scores, weights, curves, inexact, cal_counts, cal_conf, sums,
+                      thresholds, shift, start, stop, chunk, sign, flags, ignore_index, eps):
     """Count rows ``[start, stop)`` of a binary (C = 1) or multilabel batch.
 
-    ``targets`` (0/1) and ``scores`` are ``(N, C)``, ``weights`` ``(N,)``
-    (one weight per row, shared by its labels) or None. Per counted element with target ``y``,
-    probability ``q`` (the score, or its sigmoid for logits) and weight ``w``:
-    ``curves[c, bin(s), y] += w``; ``cal_counts[fine(q)] += (w, w * y)``;
-    ``cal_conf[fine(q)] += w * q``; ``sums += w * ((q - y)^2, log loss)``, the log loss being
-    ``-log(clip(q))`` or ``-log(clip(1 - q))`` for probabilities and
-    ``max(s, 0) - s * y + log(1 + exp(-|s|))`` for logits.
+    ``targets`` (0/1) and ``scores`` are ``(N, C)``, ``weights`` ``(N,)`` (one weight per row,
+    shared by its labels) or None. Per counted element with target ``y``, probability ``q``
+    (the score, or its sigmoid for logits) and weight ``w``: ``curves[c, bin(s), y] += w``;
+    ``cal_counts[fine(q)] += (w, w * y)``; ``cal_conf[fine(q)] += w * q``;
+    ``sums += w * ((q - y)^2, log loss)``, the log loss being ``-log(clip(q))`` or
+    ``-log(clip(1 - q))`` for probabilities and ``max(s, 0) - s * y + log(1 + exp(-|s|))``
+    for logits. Rows are validated ``chunk`` at a time before they are counted; returns
+    ``(status, position, counted_until)`` as :func:`count_multiclass`.
     """
     num_labels = scores.shape[1]
     fine_bins = cal_counts.shape[0]
     has_ignore = (flags & HAS_IGNORE) != 0
     logits = eps is None
-    validated = (flags & VALIDATE_FIRST) != 0
-    if validated:
-        for i in range(start, stop):
-            status, position = _check_elements(targets, scores, i, has_ignore, ignore_index,
-                                               logits)
-            if status != OK:
-                return status, position
     ushift = np.uint32(shift)
     low = (np.uint32(1) << ushift) - np.uint32(1)
     base, last = probability_key_layout(shift)
     brier_sum = 0.0
     log_sum = 0.0
-    status = OK
-    position = 0
-    for i in range(start, stop):
-        if not validated:
+    for lo in range(start, stop, chunk):
+        hi = min(lo + chunk, stop)
+        for i in range(lo, hi):
             status, position = _check_elements(targets, scores, i, has_ignore, ignore_index,
                                                logits)
             if status != OK:
-                break
-        if weights is None:
-            w = sign
-        else:
-            w = weights[i] * sign
-        wf = np.float64(w)
-        for c in range(num_labels):
-            y = targets[i, c]
-            if has_ignore and y == ignore_index:
-                continue
-            yi = 1 if y == 1 else 0
-            v = scores[i, c]
-            b, exact = _bin_of(v, ushift, low, base, last, thresholds, logits)
-            curves[c, b, yi] += w
-            if not exact:
-                inexact[c] += sign
-            x = np.float64(v)
-            if logits:
-                e = np.exp(-abs(x))
-                q = 1.0 / (1.0 + e) if x >= 0 else e / (1.0 + e)
-                loss = max(x, 0.0) - x * yi + np.log1p(e)
+                sums[0] += brier_sum
+                sums[1] += log_sum
+                return status, position, lo
+        for i in range(lo, hi):
+            if weights is None:
+                w = sign
             else:
-                q = x
-                loss = -_clip_log(x, eps) if yi == 1 else -_clip_log(1.0 - x, eps)
-            d = q - yi
-            f = _fine_bin(q, fine_bins)
-            cal_counts[f, 0] += w
-            if yi == 1:
-                cal_counts[f, 1] += w
-            cal_conf[f] += wf * q
-            brier_sum += wf * d * d
-            log_sum += wf * loss
+                w = weights[i] * sign
+            wf = np.float64(w)
+            for c in range(num_labels):
+                y = targets[i, c]
+                if has_ignore and y == ignore_index:
+                    continue
+                yi = 1 if y == 1 else 0
+                v = scores[i, c]
+                b, exact = _bin_of(v, ushift, low, base, last, thresholds, logits)
+                curves[c, b, yi] += w
+                if not exact:
+                    inexact[c] += sign
+                x = np.float64(v)
+                if logits:
+                    e = np.exp(-abs(x))
+                    q = 1.0 / (1.0 + e) if x >= 0 else e / (1.0 + e)
+                    loss = max(x, 0.0) - x * yi + np.log1p(e)
+                else:
+                    q = x
+                    loss = -_clip_log(x, eps) if yi == 1 else -_clip_log(1.0 - x, eps)
+                d = q - yi
+                f = _fine_bin(q, fine_bins)
+                cal_counts[f, 0] += w
+                if yi == 1:
+                    cal_counts[f, 1] += w
+                cal_conf[f] += wf * q
+                brier_sum += wf * d * d
+                log_sum += wf * loss
     sums[0] += brier_sum
     sums[1] += log_sum
-    return status, position
-
+    return OK, 0, stop
 
 
 @_kernel

@@ -38,10 +38,12 @@ MAX_BINS = 1 << 24
 # 25200 = 2^4 * 3^2 * 5^2 * 7: divisible by every n_bins from 1 to 10 and by 12, 14, 15, 16,
 # 18, 20, 21, 24, 25, 28, 30, 35, 36, 40, 42, 45, 48, 50, 56, 60, 63, 70, 72, 75, 80, 84, 90, 100.
 DEFAULT_CALIBRATION_BINS = 25200
-# Batches with more scores than this are validated row by row while they are counted (one pass
-# over memory) and undone on error; smaller ones are validated first (they stay in cache).
-_ONE_PASS_MIN_SCORES = 1 << 16
+# Rows validated at a time before they are counted: a chunk of float32 scores stays in L2.
+_CHUNK_ROWS = 4096
 _INT64_MAX = np.iinfo(np.int64).max
+# Log loss clips probabilities to [eps, 1 - eps] with the eps of their float type (scikit-learn).
+_EPS = {np.dtype(np.float32): float(np.finfo(np.float32).eps),
+        np.dtype(np.float64): float(np.finfo(np.float64).eps)}
 
 
 @dataclass(slots=True)
@@ -264,8 +266,17 @@ class ScoreAccumulator(Accumulator):
 
     # ------------------------------------------------------------------ counting
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> _Batch:
+        # Fast path for the training-loop case (numpy (N,) labels and C-contiguous (N, C)
+        # float scores): the general path below costs about 4 us of a 256x10 update.
+        if (weights is None and self._task == "multiclass" and type(y_true) is np.ndarray
+                and type(y_pred) is np.ndarray and y_true.ndim == 1 and y_pred.ndim == 2
+                and y_pred.shape == (y_true.shape[0], self._num_classes)
+                and y_true.dtype.kind in "iu" and y_pred.dtype in _EPS
+                and y_pred.flags.c_contiguous and y_true.dtype.isnative):
+            return _Batch(y_true, y_pred, None, None if self._logits else _EPS[y_pred.dtype],
+                          y_pred.shape, 1, y_true.shape, float(y_true.shape[0]))
         scores = as_array(y_pred, "y_pred")
-        if scores.dtype.kind != "f":
+        if scores.dtype not in _EPS:  # integers, bools, long double
             scores = scores.astype(np.float64)
         y = as_array(y_true, "y_true")
         if self._task == "multiclass":
@@ -276,7 +287,7 @@ class ScoreAccumulator(Accumulator):
         total = float(matrix.shape[0])
         if weights is not None:
             weight_array, total = self._weights(weights, sample_shape)
-        eps = None if self._logits else float(np.finfo(matrix.dtype).eps)
+        eps = None if self._logits else _EPS[matrix.dtype]
         return _Batch(labels, matrix, weight_array, eps, scores.shape, axis, sample_shape, total)
 
     def _multiclass_layout(self, y: np.ndarray, scores: np.ndarray
@@ -387,36 +398,37 @@ class ScoreAccumulator(Accumulator):
                     f"`weights` sum to {batch.total_weight:g}, which would overflow the int64 "
                     f"counts; create the accumulator with `weighted=True`."
                 )
-        one_pass = not self._weighted and batch.scores.size >= _ONE_PASS_MIN_SCORES
-        flags = (0 if one_pass else _k.VALIDATE_FIRST) | (
-            _k.HAS_IGNORE if self._ignore_index is not None else 0)
+        # Rows are validated a chunk at a time before they are counted. A failure after the
+        # first chunk is undone: integer counts by counting the same rows with sign -1 (exact),
+        # the float sums from a copy taken before (weighted accumulators validate everything
+        # first instead, as their float counts cannot be undone exactly).
+        chunk = rows if self._weighted else _CHUNK_ROWS
+        flags = _k.HAS_IGNORE if self._ignore_index is not None else 0
         backup = None
-        if one_pass:
+        if rows > chunk:
             backup = (arrays["confidence"].copy(), arrays["losses"].copy())
-        status, position = self._run(arrays, batch, 0, rows, 1, flags)
+        status, position, counted = self._run(arrays, batch, 0, rows, chunk, 1, flags)
         if status == _k.OK:
             return
-        if backup is not None:
-            row = position // batch.scores.shape[1] if status == _k.BAD_SCORE or (
-                status == _k.BAD_TRUE and self._task != "multiclass") else position
-            self._run(arrays, batch, 0, row, -1, flags)
+        if counted > 0 and backup is not None:
+            self._run(arrays, batch, 0, counted, counted, -1, flags)
             arrays["confidence"][...] = backup[0]
             arrays["losses"][...] = backup[1]
         raise self._error(status, position, batch)
 
     def _run(self, arrays: dict[str, np.ndarray], batch: _Batch, start: int, stop: int,
-             sign: int, flags: int) -> tuple[int, int]:
+             chunk: int, sign: int, flags: int) -> tuple[int, int, int]:
         ignore = -1 if self._ignore_index is None else self._ignore_index
         if self._task == "multiclass":
             return _k.count_multiclass(
                 batch.y, batch.scores, batch.weights, arrays["curves"], arrays["inexact"],
-                arrays["ranks"], arrays["calibration"],
-                arrays["confidence"], arrays["losses"], self._thresholds, self._shift, start,
-                stop, sign, flags, ignore, batch.eps)
+                arrays["ranks"], arrays["calibration"], arrays["confidence"],
+                arrays["losses"], self._thresholds, self._shift, start, stop, chunk, sign,
+                flags, ignore, batch.eps)
         return _k.count_elementwise(
-            batch.y, batch.scores, batch.weights, arrays["curves"],
-            arrays["inexact"], arrays["calibration"], arrays["confidence"], arrays["losses"],
-            self._thresholds, self._shift, start, stop, sign, flags, ignore, batch.eps)
+            batch.y, batch.scores, batch.weights, arrays["curves"], arrays["inexact"],
+            arrays["calibration"], arrays["confidence"], arrays["losses"], self._thresholds,
+            self._shift, start, stop, chunk, sign, flags, ignore, batch.eps)
 
     def _error(self, status: int, position: int, batch: _Batch) -> ValueError:
         classes = batch.scores.shape[1]

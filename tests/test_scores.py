@@ -430,7 +430,7 @@ def state_bytes(acc: ScoreAccumulator) -> dict[str, bytes]:
     return {name: array.tobytes() for name, array in acc.state_arrays().items()}
 
 
-@pytest.mark.parametrize("rows", [50, 20000], ids=["small", "one-pass"])
+@pytest.mark.parametrize("rows", [50, 20000], ids=["one-chunk", "chunks"])
 def test_bad_input_raises_and_leaves_state_bit_identical(rows):
     y, _, probabilities = multiclass_data(0, n=rows)
     acc = ScoreAccumulator("multiclass", 5).update(y[:10], probabilities[:10])

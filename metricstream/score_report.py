@@ -1,0 +1,318 @@
+"""Score metrics for the command line and reports: read probability columns into a
+:class:`~metricstream.scores.ScoreAccumulator`, and render its summary as text, markdown or a
+JSON-able dict.
+
+``score_summary("preds.csv", "p_*")`` reads the columns whose names match the pattern (in file
+order: one per class; a single column is the positive class of a binary task) and the truth
+column, chunk by chunk with bounded memory, from any file ``metricstream report`` reads
+(CSV/TSV, Parquet). For a ``.npz`` archive the pattern names one member holding an ``(N, C)``
+or ``(B, C, H, W)`` score array. Truth labels are class indices, or names: the part of each
+score column's name that the pattern's ``*`` matched (``p_cat`` is class ``cat``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._io import Coded, InputError, open_source
+from .scores import ScoreAccumulator
+
+__all__ = ["ScoreReport", "score_summary", "summary_rows"]
+
+# Rows of a .npz score array read at a time.
+_NPZ_CHUNK = 1 << 16
+
+
+@dataclass
+class ScoreReport:
+    """A filled accumulator and what the report says about it."""
+
+    accumulator: ScoreAccumulator
+    class_names: list[str] | None = None
+    score_columns: list[str] = field(default_factory=list)
+    rows: int = 0
+    n_bins: int = 15
+    top_k: tuple[int, ...] = (1, 5)
+
+    def data(self) -> dict[str, Any]:
+        """The score section as JSON-able data (None for undefined values)."""
+        rows = summary_rows(self.accumulator, n_bins=self.n_bins, top_k=self.top_k)
+        data: dict[str, Any] = {key: _json(value) for key, value in rows.items()}
+        acc = self.accumulator
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if acc.task != "binary":
+                names = self.class_names or [str(i) for i in range(acc.num_classes)]
+                auroc = np.atleast_1d(acc.auroc(None))
+                ap = np.atleast_1d(acc.average_precision(None))
+                data["per_class"] = {
+                    name: {"auroc": _json(a), "average_precision": _json(p)}
+                    for name, a, p in zip(names, auroc, ap, strict=True)
+                }
+            data["exact"] = bool(acc.exact().all())
+        return data
+
+    def text(self, digits: int = 4) -> str:
+        """The score section as a plain-text table."""
+        return _render(self, digits, markdown=False)
+
+    def markdown(self, digits: int = 4) -> str:
+        """The score section as a markdown table."""
+        return _render(self, digits, markdown=True)
+
+    def plot_roc(self, path: str | Path | None = None) -> Any:
+        """Draw the ROC curves (and save them to ``path`` when given); returns the ``Axes``."""
+        return _save(self.accumulator.plot_roc(class_names=self.class_names), path)
+
+    def plot_precision_recall(self, path: str | Path | None = None) -> Any:
+        """Draw the precision-recall curves (saved to ``path`` when given)."""
+        return _save(self.accumulator.plot_precision_recall(class_names=self.class_names), path)
+
+    def plot_calibration(self, path: str | Path | None = None) -> Any:
+        """Draw the reliability diagram (saved to ``path`` when given)."""
+        return _save(self.accumulator.plot_calibration(self.n_bins), path)
+
+
+def summary_rows(acc: ScoreAccumulator, *, n_bins: int = 15,
+                 top_k: Sequence[int] = (1, 5)) -> dict[str, float]:
+    """The rows a summary shows when scores were seen: AUROC and AP (macro and micro for
+    several classes), ECE, MCE, Brier score, log loss and top-k accuracy (k < C). Undefined
+    values are NaN; no warning is issued."""
+    rows: dict[str, float] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if acc.task == "binary":
+            rows["auroc"] = float(acc.auroc())
+            rows["average_precision"] = float(acc.average_precision())
+        else:
+            rows["auroc_macro"] = float(acc.auroc("macro"))
+            rows["auroc_micro"] = float(acc.auroc("micro"))
+            rows["average_precision_macro"] = float(acc.average_precision("macro"))
+            rows["average_precision_micro"] = float(acc.average_precision("micro"))
+        bound = acc.auroc("macro", with_bound=True)
+        rows["auroc_error_bound"] = float(max(bound.value - bound.lower,
+                                              bound.upper - bound.value))
+        rows["ece"] = acc.calibration_error(n_bins)
+        rows["mce"] = acc.max_calibration_error(n_bins)
+        rows["brier_score"] = acc.brier_score()
+        rows["log_loss"] = acc.log_loss()
+        if acc.task == "multiclass":
+            every_k = acc.top_k_accuracy()
+            for k in top_k:
+                if 1 <= k < acc.num_classes:
+                    rows[f"top_{k}_accuracy"] = float(every_k[k - 1])
+    return rows
+
+
+def score_summary(
+    path: str | Path,
+    scores: str = "p_*",
+    *,
+    truth: str | None = None,
+    weight: str | None = None,
+    logits: bool = False,
+    ignore: str | None = None,
+    bins: int | None = None,
+    n_bins: int = 15,
+    top_k: Sequence[int] = (1, 5),
+    delimiter: str | None = None,
+    header: bool = True,
+    prefer_pyarrow: bool = True,
+    on_progress: Callable[[int, int, str], None] | None = None,
+) -> ScoreReport:
+    """Read the scores of a prediction file into a :class:`ScoreReport`.
+
+    Args:
+        path: a .csv/.tsv, .parquet or .npz file.
+        scores: a pattern (``fnmatch``) for the score columns, or the name of one ``.npz``
+            member holding all the scores.
+        truth: the truth column (default ``y_true``, else the first column that is not a
+            score or the weight).
+        weight: an optional weight column.
+        logits: the scores are logits (calibration, Brier score and log loss use their
+            softmax/sigmoid).
+        ignore: a truth label whose rows are skipped.
+        bins: ``ScoreAccumulator``'s bins.
+        n_bins, top_k: the calibration bins and the k of the top-k rows of the summary.
+
+    Raises:
+        InputError: one line naming the file, the column and, where it applies, the row.
+    """
+    path = Path(path)
+    if path.suffix.lower() == ".npz":
+        return _read_npz(path, scores, truth, weight, logits, ignore, bins, n_bins, top_k)
+    src = open_source(path, delimiter=delimiter, header=header, prefer_pyarrow=prefer_pyarrow)
+    columns = [c for c in src.columns if fnmatch.fnmatchcase(c, scores)]
+    if not columns:
+        raise InputError(
+            f"{path}: no column matches `--scores {scores}`; the file's columns are "
+            f"{', '.join(repr(c) for c in src.columns) or 'none'}.", usage=True)
+    for name, flag in ((truth, "--true"), (weight, "--weight")):
+        if name is not None and name not in src.columns:
+            raise InputError(f"{path}: no column {name!r} (given by `{flag}`).", usage=True)
+    rest = [c for c in src.columns if c not in columns and c != weight]
+    truth = truth if truth is not None else ("y_true" if "y_true" in rest else
+                                             (rest[0] if rest else None))
+    if truth is None or truth in columns:
+        raise InputError(f"{path}: needs a truth column besides the score columns "
+                         f"{columns}.", usage=True)
+    for column in columns:
+        if src.kinds[column] == "str" and not src.text:
+            raise InputError(f"{path}: score column {column!r} holds text.", usage=True)
+    names = _class_names(scores, columns)
+    acc = _accumulator(len(columns), logits, ignore, names, bins)
+    kinds = {column: "float" for column in columns}
+    kinds[truth] = src.kinds[truth]
+    if weight is not None:
+        kinds[weight] = "float"
+    selected = [truth, *columns] + ([weight] if weight is not None else [])
+    rows = 0
+    for chunk in src.read(selected, kinds):
+        labels = _labels(chunk.columns[truth], names, ignore, path, truth, chunk.start)
+        matrix = np.column_stack([np.asarray(chunk.columns[c], dtype=np.float64)
+                                  for c in columns])
+        values = matrix[:, 0] if acc.task == "binary" else matrix
+        weights = None if weight is None else np.asarray(chunk.columns[weight], np.float64)
+        _update(acc, labels, values, weights, path, chunk.start)
+        rows += len(labels)
+        if on_progress is not None:
+            on_progress(chunk.position, src.progress_total, src.progress_unit)
+    return ScoreReport(acc, names, columns, rows, n_bins, tuple(top_k))
+
+
+# ---------------------------------------------------------------------- helpers
+def _class_names(pattern: str, columns: list[str]) -> list[str] | None:
+    """What ``*`` matched in each column name, when the pattern has one ``*`` and no other
+    wildcard (``p_*`` and ``p_cat`` give ``cat``)."""
+    if pattern.count("*") != 1 or any(ch in pattern for ch in "?["):
+        return None
+    prefix, suffix = pattern.split("*")
+    names = [c[len(prefix):len(c) - len(suffix)] for c in columns]
+    return names if len(set(names)) == len(names) and all(names) else None
+
+
+def _accumulator(num_columns: int, logits: bool, ignore: str | None,
+                 names: list[str] | None, bins: int | None) -> ScoreAccumulator:
+    ignore_index = None
+    if ignore is not None:
+        if names is not None and ignore in names:
+            raise InputError(f"`--ignore` {ignore!r} is one of the classes.", usage=True)
+        try:
+            ignore_index = int(ignore)
+        except ValueError:
+            ignore_index = -1  # a name: mapped to -1 by _labels
+    if num_columns == 1:
+        return ScoreAccumulator("binary", logits=logits, ignore_index=ignore_index, bins=bins)
+    return ScoreAccumulator("multiclass", num_columns, logits=logits,
+                            ignore_index=ignore_index, bins=bins)
+
+
+def _labels(values: Any, names: list[str] | None, ignore: str | None, path: Path,
+            column: str, start: int) -> np.ndarray:
+    if isinstance(values, Coded):
+        lookup: dict[str, int] = {}
+        if names is not None:
+            lookup = {name: i for i, name in enumerate(names)}
+        table = np.empty(len(values.dictionary), dtype=np.int64)
+        for code, text in enumerate(values.dictionary):
+            if text in lookup:
+                table[code] = lookup[text]
+            elif ignore is not None and text == ignore:
+                table[code] = -1
+            else:
+                try:
+                    table[code] = int(text)
+                except ValueError:
+                    row = start + int(np.argmax(values.codes == code)) + 1
+                    known = f"; the classes are {names}" if names else ""
+                    raise InputError(f"{path}: column {column!r} holds {text!r} at row {row}, "
+                                     f"which is not a class{known}.") from None
+        return table[values.codes]
+    return np.asarray(values)
+
+
+def _update(acc: ScoreAccumulator, labels: np.ndarray, values: np.ndarray,
+            weights: np.ndarray | None, path: Path, start: int) -> None:
+    try:
+        acc.update(labels, values, weights)
+    except ValueError as error:
+        message = str(error)
+        # Positions in the chunk become 1-based rows of the file.
+        raise InputError(f"{path}: {message} (rows counted from {start + 1}).") from None
+
+
+def _read_npz(path: Path, member: str, truth: str | None, weight: str | None, logits: bool,
+              ignore: str | None, bins: int | None, n_bins: int,
+              top_k: Sequence[int]) -> ScoreReport:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file.", usage=True)
+    with np.load(path, allow_pickle=False) as archive:
+        members = list(archive.files)
+        matches = [m for m in members if fnmatch.fnmatchcase(m, member)]
+        if len(matches) != 1:
+            raise InputError(f"{path}: `--scores {member}` must name one member holding the "
+                             f"scores; the archive holds {members}.", usage=True)
+        scores = archive[matches[0]]
+        others = [m for m in members if m not in (matches[0], weight)]
+        truth = truth if truth is not None else ("y_true" if "y_true" in others else
+                                                 (others[0] if others else None))
+        if truth is None or truth not in members:
+            raise InputError(f"{path}: needs a truth member besides {matches[0]!r}.",
+                             usage=True)
+        labels = archive[truth]
+        weights = archive[weight] if weight is not None else None
+    binary = scores.ndim == labels.ndim or (scores.ndim == labels.ndim + 1
+                                            and scores.shape[1] == 1)
+    classes = 1 if binary else scores.shape[1]
+    acc = _accumulator(classes, logits, ignore, None, bins)
+    for lo in range(0, max(len(labels), 1), _NPZ_CHUNK):
+        hi = lo + _NPZ_CHUNK
+        _update(acc, labels[lo:hi], scores[lo:hi],
+                None if weights is None else weights[lo:hi], path, lo)
+    return ScoreReport(acc, None, [matches[0]], int(labels.shape[0]), n_bins, tuple(top_k))
+
+
+def _json(value: float) -> float | None:
+    value = float(value)
+    return None if math.isnan(value) or math.isinf(value) else value
+
+
+_LABELS = {
+    "auroc": "AUROC", "average_precision": "average precision",
+    "auroc_macro": "AUROC (macro, one-vs-rest)", "auroc_micro": "AUROC (micro)",
+    "average_precision_macro": "average precision (macro)",
+    "average_precision_micro": "average precision (micro)",
+    "auroc_error_bound": "AUROC error bound (binning)",
+    "ece": "expected calibration error", "mce": "maximum calibration error",
+    "brier_score": "Brier score", "log_loss": "log loss",
+}
+
+
+def _render(report: ScoreReport, digits: int, *, markdown: bool) -> str:
+    rows = summary_rows(report.accumulator, n_bins=report.n_bins, top_k=report.top_k)
+    label = {**_LABELS, **{f"top_{k}_accuracy": f"top-{k} accuracy" for k in report.top_k}}
+    lines = [(label.get(key, key), "nan" if math.isnan(value) else f"{value:.{digits}f}")
+             for key, value in rows.items()]
+    if markdown:
+        out = ["| score metric | value |", "|---|---:|"]
+        out += [f"| {name} | {value} |" for name, value in lines]
+        return "\n".join(out)
+    width = max(len(name) for name, _ in lines)
+    title = f"scores ({report.accumulator.num_classes} classes, " if (
+        report.accumulator.task != "binary") else "scores (binary, "
+    title += f"ECE over {report.n_bins} bins)"
+    return "\n".join([title] + [f"  {name:<{width}}  {value:>10}" for name, value in lines])
+
+
+def _save(ax: Any, path: str | Path | None) -> Any:
+    if path is not None:
+        ax.figure.savefig(path, dpi=120)
+    return ax
