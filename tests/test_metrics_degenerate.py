@@ -5,7 +5,7 @@
 * a class *true but never predicted* (``PP = 0 < AP``),
 
 for every ``zero_division``. ``"zd"`` marks an undefined (0/0) value, replaced by
-``zero_division``; numbers are exact. The README's degenerate-class table shows this table.
+``zero_division``; numbers are exact. docs/metrics.md shows this table.
 """
 
 from __future__ import annotations
