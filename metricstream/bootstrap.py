@@ -81,7 +81,7 @@ _NOT_METRICS = frozenset({"ClassCounts", "critical_value", "proportion_interval"
 _CHUNK_VALUES = 1 << 22
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class MetricInterval:
     """A metric's point estimate with a confidence interval and a standard error.
 
@@ -115,6 +115,18 @@ class MetricInterval:
     def interval(self) -> tuple[Any, Any]:
         """``(low, high)``."""
         return self.low, self.high
+
+    def __eq__(self, other: object) -> bool:
+        """Equal fields (arrays compared element-wise, NaN equal to NaN) and replicates."""
+        if not isinstance(other, MetricInterval):
+            return NotImplemented
+        if self.to_dict() != other.to_dict():
+            return False
+        if self.replicates is None or other.replicates is None:
+            return self.replicates is other.replicates
+        return bool(np.array_equal(self.replicates, other.replicates, equal_nan=True))
+
+    __hash__ = None  # type: ignore[assignment]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields (arrays as lists, NaN as None), without the replicates."""

@@ -80,7 +80,7 @@ class BootstrapConfusionAccumulator(Accumulator):
     integers, compared exactly).
 
     State: ``{"matrix": (K, K), "replicates": (B, K, K)}``, int64 (float64 when ``weighted``),
-    i.e. ``(B + 1) × K² × 8`` bytes: 353 KiB for K = 21, B = 100; 80 MiB for K = 1000, B = 10.
+    i.e. ``(B + 1) × K² × 8`` bytes: 348 KiB for K = 21, B = 100; 84 MiB for K = 1000, B = 10.
     Cost per update: the plain count of the batch, plus ``B ×`` (distinct cells of each
     cluster) multiply-adds; for one cluster per call (a 256×256 mask, B = 100) that is well
     under the cost of counting the mask once more.

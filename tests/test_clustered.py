@@ -311,3 +311,27 @@ def test_interval_from_replicates_checks_its_input() -> None:
         interval_from_replicates(np.eye(2), np.zeros((3, 3, 3)), "accuracy")
     with pytest.raises(ValueError, match="at least 2 are needed"):
         interval_from_replicates(np.eye(2), np.ones((1, 2, 2)), "accuracy")
+
+
+def test_negative_and_large_ids_are_consistent_across_forms() -> None:
+    y_true, y_pred, _ = _data(13, n=30)
+    for cluster in (-5, 2**63 - 1, 0):
+        scalar = BootstrapConfusionAccumulator(K, n_replicates=12, seed=3)
+        scalar.update(y_true, y_pred, cluster_ids=cluster)
+        array = BootstrapConfusionAccumulator(K, n_replicates=12, seed=3)
+        array.update(y_true, y_pred, cluster_ids=np.full(30, cluster, dtype=np.int64))
+        assert scalar == array
+
+
+def test_interval_report_uses_the_replicates() -> None:
+    from metricstream.bootstrap import interval_report
+
+    y_true, y_pred, clusters = _data(14, n=500)
+    acc = BootstrapConfusionAccumulator(K, n_replicates=50, seed=4)
+    acc.update(y_true, y_pred, cluster_ids=clusters)
+    data = interval_report(acc, ["accuracy", "macro_f1"])
+    assert isinstance(data, dict)
+    assert data["resampling"] == "cluster-poisson" and data["n_resamples"] == 50
+    assert data["metrics"]["macro_f1"]["low"] == acc.interval("macro_f1").low
+    text = interval_report(acc, ["accuracy"], format="text")
+    assert "(clusters resampled)" in str(text)
