@@ -297,7 +297,7 @@ class Accumulator:
             state, cls.__name__, cls.state_format, cls.state_upgrades)
         if type_name != cls.__name__:
             raise ValueError(
-                f"`state` holds a {type_name}, not a {cls.__name__}; load it with "
+                f"`state` holds {_a(type_name)}, not a {cls.__name__}; load it with "
                 f"{type_name}.from_state_dict."
             )
         return cls._restore(config, arrays)
@@ -321,7 +321,7 @@ class Accumulator:
         type_name, state_format, config, arrays = _codec.decode(data, source=source)
         if type_name != cls.__name__:
             raise ValueError(
-                f"{source} holds a {type_name}, not a {cls.__name__}; load it with "
+                f"{source} holds {_a(type_name)}, not a {cls.__name__}; load it with "
                 f"{type_name}.from_bytes."
             )
         try:
@@ -448,6 +448,11 @@ class Accumulator:
                 self._arrays[name][...] = array
 
         return restore
+
+
+def _a(name: str) -> str:
+    """``"a ConfusionAccumulator"``, ``"an AccumulatorGroup"``."""
+    return f"{'an' if name[:1].upper() in 'AEIOU' else 'a'} {name}"
 
 
 def _fresh(value: Any) -> Any:
@@ -688,22 +693,36 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         """A group from :meth:`to_bytes` output; bounded and checked like a single accumulator."""
         type_name, state_format, config, arrays = _codec.decode(data, source=source)
         if type_name != "AccumulatorGroup" or state_format != 1:
-            raise ValueError(f"{source} holds a {type_name} (format {state_format}), not an "
+            raise ValueError(f"{source} holds {_a(type_name)} (format {state_format}), not an "
                              f"AccumulatorGroup; load it with {type_name}.from_bytes.")
         try:
-            entries = config["members"]
+            entries = config.get("members")
+            if not isinstance(entries, list):
+                raise ValueError("its configuration has no 'members' list")
             members = {}
-            for name, member_type_name, member_format, member_config in entries:
+            claimed: set[str] = set()
+            for entry in entries:
+                if not (isinstance(entry, list) and len(entry) == 4
+                        and isinstance(entry[0], str) and isinstance(entry[3], dict)):
+                    raise ValueError(f"the member entry {str(entry)[:80]!r} is not "
+                                     f"[name, type, format, configuration]")
+                name, member_type_name, member_format, member_config = entry
+                if name in members:
+                    raise ValueError(f"member {name!r} is listed twice")
                 prefix = f"{name}/"
                 member_arrays = {key[len(prefix):]: value for key, value in arrays.items()
                                  if key.startswith(prefix)}
+                claimed.update(prefix + key for key in member_arrays)
                 member_type = accumulator_type(member_type_name)
                 members[name] = member_type.from_state_dict({
                     "type": member_type_name, "format": member_format,
                     "config": member_config, "arrays": member_arrays})
-        except (TypeError, ValueError, KeyError) as error:
+            orphans = sorted(set(arrays) - claimed)
+            if orphans:
+                raise ValueError(f"the arrays {orphans[:5]} belong to no member")
+            return cls(members)
+        except (TypeError, ValueError) as error:
             raise ValueError(f"{source} holds an invalid group state: {error}") from error
-        return cls(members)
 
     def save(self, path: Any) -> Any:
         """Write :meth:`to_bytes` to ``path`` atomically; returns the path."""

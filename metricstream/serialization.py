@@ -59,6 +59,7 @@ __all__ = [
     "read_file",
     "read_state_dict",
     "save_bytes",
+    "stale_temporaries",
 ]
 
 # Version of the binary container (magic, prefix, header, payload, checksum).
@@ -430,8 +431,37 @@ def read_file(path: str | os.PathLike[str]) -> tuple[bytes, str]:
             problem = "truncated" if info.st_size < total else "followed by extra bytes"
             raise ValueError(f"{source} is {problem}: {info.st_size} bytes on disk, but its "
                              f"prefix announces {total}.")
+        if total > _STREAMED_CHECK_BYTES:
+            # A large file (possibly sparse, or garbage behind a valid prefix) is checksummed
+            # in pieces first, in constant memory: only a file whose checksum holds is then
+            # read whole.
+            _check_streamed(handle, prefix, total, source)
+            handle.seek(len(prefix))
         rest = handle.read(total - len(prefix))
+        if len(rest) != total - len(prefix):
+            raise ValueError(f"{source} changed while it was read (it is shorter than its "
+                             f"prefix announces).")
     return prefix + rest, source
+
+
+# Files larger than this are checksummed in 1 MiB pieces before they are read into memory.
+_STREAMED_CHECK_BYTES = 64 << 20
+_PIECE_BYTES = 1 << 20
+
+
+def _check_streamed(handle: Any, prefix: bytes, total: int, source: str) -> None:
+    crc = zlib.crc32(prefix)
+    remaining = total - len(prefix) - _CRC.size
+    while remaining > 0:
+        piece = handle.read(min(_PIECE_BYTES, remaining))
+        if not piece:
+            raise ValueError(f"{source} changed while it was read (it is shorter than its "
+                             f"prefix announces).")
+        crc = zlib.crc32(piece, crc)
+        remaining -= len(piece)
+    stored = handle.read(_CRC.size)
+    if len(stored) != _CRC.size or _CRC.unpack(stored)[0] != crc:
+        raise ValueError(f"{source} is corrupt: its checksum does not match.")
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -25,6 +25,7 @@ def _run(script: str, *args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_ddp_training():
     pytest.importorskip("torch", reason='needs PyTorch: pip install "metricstream[torch]"')
     out = _run("ddp_training.py", "--epochs", "2")
@@ -32,6 +33,7 @@ def test_ddp_training():
     assert "synced validation matrix == single-process evaluation of all 1001 samples" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cluster", [False, True], ids=["threads", "local-cluster"])
 def test_dask_offline_eval(tmp_path, cluster):
     pytest.importorskip("dask.dataframe", reason='needs dask: pip install "metricstream[dask]"')
@@ -42,6 +44,7 @@ def test_dask_offline_eval(tmp_path, cluster):
     assert "equal to each other and to the in-memory result: True" in out
 
 
+@pytest.mark.slow
 def test_process_pool_merge_and_resume(tmp_path):
     out = _run("process_pool_merge.py", "--shards", "4", "--out", str(tmp_path))
     assert "evaluating 4 in 2 processes" in out
