@@ -36,6 +36,7 @@ import codecs
 import contextlib
 import csv
 import functools
+import io
 import itertools
 import math
 import os
@@ -252,14 +253,16 @@ def register_reader(*suffixes: str) -> Callable[[Opener], Opener]:
 # Leading bytes of formats that are not delimited text, for a clear error when such a file is
 # named like a CSV file (gzip data named .csv would otherwise read as "empty" or as garbage).
 _MAGIC = (
-    (b"\x1f\x8b", "gzip-compressed data", "decompress it first, e.g. `gunzip -k FILE`"),
-    (b"BZh", "bzip2-compressed data", "decompress it first, e.g. `bunzip2 -k FILE`"),
-    (b"\xfd7zXZ\x00", "xz-compressed data", "decompress it first, e.g. `unxz -k FILE`"),
     (b"\x28\xb5\x2f\xfd", "zstd-compressed data", "decompress it first, e.g. `unzstd FILE`"),
     (b"PK\x03\x04", "a zip archive", "name it .npz if it is a numpy archive, else unzip it"),
     (b"PAR1", "a Parquet file", "name it .parquet"),
     (b"\x93NUMPY", "a numpy array", "name it .npy"),
 )
+
+
+# Compressed text is decompressed as a stream (standard library codecs), whatever its name.
+_COMPRESSIONS = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz"}
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
 
 
 def _sniff(path: Path) -> tuple[str, str] | None:
@@ -270,6 +273,58 @@ def _sniff(path: Path) -> tuple[str, str] | None:
         if head.startswith(magic):
             return what, remedy
     return None
+
+
+def _compression(path: Path) -> str | None:
+    with open(path, "rb") as file:
+        head = file.read(8)
+    return next((kind for magic, kind in _COMPRESSIONS.items() if head.startswith(magic)), None)
+
+
+@contextlib.contextmanager
+def _compressed_errors(path: Path) -> Iterator[None]:
+    """Damaged or truncated compressed data, as a one-line input error."""
+    import gzip
+    import lzma
+
+    try:
+        yield
+    except (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as error:
+        raise InputError(f"{path}: the compressed data is damaged or truncated ({error}).") \
+            from None
+
+
+@contextlib.contextmanager
+def _open_bytes(path: Path, compression: str | None) -> Iterator[tuple[Any, Any]]:
+    """``(stream, raw)``: the file's (decompressed) bytes, and the file itself for progress."""
+    with open(path, "rb") as raw:
+        if compression is None:
+            yield raw, raw
+            return
+        import bz2
+        import gzip
+        import lzma
+
+        stream: Any
+        if compression == "gzip":
+            stream = gzip.GzipFile(fileobj=raw)
+        elif compression == "bz2":
+            stream = bz2.BZ2File(raw)
+        else:
+            stream = lzma.LZMAFile(raw)
+        with stream:
+            yield stream, raw
+
+
+@contextlib.contextmanager
+def _open_text(path: Path, compression: str | None) -> Iterator[tuple[Any, Any]]:
+    """``(text, raw)``: the file as UTF-8 text (a byte order mark dropped), and the raw file."""
+    with _open_bytes(path, compression) as (stream, raw):
+        text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+        try:
+            yield text, raw
+        finally:
+            text.detach()
 
 
 def open_source(path: str | os.PathLike, *, delimiter: str | None = None, header: bool = True,
@@ -291,8 +346,11 @@ def open_source(path: str | os.PathLike, *, delimiter: str | None = None, header
                          f"predictions to a file first.", usage=True)
     options = OpenOptions(delimiter, header, prefer_pyarrow)
     suffix = path.suffix.lower()
+    if suffix in COMPRESSED_SUFFIXES and Path(path.stem).suffix.lower() in CSV_DELIMITERS:
+        suffix = Path(path.stem).suffix.lower()  # predictions.csv.gz
     if delimiter is not None or suffix in CSV_DELIMITERS:
-        return _open_delimited(path, options)
+        with _compressed_errors(path):
+            return _open_delimited(path, options)
     opener = READERS.get(suffix)
     if opener is None:
         raise InputError(
@@ -314,15 +372,18 @@ def _have_pyarrow() -> bool:
 # ---------------------------------------------------------------------- CSV
 @register_reader(*CSV_DELIMITERS)
 def _open_delimited(path: Path, options: OpenOptions) -> Source:
-    sniffed = _sniff(path)
+    compression = _compression(path)
+    sniffed = None if compression is not None else _sniff(path)
     if sniffed is not None:
         what, remedy = sniffed
         raise InputError(f"{path}: holds {what}, not delimited text; {remedy}.", usage=True)
     suffix = path.suffix.lower()
+    if suffix in COMPRESSED_SUFFIXES:
+        suffix = Path(path.stem).suffix.lower()
     sep = options.delimiter if options.delimiter is not None else CSV_DELIMITERS[suffix]
     if options.prefer_pyarrow and _have_pyarrow():
-        return _open_csv_arrow(path, sep, options.header)
-    return _open_csv_stdlib(path, sep, options.header)
+        return _open_csv_arrow(path, sep, options.header, compression)
+    return _open_csv_stdlib(path, sep, options.header, compression)
 
 
 # ---------------------------------------------------------------------- CSV, standard library
@@ -337,12 +398,12 @@ def _csv_kind(values: Sequence[str]) -> str:
     return "str"
 
 
-def _utf8_error(path: Path) -> InputError:
+def _utf8_error(path: Path, compression: str | None = None) -> InputError:
     """Where the first byte that is not UTF-8 is: found again in binary (only on this error)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset = 0
     lines = 1
-    with open(path, "rb") as file:
+    with _open_bytes(path, compression) as (file, _):
         while True:
             block = file.read(1 << 20)
             try:
@@ -365,12 +426,13 @@ def _utf8_error(path: Path) -> InputError:
 
 
 @contextlib.contextmanager
-def _text_errors(path: Path, where: Callable[[], int]) -> Iterator[None]:
+def _text_errors(path: Path, where: Callable[[], int],
+                 compression: str | None = None) -> Iterator[None]:
     """Turn the standard library's decoding and CSV errors into one-line input errors."""
     try:
         yield
     except UnicodeDecodeError:
-        raise _utf8_error(path) from None
+        raise _utf8_error(path, compression) from None
     except csv.Error as error:
         message = str(error)
         if "field larger than field limit" in message:
@@ -393,10 +455,10 @@ def _bounded_lines(file: Any, path: Path) -> Iterator[str]:
         yield line
 
 
-def _open_csv_stdlib(path: Path, sep: str, header: bool) -> Source:
-    with open(path, newline="", encoding="utf-8-sig") as file:
+def _open_csv_stdlib(path: Path, sep: str, header: bool, compression: str | None = None) -> Source:
+    with _open_text(path, compression) as (file, _):
         reader = csv.reader(_bounded_lines(file, path), delimiter=sep)
-        with _text_errors(path, lambda: reader.line_num):
+        with _text_errors(path, lambda: reader.line_num, compression):
             rows = [row for row in itertools.islice(reader, CSV_SAMPLE_ROWS + 1) if row]
     if not rows:
         raise InputError(f"{path}: the file is empty; expected a header line and rows.")
@@ -409,24 +471,24 @@ def _open_csv_stdlib(path: Path, sep: str, header: bool) -> Source:
         kinds[name] = _csv_kind(values) if values else "str"
 
     def read(selected: list[str], as_kinds: dict[str, str]) -> Iterator[Chunk]:
-        yield from _read_csv_stdlib(path, sep, header, columns, selected, as_kinds)
+        yield from _read_csv_stdlib(path, sep, header, columns, selected, as_kinds, compression)
 
     return Source(path, columns, kinds, None, path.stat().st_size, "B", read, header=header,
                   text=True)
 
 
 def _read_csv_stdlib(path: Path, sep: str, header: bool, columns: list[str], selected: list[str],
-                     kinds: dict[str, str]) -> Iterator[Chunk]:
+                     kinds: dict[str, str], compression: str | None = None) -> Iterator[Chunk]:
     width = len(columns)
     positions = [columns.index(name) for name in selected]
-    with open(path, newline="", encoding="utf-8-sig") as file:
+    with _open_text(path, compression) as (file, raw):
         reader = csv.reader(_bounded_lines(file, path), delimiter=sep)
-        with _text_errors(path, lambda: reader.line_num):
+        with _text_errors(path, lambda: reader.line_num, compression):
             if header:
                 next(reader, None)
         start = 0
         while True:
-            with _text_errors(path, lambda: reader.line_num):
+            with _text_errors(path, lambda: reader.line_num, compression):
                 block = list(itertools.islice(reader, STDLIB_CHUNK_ROWS))
             if not block:
                 return
@@ -441,8 +503,7 @@ def _read_csv_stdlib(path: Path, sep: str, header: bool, columns: list[str], sel
             for name, position in zip(selected, positions, strict=True):
                 values = [row[position] for row in rows]
                 chunk[name] = _convert_text(path, name, values, kinds[name], start)
-            # (text files refuse tell() while iterated; the byte stream under them does not)
-            raw: Any = file.buffer
+            # progress in bytes of the file (compressed bytes for a compressed file)
             yield Chunk(start, chunk, raw.tell())
             start += len(rows)
 
@@ -489,7 +550,7 @@ def _arrow_kind(arrow_type: Any) -> str:
     return "str"
 
 
-def _open_csv_arrow(path: Path, sep: str, header: bool) -> Source:
+def _open_csv_arrow(path: Path, sep: str, header: bool, compression: str | None = None) -> Source:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -497,15 +558,16 @@ def _open_csv_arrow(path: Path, sep: str, header: bool) -> Source:
                                      autogenerate_column_names=not header)
     parse_options = pacsv.ParseOptions(delimiter=sep)
     try:
-        with pacsv.open_csv(path, read_options=read_options, parse_options=parse_options,
-                            convert_options=_arrow_convert_options()) as peek:
+        with _open_bytes(path, compression) as (stream, _), \
+                pacsv.open_csv(stream, read_options=read_options, parse_options=parse_options,
+                               convert_options=_arrow_convert_options()) as peek:
             schema = peek.schema
     except pa.ArrowInvalid as error:
         if "Empty CSV file" in str(error):
             raise InputError(f"{path}: the file is empty; expected a header line and rows.") \
                 from None
         # The first block does not parse: let the standard library say where.
-        return _open_csv_stdlib(path, sep, header)
+        return _open_csv_stdlib(path, sep, header, compression)
     columns = list(schema.names)
     kinds = {name: _arrow_kind(schema.field(name).type) for name in columns}
 
@@ -516,11 +578,12 @@ def _open_csv_arrow(path: Path, sep: str, header: bool) -> Source:
             for name in selected
         }
         try:
-            yield from _read_csv_arrow(path, sep, header, columns, selected, types)
+            yield from _read_csv_arrow(path, sep, header, columns, selected, types, compression)
         except pa.ArrowInvalid as error:
             # pyarrow names neither the row nor the column of a parse or conversion error; re-read
             # with the standard library, which does (this costs time only on the error path).
-            for _ in _read_csv_stdlib(path, sep, header, columns, selected, as_kinds):
+            for _ in _read_csv_stdlib(path, sep, header, columns, selected, as_kinds,
+                                      compression):
                 pass
             raise InputError(f"{path}: {str(error).splitlines()[0]}") from None
 
@@ -537,7 +600,8 @@ def _arrow_convert_options(**kwargs: Any) -> Any:
 
 
 def _read_csv_arrow(path: Path, sep: str, header: bool, columns: list[str],
-                    selected: list[str], types: dict[str, Any]) -> Iterator[Chunk]:
+                    selected: list[str], types: dict[str, Any],
+                    compression: str | None = None) -> Iterator[Chunk]:
     """Parse the file in byte ranges of about ``CSV_BLOCK_BYTES``, each cut after a whole record.
 
     Why not ``pyarrow.csv.open_csv``: measured on 10 to 30 million rows, its multi-threaded
@@ -552,7 +616,7 @@ def _read_csv_arrow(path: Path, sep: str, header: bool, columns: list[str],
     parse_options = pacsv.ParseOptions(delimiter=sep)
     # Explicit types: measured, inferring them per block makes reading ~1.5x slower.
     convert_options = _arrow_convert_options(column_types=types, include_columns=selected)
-    with open(path, "rb") as file:
+    with _open_bytes(path, compression) as (file, raw):
         if header:
             file.readline()
         buffer = bytearray(CSV_BLOCK_BYTES)
@@ -593,7 +657,8 @@ def _read_csv_arrow(path: Path, sep: str, header: bool, columns: list[str],
                 for batch in table.to_batches():
                     chunk = {name: _from_arrow(batch.column(i), path, name, start)
                              for i, name in enumerate(batch.schema.names)}
-                    yield Chunk(start, chunk, file.tell() - filled)
+                    # progress in bytes of the file (of compressed bytes read, if compressed)
+                    yield Chunk(start, chunk, raw.tell() - (filled if raw is file else 0))
                     start += batch.num_rows
             if got == 0:
                 return
@@ -1051,10 +1116,11 @@ def read_confusion(
         read_kinds[selection.weight] = "weight"
     builder = _Builder(src, selection, mode, classes, ignore, max_classes=max_classes,
                        classes_from=classes_from, index_columns=index_columns)
-    for chunk in src.read(selection.names, read_kinds):
-        builder.add(chunk)
-        if on_progress is not None:
-            on_progress(chunk.position, src.progress_total, src.progress_unit)
+    with _compressed_errors(src.path):
+        for chunk in src.read(selection.names, read_kinds):
+            builder.add(chunk)
+            if on_progress is not None:
+                on_progress(chunk.position, src.progress_total, src.progress_unit)
     return builder.finish()
 
 

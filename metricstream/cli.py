@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         "report",
         help="print the metrics of a file of predictions (and write JSON, markdown, plots)",
         description="Stream a file of predictions into one confusion matrix and report every "
-                    "metric. Reads " + ", ".join(SUFFIXES) + " files.",
+                    "metric. Reads " + ", ".join(SUFFIXES) + " files; delimited text may be "
+                    "compressed (gzip, bzip2 or xz, e.g. predictions.csv.gz).",
         epilog=_REPORT_EPILOG % {"max_classes": f"{MAX_CLASSES:,}"},
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

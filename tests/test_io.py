@@ -470,7 +470,7 @@ def test_utf8_error_position_across_read_blocks(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("magic", "what"), [
-    (b"\x1f\x8b\x08\x00", "gzip-compressed data"), (b"PK\x03\x04", "a zip archive"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data"), (b"PK\x03\x04", "a zip archive"),
     (b"PAR1", "a Parquet file"), (b"\x93NUMPY", "a numpy array")])
 def test_binary_data_named_csv_is_named(tmp_path, magic, what):
     path = tmp_path / "p.csv"
@@ -608,3 +608,26 @@ def test_class_names_member_is_bounded_and_typed(tmp_path):
                     lambda data: data.replace(b"(8,)", b"(99999999999,)"))
     with pytest.raises(InputError, match=r"must be one short list of names"):
         read_confusion(tmp_path / "big.npz")
+
+
+@pytest.mark.parametrize("pyarrow_reader", READERS)
+@pytest.mark.parametrize(("compression", "name"), [
+    ("gzip", "p.csv.gz"), ("bz2", "p.csv.bz2"), ("xz", "p.tsv.xz"), ("gzip", "named.csv")])
+def test_compressed_text_is_streamed(tmp_path, small_chunks, pyarrow_reader, compression, name):
+    import bz2
+    import gzip
+    import lzma
+
+    rows = [[f"c{i % 5}", f"c{(i * 3) % 5}"] for i in range(300)]
+    sep = "\t" if ".tsv" in name else ","
+    text = "y_true" + sep + "y_pred\n" + "".join(f"{a}{sep}{b}\n" for a, b in rows)
+    compress = {"gzip": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}[compression]
+    path = tmp_path / name
+    path.write_bytes(compress(text.encode()))
+    result = read_confusion(path, prefer_pyarrow=pyarrow_reader)
+    expected, labels = sklearn_matrix([r[0] for r in rows], [r[1] for r in rows])
+    assert list(result.accumulator.class_names) == labels
+    np.testing.assert_array_equal(result.accumulator.matrix, expected)
+    path.write_bytes(compress(text.encode())[:-40])  # cut short
+    with pytest.raises(InputError, match=r"the compressed data is damaged or truncated"):
+        read_confusion(path, prefer_pyarrow=pyarrow_reader)
