@@ -428,9 +428,10 @@ def _flush(cells, values, count, weights, replicates):
 
 
 @_kernel
-def add_cluster_matrix(local, key, seed, replicates, matrix):
-    """Add one cluster's K×K counts ``local`` to ``matrix`` and, with weight Poisson(1) drawn
-    from ``(key, b, seed)``, to each replicate ``replicates[b]`` (``(B, K*K)``, flat)."""
+def add_cluster_matrix(local, key, seed, replicates, matrix, add_main):
+    """Add one cluster's K×K counts ``local`` to ``matrix`` (if ``add_main``) and, with weight
+    Poisson(1) drawn from ``(key, b, seed)``, to each replicate ``replicates[b]`` (``(B,
+    K*K)``, flat)."""
     flat = local.reshape(-1)
     main = matrix.reshape(-1)
     cells = np.empty(flat.shape[0], dtype=np.int64)
@@ -439,7 +440,8 @@ def add_cluster_matrix(local, key, seed, replicates, matrix):
     for cell in range(flat.shape[0]):
         v = flat[cell]
         if v != 0:
-            main[cell] += v
+            if add_main:
+                main[cell] += v
             cells[count] = cell
             values[count] = v
             count += 1

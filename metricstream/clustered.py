@@ -34,6 +34,9 @@ from .bootstrap import MetricInterval, interval_from_replicates
 __all__ = ["BootstrapConfusionAccumulator"]
 
 _INT64_MAX = np.iinfo(np.int64).max
+# Items (first-axis slices) of at least this many samples, each its own cluster, are counted
+# one by one by the plain counting kernel; smaller ones go through the per-sample kernel.
+ITEM_MIN_SAMPLES = 1024
 # Accumulator methods that are not views of the matrix.
 _NOT_VIEWS = frozenset({"from_batch", "from_matrix", "update", "plot", "plot_per_class"})
 
@@ -57,6 +60,7 @@ class _ClusterBatch:
     weights: np.ndarray | None = None
     cluster_ids: np.ndarray | None = None
     run_length: int = 1
+    items: list[tuple[int, np.ndarray]] | None = None  # (cluster key, its K×K counts)
 
 
 class BootstrapConfusionAccumulator(Accumulator):
@@ -90,7 +94,7 @@ class BootstrapConfusionAccumulator(Accumulator):
     :meth:`interval` from the replicates.
 
     Invariants (tested): the main matrix equals a ``ConfusionAccumulator`` fed the same
-    batches; any split into batches, shards or merge order gives the same state; a failed
+    batches (float weights: up to rounding); any split into batches, shards or merge order gives the same state; a failed
     update leaves the state bit-identical; counts never wrap (an update that could take a
     replicate past 2**63 - 1 raises).
 
@@ -230,6 +234,9 @@ class BootstrapConfusionAccumulator(Accumulator):
         if ids is not None and ids.dtype.kind not in "iu":
             raise TypeError(f"`cluster_ids` must hold integers, got dtype {ids.dtype}.")
         if ids is not None and ids.ndim > 0:
+            items = self._prepare_items(y_true, y_pred, weights, ids)
+            if items is not None:
+                return items
             y_true, y_pred = self._labels_for_clusters(y_true, y_pred)
         if self._threshold is None:
             batch = prepare_batch(y_true, y_pred, weights, self._num_classes, self._class_axis)
@@ -261,6 +268,56 @@ class BootstrapConfusionAccumulator(Accumulator):
             )
         return _ClusterBatch(local, None, batch.y_true, batch.y_pred, batch.weights,
                              np.ascontiguousarray(flat_ids, dtype=np.int64), run)
+
+    def _batch(self, y_true: Any, y_pred: Any, weights: Any, class_axis: int) -> Any:
+        if self._threshold is None:
+            return prepare_batch(y_true, y_pred, weights, self._num_classes, class_axis)
+        return prepare_batch(y_true, y_pred, weights, self._num_classes, class_axis,
+                             threshold=self._threshold)
+
+    def _prepare_items(self, y_true: Any, y_pred: Any, weights: Any, ids: np.ndarray
+                       ) -> _ClusterBatch | None:
+        """One cluster per item of the first axis of large items (images): each item is
+        counted by the plain kernel into its own K×K matrix. None when this does not apply."""
+        true_array = as_array(y_true, "y_true")
+        if not (ids.ndim == 1 and true_array.ndim >= 2 and ids.shape[0] == true_array.shape[0]
+                and true_array[0].size >= ITEM_MIN_SAMPLES):
+            return None
+        pred_array = as_array(y_pred, "y_pred")
+        weight_array = None if weights is None else as_array(weights, "weights")
+        item_axis = self._class_axis
+        if pred_array.ndim == true_array.ndim + 1:
+            axis = self._class_axis % pred_array.ndim
+            if axis == 0:
+                return None  # classes on the item axis: items cannot be sliced off
+            item_axis = axis - 1
+        dtype = np.float64 if self._weighted else np.int64
+        local = np.zeros((self._num_classes, self._num_classes), dtype=dtype)
+        by_key: dict[int, np.ndarray] = {}
+        try:
+            for item in range(true_array.shape[0]):
+                counts = np.zeros_like(local)
+                count_batch(counts, self._batch(
+                    true_array[item], pred_array[item],
+                    None if weight_array is None else weight_array[item], item_axis),
+                    self._ignore_index)
+                key = int(ids[item].astype(np.uint64))
+                if key in by_key:
+                    by_key[key] += counts
+                else:
+                    by_key[key] = counts
+                if not self._weighted:
+                    local += counts  # exact: the batch's counts are the sum of its items'
+        except ValueError:
+            # Word the error with the position in the user's whole array.
+            count_batch(local, self._batch(true_array, pred_array, weight_array,
+                                           self._class_axis), self._ignore_index)
+            raise
+        if self._weighted:
+            # The batch's float sums in the order a ConfusionAccumulator adds them.
+            count_batch(local, self._batch(true_array, pred_array, weight_array,
+                                           self._class_axis), self._ignore_index)
+        return _ClusterBatch(local, None, items=list(by_key.items()))
 
     def _labels_for_clusters(self, y_true: Any, y_pred: Any) -> tuple[Any, Any]:
         """Scores become predicted labels (the per-sample kernel reads labels only)."""
@@ -294,9 +351,17 @@ class BootstrapConfusionAccumulator(Accumulator):
                     f"to {limit:,}; nothing was counted."
                 )
         flat = replicates.reshape(self._n_replicates, -1)
+        if batch.items is not None:
+            # The main matrix gets the whole batch's counts, summed as a ConfusionAccumulator
+            # sums them (float weights: the same rounding); the replicates get the items.
+            matrix += batch.local
+            for key, counts in batch.items:
+                _k.add_cluster_matrix(counts, np.uint64(key), np.uint64(self._seed), flat,
+                                      matrix, False)
+            return
         if batch.key is not None:
             _k.add_cluster_matrix(batch.local, np.uint64(batch.key), np.uint64(self._seed),
-                                  flat, matrix)
+                                  flat, matrix, True)
             return
         matrix += batch.local
         scratch = np.zeros(self._num_classes**2, dtype=matrix.dtype)

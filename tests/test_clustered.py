@@ -335,3 +335,48 @@ def test_interval_report_uses_the_replicates() -> None:
     assert data["metrics"]["macro_f1"]["low"] == acc.interval("macro_f1").low
     text = interval_report(acc, ["accuracy"], format="text")
     assert "(clusters resampled)" in str(text)
+
+
+@pytest.mark.parametrize("layout", ["labels", "scores", "channels-last", "weighted", "ignore"])
+def test_item_path_equals_per_sample_path(layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import metricstream.clustered as module
+
+    rng = np.random.default_rng(15)
+    truth = rng.integers(0, 3, (5, 6, 7))
+    ids = np.array([4, 2, 4, 9, -1])
+    kwargs: dict = {}
+    pred: np.ndarray = np.where(rng.random((5, 6, 7)) < 0.7, truth, rng.integers(0, 3))
+    weights = None
+    if layout == "scores":
+        pred = rng.normal(size=(5, 3, 6, 7))
+    elif layout == "channels-last":
+        pred = rng.normal(size=(5, 6, 7, 3))
+        kwargs["class_axis"] = -1
+    elif layout == "weighted":
+        weights = rng.random((5, 6, 7))
+        kwargs["weighted"] = True
+    elif layout == "ignore":
+        truth[0, 0, :3] = 255
+        kwargs["ignore_index"] = 255
+
+    def run(minimum: int) -> BootstrapConfusionAccumulator:
+        monkeypatch.setattr(module, "ITEM_MIN_SAMPLES", minimum)
+        acc = BootstrapConfusionAccumulator(3, n_replicates=9, seed=6, **kwargs)
+        return acc.update(truth, pred, weights, cluster_ids=ids)
+
+    by_items, by_samples = run(1), run(10**9)
+    assert np.array_equal(by_items.matrix, by_samples.matrix)
+    np.testing.assert_allclose(by_items.replicates, by_samples.replicates, rtol=1e-12)
+
+
+def test_item_path_errors_name_the_position_in_the_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import metricstream.clustered as module
+
+    monkeypatch.setattr(module, "ITEM_MIN_SAMPLES", 1)
+    acc = BootstrapConfusionAccumulator(3, n_replicates=4)
+    truth = np.zeros((2, 4, 4), dtype=np.int64)
+    truth[1, 2, 3] = 7
+    with pytest.raises(ValueError, match=r"`y_true` holds label 7 at position \(1, 2, 3\)"):
+        acc.update(truth, np.zeros_like(truth), cluster_ids=[0, 1])
+    assert acc.num_samples == 0 and not acc.replicates.any()
