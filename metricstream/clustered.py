@@ -94,9 +94,9 @@ class BootstrapConfusionAccumulator(Accumulator):
     :meth:`interval` from the replicates.
 
     Invariants (tested): the main matrix equals a ``ConfusionAccumulator`` fed the same
-    batches (float weights: up to rounding); any split into batches, shards or merge order gives the same state; a failed
-    update leaves the state bit-identical; counts never wrap (an update that could take a
-    replicate past 2**63 - 1 raises).
+    batches (float weights: up to rounding); any split into batches, shards or merge order
+    gives the same state; a failed update leaves the state bit-identical; counts never wrap
+    (an update that could take a replicate past 2**63 - 1 raises).
 
     Args:
         num_classes: K.
