@@ -73,8 +73,18 @@ METRIC_ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
        for name in ("f1", "precision", "recall", "jaccard")},
 }
 
-# Functions of metricstream.metrics that are not metrics of one matrix.
-_NOT_METRICS = frozenset({"ClassCounts", "critical_value", "proportion_interval"})
+
+def _matrix_metric(name: str) -> Callable[..., Any] | None:
+    """The function ``name`` of :mod:`metricstream.metrics` if it is a metric of one matrix:
+    a function whose first parameter is ``matrix`` (intervals excepted)."""
+    if name not in _metrics.__all__ or name.endswith("_interval"):
+        return None
+    function = getattr(_metrics, name, None)
+    if not inspect.isfunction(function):
+        return None
+    first = next(iter(inspect.signature(function).parameters), None)
+    return function if first == "matrix" else None
+
 
 # Replicates are evaluated in chunks of about this many per-class (or cell) values, which bounds
 # the memory of the read-time bootstrap whatever B and K are (2^22 float64 values = 32 MiB).
@@ -261,10 +271,9 @@ def _resolve(metric: Any, kwargs: dict[str, Any], names: Sequence[str] | None) -
         raise ValueError(f"`metric` {metric!r} already sets {clash[0]}={preset[clash[0]]!r}; "
                          f"pass metric={name!r} to choose it yourself.")
     kwargs = _labels_to_indices({**preset, **kwargs}, names)
-    function = getattr(_metrics, name, None) if name in _metrics.__all__ else None
-    if function is None or name in _NOT_METRICS or name.endswith("_interval"):
-        known = sorted([n for n in _metrics.__all__
-                        if n not in _NOT_METRICS and not n.endswith("_interval")]
+    function = _matrix_metric(name)
+    if function is None:
+        known = sorted([n for n in _metrics.__all__ if _matrix_metric(n) is not None]
                        + list(METRIC_ALIASES))
         raise ValueError(f"`metric` {metric!r} is not a metric of metricstream.metrics; use one "
                          f"of {known}, or pass a function of a K×K matrix.")
