@@ -7,6 +7,9 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from scipy import stats
 
 from metricstream import ConfusionAccumulator, metrics
@@ -522,3 +525,25 @@ def test_auroc_interval_from_a_score_histogram() -> None:
     assert result.standard_error == pytest.approx(np.std(values, ddof=1), rel=0.15)
     with pytest.raises(TypeError, match="whose state has no confusion matrix"):
         bootstrap(acc, "accuracy", n_resamples=10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(stack=arrays(np.int64, st.tuples(st.integers(1, 4), st.integers(1, 5), st.integers(1, 5))
+                    .filter(lambda s: s[1] == s[2]),
+                    elements=st.integers(0, 3)),
+       name=st.sampled_from(["accuracy", "balanced_accuracy", "miou", "fwiou",
+                             "matthews_corrcoef", "cohen_kappa", "f1", "precision", "jaccard"]),
+       average=st.sampled_from([None, "micro", "macro", "weighted"]),
+       zd=st.sampled_from([0, 1, np.nan]))
+def test_batched_metrics_property(stack, name, average, zd) -> None:
+    kwargs: dict = {"zero_division": zd}
+    if name in ("f1", "precision", "jaccard"):
+        kwargs["average"] = average
+    if name == "matthews_corrcoef" and np.isnan(zd):
+        kwargs["zero_division"] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        expected = np.array([getattr(metrics, name)(m, **kwargs) for m in stack],
+                            dtype=np.float64)
+    np.testing.assert_allclose(batched.BATCHED[name](stack, **kwargs), expected, rtol=1e-12,
+                               atol=1e-15, equal_nan=True)
