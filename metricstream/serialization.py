@@ -132,12 +132,20 @@ def read_state_dict(
         )
     if version < 1:
         raise ValueError(f"`state` has format {version}; valid formats are 1 to {current_format}.")
+    if version < current_format and isinstance(state.get("arrays"), dict):
+        # Upgrade functions always see numpy arrays, whether the state came from a state dict
+        # (records of bytes) or from a blob (arrays already decoded).
+        state = {**state, "arrays": {str(name): _read_array(name, record)
+                                     for name, record in state["arrays"].items()}}
     while version < current_format:
         try:
             state = upgrades[version](dict(state))
-        except (KeyError, TypeError, AttributeError) as error:
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as error:
             raise ValueError(f"`state` of format {version} lacks or mangles the entry "
                              f"{error}; it was not made by `state_dict()` or is damaged.") from None
+        if not isinstance(state, dict):
+            raise ValueError(f"the upgrade of `state` from format {version} did not return a "
+                             f"dict.")
         version += 1
     config = state.get("config")
     arrays = state.get("arrays")

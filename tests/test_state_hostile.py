@@ -541,3 +541,30 @@ def test_unpickling_is_documented_as_unsafe_for_untrusted_data():
     doc = " ".join(codec.__doc__.split())
     assert "Unpickling runs code chosen by whoever wrote the pickle" in doc
     assert "never unpickle a state from an untrusted source; use ``from_bytes``" in doc
+
+
+# ---------------------------------------------------------------------------- format upgrades
+class _Tally(LabelHistogram):
+    """Format 2 of a histogram that format 1 stored without its `ignore_index` setting."""
+
+    state_format = 2
+    state_upgrades = {1: lambda state: {**state, "format": 2,
+                                        "config": {**state["config"], "ignore_index": None},
+                                        "arrays": {"counts": state["arrays"]["counts"] * 1}}}
+
+
+def test_upgrades_see_numpy_arrays_from_state_dicts_and_from_bytes():
+    counts = np.array([2, 0, 5], dtype=np.int64)
+    old_dict = {"type": "_Tally", "format": 1, "config": {"size": 3},
+                "arrays": {"counts": {"dtype": "<i8", "shape": [3], "data": counts.tobytes()}}}
+    old_blob = codec.encode("_Tally", 1, {"size": 3}, {"counts": counts})
+    from_dict, from_blob = _Tally.from_state_dict(old_dict), _Tally.from_bytes(old_blob)
+    assert from_dict == from_blob
+    assert from_dict.state_arrays()["counts"].tolist() == [2, 0, 5]
+
+
+def test_an_upgrade_that_fails_on_damaged_input_is_a_value_error():
+    damaged = {"type": "_Tally", "format": 1, "config": None,
+               "arrays": {"counts": np.zeros(3, dtype=np.int64)}}
+    with pytest.raises(ValueError, match=r"`state` of format 1 lacks or mangles the entry"):
+        _Tally.from_state_dict(damaged)
