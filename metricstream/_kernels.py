@@ -42,12 +42,16 @@ How the label kernel is fast (measured on a 2-core AMD EPYC, see ``benchmarks/``
 * Counting indexes the flat matrix with an unsigned ``t * K + p``, which needs no wraparound test.
 
 Scores are reduced to an argmax without any N-sized temporary. For the ``(N, C)`` logits layout
-with few classes (``C <= TILE_MAX_CLASSES``) a tile of rows is reduced column by column, so that
-each row's running maximum is an independent lane (a per-row loop of 10 compares is one long
-dependency chain; across 64 rows the same compares vectorise). With many classes each row's
-argmax uses integer "sortable keys" of the float bits (a min/max reduction that vectorises, with
-NaNs detected from the extremes), then a search in 64-score blocks for the first position of the
-maximum, as ``np.argmax`` picks the first maximum.
+with few classes (``C <= TILE_MAX_CLASSES``) a tile of rows is copied into a column-major
+scratch buffer (sequential reads) and reduced column by column, so that each row's running
+maximum is an independent lane: a per-row loop of 10 compares is one long dependency chain,
+while across 64 rows the same compares vectorise. (Reducing the rows' columns in place instead
+makes LLVM gather strided loads, which is 2-3× slower once the scores are not in cache.) With
+more classes each row's argmax is one max-reduction over "packed keys": an integer "sortable
+key" of the float bits in the high half and ``C - 1 - c`` in the low half, so that the maximum
+holds the largest score and, among equal scores, the first position (``np.argmax`` picks the
+first maximum); NaNs are detected from the extreme keys. float64 rows (64-bit keys) take two
+passes instead: the extreme keys, then a search for the first position of the maximum.
 
 ``ignore_index`` is compared exactly: a uint64 label 2^63 never equals ``ignore_index`` 2^63 - 1,
 and a float label 2^53 never equals 2^53 + 1 (Numba would compare both pairs through float64).
@@ -95,9 +99,12 @@ SUB_HISTOGRAM_MIN_LABELS_PER_CELL = 16
 # running argmax state is a fixed-size buffer (never an N-sized temporary) that stays in L1.
 SCORE_TILE = 256
 
-# (N, C) logits with at most this many classes are reduced a tile of ROW_TILE rows at a time
-# (measured on 256 rows: C=10 4.0 -> 1.9 µs, C=2 2.2 -> 0.8 µs); wider rows one row at a time.
-TILE_MAX_CLASSES = 32
+# (N, C) logits with at most this many classes are reduced a tile of ROW_TILE rows at a time;
+# wider rows one row at a time. Measured per call, 1 core, CPU time on a loaded machine,
+# per-row two-pass keys -> tiles/packed keys: (256, 10) 4.3 -> 2.8 µs, (10^5, 10) 1.69 ->
+# 0.82 ms, (10^5, 2) 1.24 -> 0.27 ms; packed keys for (256, 32) 6.6 -> 3.6 µs, (10^5, 32)
+# 2.0 -> 1.3 ms, (256, 1000) 82 -> 63 µs.
+TILE_MAX_CLASSES = 16
 ROW_TILE = 64
 
 # Integral weights are converted to int64; larger values cannot be represented exactly.
@@ -492,10 +499,28 @@ def _make_key_row_argmax(int_type, shift, mask):
     return key_row_argmax
 
 
-_float32_row_argmax = njit(inline="always")(_make_key_row_argmax(np.int32, 31, 0x7FFFFFFF))
+def _make_packed_row_argmax(int_type, shift, mask):
+    def packed_row_argmax(row, inf_key):
+        # One branch-free max-reduction of (key << 32) | (n - 1 - c): the largest key wins, and
+        # among equal keys the smallest position. Keys of 32-bit floats need 33 bits at most.
+        bits = row.view(int_type)
+        n = bits.size
+        best = np.int64(-(2**63))
+        lo = np.int64(2**62)
+        for c in range(n):
+            key = _sortable(bits[c], shift, mask)
+            lo = min(lo, key)
+            best = max(best, (key << 32) | (n - 1 - c))
+        hi = best >> 32
+        return n - 1 - (best & 0xFFFFFFFF), (hi > inf_key) | (lo < -inf_key)
+
+    return packed_row_argmax
+
+
+_float32_row_argmax = njit(inline="always")(_make_packed_row_argmax(np.int32, 31, 0x7FFFFFFF))
 _float64_row_argmax = njit(inline="always")(
     _make_key_row_argmax(np.int64, 63, 0x7FFFFFFFFFFFFFFF))
-_half_row_argmax = njit(inline="always")(_make_key_row_argmax(np.int16, 15, 0x7FFF))
+_half_row_argmax = njit(inline="always")(_make_packed_row_argmax(np.int16, 15, 0x7FFF))
 
 
 @njit(inline="always")
@@ -560,29 +585,38 @@ def _first_nan(row, inf_key):
     return -1
 
 
-def _tile_argmax(block, values, classes, inf_key):  # pragma: no cover - overload below
+def _tile_argmax(block, scratch, values, classes, inf_key):  # pragma: no cover - overload
     """Argmax of every row of a ``(w, C)`` block into ``classes[:w]``; returns whether any score
-    is NaN (the classes are then meaningless). ``values`` is scratch of ``ROW_TILE`` keys."""
+    is NaN (the classes are then meaningless). ``scratch`` is ``(TILE_MAX_CLASSES, ROW_TILE)``
+    and ``values`` ``ROW_TILE`` keys."""
 
 
 def _make_tile_argmax(key):
-    def tile_argmax(block, values, classes, inf_key):
+    def tile_argmax(block, scratch, values, classes, inf_key):
+        width = block.shape[0]
+        num_scores = block.shape[1]
+        nan_seen = False
+        # Rows in, columns out: sequential reads of the scores.
+        for j in range(width):
+            row = block[j]
+            for c in range(num_scores):
+                x = row[c]
+                nan_seen |= _score_nan(x, inf_key)
+                scratch[c, j] = key(x)
         # Column by column: every row's running maximum is an independent lane, so the compare
         # and the two selects vectorise across rows (no branch, no early exit in here).
-        width = block.shape[0]
-        nan_seen = False
+        first = scratch[0]
         for j in range(width):
-            v = key(block[j, 0])
-            nan_seen |= _score_nan(block[j, 0], inf_key)
-            values[j] = v
+            values[j] = first[j]
             classes[j] = 0
-        for c in range(1, block.shape[1]):
+        for c in range(1, num_scores):
+            column = scratch[c]
+            label = np.int32(c)
             for j in range(width):
-                v = key(block[j, c])
+                v = column[j]
                 better = v > values[j]
-                nan_seen |= _score_nan(block[j, c], inf_key)
                 values[j] = v if better else values[j]
-                classes[j] = c if better else classes[j]
+                classes[j] = label if better else classes[j]
         return nan_seen
 
     return tile_argmax
@@ -598,27 +632,27 @@ _half_tile_argmax = njit(inline="always")(_make_tile_argmax(_half_key))
 
 
 @overload(_tile_argmax, inline="always")
-def _tile_argmax_impl(block, values, classes, inf_key):
+def _tile_argmax_impl(block, scratch, values, classes, inf_key):
     if block.dtype == types.int16:
-        def int16_tile_argmax(block, values, classes, inf_key):
+        def int16_tile_argmax(block, scratch, values, classes, inf_key):
             if inf_key:
-                return _half_tile_argmax(block, values, classes, inf_key)
-            return _plain_tile_argmax(block, values, classes, inf_key)
+                return _half_tile_argmax(block, scratch, values, classes, inf_key)
+            return _plain_tile_argmax(block, scratch, values, classes, inf_key)
 
         return int16_tile_argmax
-    return lambda block, values, classes, inf_key: _plain_tile_argmax(block, values, classes,
-                                                                      inf_key)
+    return lambda block, scratch, values, classes, inf_key: _plain_tile_argmax(
+        block, scratch, values, classes, inf_key)
 
 
-def _key_buffer(scores):  # pragma: no cover - replaced by the overload below
-    """Scratch for ``ROW_TILE`` running maxima: the scores' own float type, else int64 keys."""
+def _key_dtype(scores):  # pragma: no cover - replaced by the overload below
+    """Dtype of running maxima: the scores' own float type, else int64 keys."""
 
 
-@overload(_key_buffer, inline="always")
-def _key_buffer_impl(scores):
+@overload(_key_dtype, inline="always")
+def _key_dtype_impl(scores):
     if isinstance(scores.dtype, types.Float):
-        return lambda scores: np.empty(ROW_TILE, dtype=scores.dtype)
-    return lambda scores: np.empty(ROW_TILE, dtype=np.int64)
+        return lambda scores: scores.dtype
+    return lambda scores: np.int64
 
 
 @njit(inline="always")
@@ -651,8 +685,10 @@ def count_argmax_rows(y_true, scores, weights, out, start, stop, sign, flags, ig
     inf_key = _inf_key(flags)
     per_weight = _per_weight_bound(headroom, stop - start)
     weight_total = 0.0
-    values = _key_buffer(scores)
-    classes = np.empty(ROW_TILE, dtype=np.int64)
+    key_dtype = _key_dtype(scores)
+    scratch = np.empty((min(num_scores, TILE_MAX_CLASSES), ROW_TILE), dtype=key_dtype)
+    values = np.empty(ROW_TILE, dtype=key_dtype)
+    classes = np.empty(ROW_TILE, dtype=np.int32)
     for lo in range(start, stop, ROW_TILE):
         hi = min(lo + ROW_TILE, stop)
         n = hi - lo
@@ -661,7 +697,7 @@ def count_argmax_rows(y_true, scores, weights, out, start, stop, sign, flags, ig
         labels = y_true[lo:hi]
         nan_row = n
         if num_scores <= TILE_MAX_CLASSES:
-            if _tile_argmax(block, values, classes, inf_key):
+            if _tile_argmax(block, scratch, values, classes, inf_key):
                 for j in range(n):
                     if _first_nan(block[j], inf_key) >= 0:
                         nan_row = j
