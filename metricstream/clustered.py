@@ -38,7 +38,8 @@ _INT64_MAX = np.iinfo(np.int64).max
 # one by one by the plain counting kernel; smaller ones go through the per-sample kernel.
 ITEM_MIN_SAMPLES = 1024
 # Accumulator methods that are not views of the matrix.
-_NOT_VIEWS = frozenset({"from_batch", "from_matrix", "update", "plot", "plot_per_class"})
+_NOT_VIEWS = frozenset({"from_batch", "from_matrix", "update", "plot", "plot_per_class",
+                        "bootstrap"})
 
 
 def _total(counts: np.ndarray) -> int:
@@ -405,6 +406,14 @@ class BootstrapConfusionAccumulator(Accumulator):
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this class does not define: the metric views of the main
         # matrix, delegated to a confusion accumulator that holds it (cached per state).
+        if name == "bootstrap":
+            # An i.i.d. bootstrap of the main matrix would ignore the clusters: say which to use.
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute 'bootstrap': use "
+                f"`acc.interval(metric)` for the cluster bootstrap of its replicates, or "
+                f"`metricstream.bootstrap.bootstrap(acc, metric)` to treat the samples as "
+                f"independent."
+            )
         if name.startswith("_") or name in _NOT_VIEWS or not hasattr(ConfusionAccumulator,
                                                                       name):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

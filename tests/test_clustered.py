@@ -150,6 +150,8 @@ def test_views_delegate_to_the_main_matrix() -> None:
         acc.f2()  # type: ignore[attr-defined]
     with pytest.raises(AttributeError):
         acc.from_matrix  # noqa: B018
+    with pytest.raises(AttributeError, match=r"use `acc.interval\(metric\)`"):
+        acc.bootstrap  # noqa: B018
     acc.update([0], [0], cluster_ids=[999])
     assert acc.num_samples == plain.num_samples + 1  # the cached view follows the state
 
