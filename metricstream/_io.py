@@ -568,7 +568,10 @@ def _open_csv_arrow(path: Path, sep: str, header: bool, compression: str | None 
                 from None
         # The first block does not parse: let the standard library say where.
         return _open_csv_stdlib(path, sep, header, compression)
-    columns = list(schema.names)
+    try:
+        columns = list(schema.names)
+    except UnicodeDecodeError:  # pyarrow keeps header bytes that are not UTF-8 as they are
+        raise _utf8_error(path, compression) from None
     kinds = {name: _arrow_kind(schema.field(name).type) for name in columns}
 
     def read(selected: list[str], as_kinds: dict[str, str]) -> Iterator[Chunk]:
@@ -732,13 +735,19 @@ def _open_parquet(path: Path, options: OpenOptions) -> Source:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    # what a damaged footer or schema raises in pyarrow (names that are not UTF-8 included)
+    damaged = (pa.ArrowException, OSError, ValueError, UnicodeDecodeError)
     try:
         file = pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as error:
+    except damaged as error:
         raise InputError(f"{path}: not a readable Parquet file "
                          f"({' '.join(str(error).split())}).") from None
-    schema = file.schema_arrow
-    columns = list(schema.names)
+    try:
+        schema = file.schema_arrow
+        columns = list(schema.names)
+    except damaged as error:
+        raise InputError(f"{path}: the schema of the Parquet file cannot be read "
+                         f"({' '.join(str(error).split())}).") from None
     kinds = {name: _arrow_kind(schema.field(name).type) for name in columns}
 
     def read(selected: list[str], as_kinds: dict[str, str]) -> Iterator[Chunk]:
@@ -749,7 +758,7 @@ def _open_parquet(path: Path, options: OpenOptions) -> Source:
         while True:
             try:
                 batch = next(batches, None)
-            except (pa.ArrowException, OSError) as error:
+            except damaged as error:
                 # a damaged page or row group, found only when it is decoded
                 raise InputError(f"{path}: rows after row {start:,} cannot be read (damaged "
                                  f"Parquet data: {str(error).splitlines()[0]}).") from None
@@ -787,7 +796,8 @@ def _numpy_column(values: np.ndarray, kind: str) -> Any:
 def _load_npy(path: Path, **kwargs: Any) -> Any:
     try:
         return np.load(path, allow_pickle=False, **kwargs)
-    except (ValueError, OSError, zipfile.BadZipFile) as error:
+    except Exception as error:  # noqa: BLE001 - numpy parses an untrusted header many ways
+        # (ValueError, SyntaxError, tokenize's TokenError, zipfile's NotImplementedError, ...)
         raise InputError(f"{path}: not a readable numpy file ({error}).") from None
 
 
@@ -820,7 +830,8 @@ def _open_npy(path: Path, options: OpenOptions) -> Source:
 
 
 # Errors that a damaged zip member raises while it is read (a bad CRC only at its end).
-_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError)
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError,
+               NotImplementedError)  # an unsupported compression method or zip version
 # The most bytes of a ``class_names`` member read (names are small; the header is not trusted).
 MAX_CLASS_NAMES_BYTES = 64 << 20
 
@@ -916,7 +927,7 @@ def _npz_class_names(path: Path, archive: zipfile.ZipFile,
 def _open_npz(path: Path, options: OpenOptions) -> Source:
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as error:
+    except (zipfile.BadZipFile, OSError, NotImplementedError) as error:
         raise InputError(f"{path}: not a readable .npz file ({error}).") from None
     with archive:
         members = [m for m in archive.namelist() if m.endswith(".npy")]
@@ -924,7 +935,7 @@ def _open_npz(path: Path, options: OpenOptions) -> Source:
         for member in members:
             try:
                 headers[member[:-4]] = _npz_header(archive, member)
-            except _ZIP_ERRORS as error:
+            except Exception as error:  # noqa: BLE001 - an untrusted header fails many ways
                 raise InputError(f"{path}: member {member!r} is not a readable numpy array "
                                  f"({error}).") from None
             if math.prod(headers[member[:-4]][0]) >= 2**62:

@@ -130,3 +130,79 @@ def test_fortran_order_npz_is_streamed(tmp_path):
     # streamed in the members' own order: a few chunks of a million elements, never a member
     # (measured: 2 MB over the small archive's peak; loading one member whole would add 200 MB)
     assert run.peak_bytes - small.peak_bytes < size // 8
+
+
+# ---------------------------------------------------------------------- mutated files, in process
+def _seed_files(tmp_path: Path) -> dict[str, bytes]:
+    import gzip
+
+    truth = np.random.default_rng(0).integers(0, 4, (3, 6, 5))
+    pred = (truth + 1) % 4
+    np.savez(tmp_path / "s.npz", y_true=truth, y_pred=pred, class_names=np.array(list("abcd")))
+    np.savez_compressed(tmp_path / "f.npz", y_true=np.asfortranarray(truth), y_pred=pred)
+    np.save(tmp_path / "s.npy", np.stack([truth.ravel(), pred.ravel()], 1))
+    text = "y_true,y_pred,w\n" + "".join(f'{t},"{p}",1.5\n'
+                                          for t, p in zip(truth.ravel(), pred.ravel(),
+                                                          strict=True))
+    files = {".npz": (tmp_path / "s.npz").read_bytes(), "f.npz": (tmp_path / "f.npz").read_bytes(),
+             ".npy": (tmp_path / "s.npy").read_bytes(), ".csv": text.encode(),
+             ".csv.gz": gzip.compress(text.encode())}
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - depends on the environment
+        return files
+    pq.write_table(pa.table({"y_true": truth.ravel(), "y_pred": pred.ravel()}),
+                   tmp_path / "s.parquet")
+    files[".parquet"] = (tmp_path / "s.parquet").read_bytes()
+    return files
+
+
+def _mutate(rng: np.random.Generator, data: bytes) -> bytes:
+    out = bytearray(data)
+    for _ in range(int(rng.integers(1, 7))):
+        op = rng.random()
+        at = int(rng.integers(0, len(out) + 1))
+        if op < 0.4 and out:
+            out[min(at, len(out) - 1)] = int(rng.integers(0, 256))
+        elif op < 0.6:
+            del out[at:]
+        elif op < 0.8:
+            out[at:at] = rng.integers(0, 256, int(rng.integers(1, 20)), dtype=np.uint8).tobytes()
+        else:
+            out[at:at] = [b'"', b"\n", b",", b"\xff", b"255", b"-1", b"nan", b"\r"][
+                int(rng.integers(0, 8))]
+    return bytes(out)
+
+
+def test_mutated_files_give_a_report_or_one_line(tmp_path):
+    """Random damage to every kind of input: a report, or exit 1/2 with one error line."""
+    import contextlib
+    import io
+
+    from metricstream.cli import main
+
+    seeds = _seed_files(tmp_path)
+    names = sorted(seeds)
+    options = [[], ["--weight", "w"], ["--ignore", "255"], ["--labels", "str"],
+               ["--classes", "a,b,c,d"], ["--reader", "python"]]
+    rng = np.random.default_rng(20261123)
+    for case in range(150):
+        name = names[case % len(names)]
+        path = tmp_path / f"case{case}{name}"
+        path.write_bytes(_mutate(rng, seeds[name]))
+        argv = ["report", str(path), "--format", "json",
+                *options[int(rng.integers(0, len(options)))]]
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exit_:
+                code = exit_.code
+        errors = [line for line in err.getvalue().splitlines()
+                  if line.startswith("metricstream: error: ")]
+        if code == 0:
+            assert errors == [] and out.getvalue().startswith("{"), argv
+        else:
+            assert code in (1, 2) and len(errors) == 1, (argv, err.getvalue())
+            assert err.getvalue().splitlines()[-1] == errors[0]

@@ -631,3 +631,11 @@ def test_compressed_text_is_streamed(tmp_path, small_chunks, pyarrow_reader, com
     path.write_bytes(compress(text.encode())[:-40])  # cut short
     with pytest.raises(InputError, match=r"the compressed data is damaged or truncated"):
         read_confusion(path, prefer_pyarrow=pyarrow_reader)
+
+
+@needs_pyarrow
+def test_header_names_that_are_not_utf8(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_bytes(b"y_tr\xd0ue,y_pred\n0,0\n")
+    with pytest.raises(InputError, match=r"p\.csv: line 1 is not UTF-8 text \(byte 0xd0"):
+        read_confusion(path)
