@@ -5,18 +5,17 @@ The kernels do arithmetic only; inputs are converted, shape-checked and describe
 
 * ``labels`` (R, L): per label, row 0 ``TP_j``, row 1 ``AP_j`` (truly positive), row 2
   ``PP_j`` (predicted positive) and, with masking, row 3 the masked entries;
-* ``per_sample`` (S, W): the example-based statistics, laid out by ``layout`` (see
-  :func:`sample_layout`): ``[rows, judged, exact, neither]``, the histograms of the number of
-  true and of predicted labels per sample, and the sums of per-sample true positives grouped by
-  the denominator of each per-sample ratio — ``PP_s`` (precision), ``AP_s`` (recall),
+* ``per_sample`` (W,): the example-based statistics, laid out by ``layout`` (see
+  :func:`sample_layout`): ``[rows, judged, exact, neither, weighted rows, zero weight,
+  count]``, the histograms of the number of true and of predicted labels per sample, and the
+  sums of per-sample true positives grouped by the denominator of each per-sample ratio — ``PP_s`` (precision), ``AP_s`` (recall),
   ``|T_s ∪ P_s|`` (Jaccard) and ``a AP_s + b PP_s`` for each F-beta with ``beta² = a/b``.
 
 Grouping by denominator keeps the example-based averages exact integers: ``sum_s TP_s / PP_s =
 sum_k (sum of TP_s over samples with PP_s = k) / k``, so merging and any split of the stream give
 bit-identical states, and zero_division is applied when reading (the histograms hold the number
-of 0/0 samples). Weighted states (float64) have ``S = 2``: row 1 holds the same statistics
-unweighted, for scikit-learn's fallback to the unweighted mean when every defined sample has
-weight 0, and for its warnings (which count samples, not weight).
+of 0/0 samples). Samples of weight 0 add nothing but their number (scikit-learn counts their
+per-sample ratios as 0/0, which matters for its warnings).
 
 Atomicity without undo: the first pass over the rows validates each row and accumulates the
 column counts into local buffers and the row sums ``(TP_s, AP_s, PP_s)`` into a scratch of 12
@@ -48,7 +47,10 @@ ROWS = 0  # samples seen
 JUDGED = 1  # samples with at least one unmasked label (all of them without masking)
 EXACT = 2  # judged samples whose predicted set equals the true set
 NEITHER = 3  # judged samples with no true and no predicted label
-FIXED_COLUMNS = 4
+WEIGHTED_ROWS = 4  # samples that came with weights (reports then print float supports)
+ZERO_WEIGHT = 5  # judged samples of weight 0
+COUNT = 6  # samples seen (not weighted)
+FIXED_COLUMNS = 7
 
 
 def sample_layout(num_labels: int, beta_ratios: list[tuple[int, int]]) -> np.ndarray:
@@ -203,9 +205,8 @@ def _row_pass_dense(t, p, threshold, mask_value, masked, wi, tpl, apl, ppl, ignl
 
 
 @njit(inline="always")
-def _add_sample(per_sample, layout, r, w, tps, aps, pps):
-    """Add one judged sample (row sums ``tps, aps, pps``) with weight ``w`` into row ``r``."""
-    row = per_sample[r]
+def _add_sample(row, layout, w, tps, aps, pps):
+    """Add one judged sample (row sums ``tps, aps, pps``) with weight ``w`` into ``row``."""
     union = aps + pps - tps
     if tps == aps and tps == pps:
         row[EXACT] += w
@@ -294,23 +295,22 @@ def count_dense(y_true, y_pred, weights, threshold, mask_value, flags, layout, l
 @njit(inline="always")
 def _commit_samples(sums, weights, weighted, layout, per_sample):
     n = sums.shape[0]
-    judged = 0
-    judged_weight = per_sample[0, 0] * 0
-    total_weight = per_sample[0, 0] * 0
+    judged_weight = per_sample[0] * 0
+    total_weight = per_sample[0] * 0
+    zero_weight = 0
     for i in range(n):
         w = weights[i] if weighted else 1
         total_weight += w
         if sums[i, 3]:
-            judged += 1
             judged_weight += w
-            _add_sample(per_sample, layout, 0, w, sums[i, 0], sums[i, 1], sums[i, 2])
-            if per_sample.shape[0] > 1:
-                _add_sample(per_sample, layout, 1, 1, sums[i, 0], sums[i, 1], sums[i, 2])
-    per_sample[0, ROWS] += total_weight
-    per_sample[0, JUDGED] += judged_weight
-    if per_sample.shape[0] > 1:
-        per_sample[1, ROWS] += n
-        per_sample[1, JUDGED] += judged
+            if w == 0:
+                zero_weight += 1
+            else:
+                _add_sample(per_sample, layout, w, sums[i, 0], sums[i, 1], sums[i, 2])
+    per_sample[ROWS] += total_weight
+    per_sample[JUDGED] += judged_weight
+    per_sample[ZERO_WEIGHT] += zero_weight
+    per_sample[COUNT] += n
 
 
 @_kernel

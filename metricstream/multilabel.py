@@ -252,7 +252,7 @@ class MultilabelAccumulator(Accumulator):
         rows = 4 if ignore_index is not None else 3
         arrays: dict[str, Any] = {
             "labels": ((rows, self._num_labels), dtype),
-            "per_sample": ((2 if self._weighted else 1, int(self._layout[5])), dtype),
+            "per_sample": ((int(self._layout[5]),), dtype),
         }
         if self._cooccurrence:
             arrays["cooccurrence"] = ((self._num_labels, self._num_labels), dtype)
@@ -289,7 +289,7 @@ class MultilabelAccumulator(Accumulator):
     @property
     def num_samples(self) -> int | float:
         """Samples counted (total weight when weighted), masked-out samples included."""
-        value = self._snapshot()["per_sample"][0, _k.ROWS]
+        value = self._snapshot()["per_sample"][_k.ROWS]
         return float(value) if self._weighted else int(value)
 
     # ------------------------------------------------------------------ updates
@@ -329,7 +329,7 @@ class MultilabelAccumulator(Accumulator):
             position = int(np.argmax(bad))
             rule = ("finite and non-negative" if self._weighted else
                     "whole non-negative numbers (use weighted=True for fractional weights)")
-            raise ValueError(f"`weights` holds {array[position]!r} at position {position}; "
+            raise ValueError(f"`weights` holds {array[position].item()!r} at position {position}; "
                              f"weights must be {rule}.")
         total = float(values.sum())
         if not np.isfinite(total * self._num_labels):
@@ -402,7 +402,7 @@ class MultilabelAccumulator(Accumulator):
         """
         if self._weighted:
             return
-        current = int(arrays["per_sample"][0, _k.ROWS])
+        current = int(arrays["per_sample"][_k.ROWS])
         if (current + int(total_weight) + 1) * self._num_labels > _INT64_MAX:
             raise ValueError(
                 f"this batch (total weight {int(total_weight)}) would let an int64 count of "
@@ -433,6 +433,8 @@ class MultilabelAccumulator(Accumulator):
             if status != _k.OK:
                 raise ValueError(_dense_error(status, row + start, column, batch,
                                               self._ignore_index))
+        if batch.flags & _k.HAS_WEIGHTS:
+            arrays["per_sample"][_k.WEIGHTED_ROWS] += n
 
     def _count_sets(self, arrays: dict[str, np.ndarray], batch: _SetsBatch,
                     cooc: np.ndarray) -> None:
@@ -448,6 +450,8 @@ class MultilabelAccumulator(Accumulator):
             label = int(sets.indices[sets.indptr[row] + column])
             raise ValueError(f"`{name}` lists label {label} twice in sample {row}; a label set "
                              "holds each label once. Nothing was counted.")
+        if batch.flags & _k.HAS_WEIGHTS:
+            arrays["per_sample"][_k.WEIGHTED_ROWS] += len(batch.true)
 
     # ------------------------------------------------------------------ views
     def _view_source(self) -> _ml.MultilabelCounts:
@@ -461,7 +465,7 @@ class MultilabelAccumulator(Accumulator):
 
     def _make_counts(self, snap: dict[str, np.ndarray]) -> _ml.MultilabelCounts:
         labels, per_sample = snap["labels"], snap["per_sample"]
-        rows = per_sample[0, _k.ROWS]
+        rows = per_sample[_k.ROWS]
         total = np.full(self._num_labels, rows) if labels.shape[0] == 3 else rows - labels[3]
         label_counts = LabelCounts(tp=labels[0], ap=labels[1], pp=labels[2], total=total)
         lay = self._layout
@@ -469,19 +473,22 @@ class MultilabelAccumulator(Accumulator):
         fbeta = {}
         for k, beta in enumerate(self._betas):
             a, b, offset = (int(x) for x in lay[6 + 3 * k: 9 + 3 * k])
-            fbeta[beta] = (a, b, per_sample[:, offset: offset + (a + b) * self._num_labels + 1])
+            fbeta[beta] = (a, b, per_sample[offset: offset + (a + b) * self._num_labels + 1])
         stats = _ml.SampleStatistics(
-            rows=per_sample[:, _k.ROWS], judged=per_sample[:, _k.JUDGED],
-            exact=per_sample[:, _k.EXACT], neither=per_sample[:, _k.NEITHER],
-            cardinality_true=per_sample[:, lay[0]: lay[0] + size],
-            cardinality_pred=per_sample[:, lay[1]: lay[1] + size],
-            tp_by_pred=per_sample[:, lay[2]: lay[2] + size],
-            tp_by_true=per_sample[:, lay[3]: lay[3] + size],
-            tp_by_union=per_sample[:, lay[4]: lay[4] + size],
+            count=int(per_sample[_k.COUNT]), judged=per_sample[_k.JUDGED],
+            exact=per_sample[_k.EXACT], neither=per_sample[_k.NEITHER],
+            zero_weight=int(per_sample[_k.ZERO_WEIGHT]),
+            cardinality_true=per_sample[lay[0]: lay[0] + size],
+            cardinality_pred=per_sample[lay[1]: lay[1] + size],
+            tp_by_pred=per_sample[lay[2]: lay[2] + size],
+            tp_by_true=per_sample[lay[3]: lay[3] + size],
+            tp_by_union=per_sample[lay[4]: lay[4] + size],
             tp_by_fbeta=fbeta,
         )
-        return _ml.MultilabelCounts(labels=label_counts, samples=stats,
-                                    integral=not self._weighted, label_names=self._label_names,
+        # Supports print as scikit-learn prints them: floats once weights were given.
+        integral = not (self._weighted or per_sample[_k.WEIGHTED_ROWS])
+        return _ml.MultilabelCounts(labels=label_counts, samples=stats, integral=integral,
+                                    label_names=self._label_names,
                                     cooccurrence=snap.get("cooccurrence"))
 
     def counts(self) -> _ml.MultilabelCounts:
@@ -721,8 +728,8 @@ def _float_indicator(array: np.ndarray, ignore_index: int | None) -> np.ndarray:
     if not ok.all():
         row, column = (int(i) for i in np.argwhere(~ok)[0])
         raise ValueError(
-            f"`y_true` holds {array[row, column]!r} at row {row}, label {column}; a label "
-            f"indicator holds only 0 and 1" + ("" if ignore_index is None else
+            f"`y_true` holds {array[row, column].item()!r} at row {row}, label {column}; a "
+            f"label indicator holds only 0 and 1" + ("" if ignore_index is None else
                                                f" (or `ignore_index` {ignore_index})") + "."
         )
     return array.astype(np.int64 if ignore_index is not None else np.int8)

@@ -67,20 +67,24 @@ _MULTILABEL_AVERAGES = (None, "micro", "macro", "weighted", "samples")
 
 @dataclass(frozen=True)
 class SampleStatistics:
-    """The example-based statistics of a stream: row 0 weighted, row 1 (if any) unweighted.
+    """The example-based statistics of a stream (weighted sums when samples carry weights).
 
-    Every array has a leading axis of length 1 (unweighted state) or 2 (weighted state, whose
-    row 1 counts samples instead of weight). ``tp_by_pred[r, k]`` is the (weighted) sum of
-    ``TP_s = |T_s ∩ P_s|`` over the samples with ``|P_s| = k``; ``tp_by_true`` groups by
-    ``|T_s|``, ``tp_by_union`` by ``|T_s ∪ P_s|`` and ``tp_by_fbeta[beta]`` (with ``beta² =
-    a/b``) by ``a |T_s| + b |P_s|``. ``cardinality_true[r, k]`` counts samples with ``k`` true
-    labels, ``cardinality_pred`` with ``k`` predicted labels.
+    ``tp_by_pred[k]`` is the (weighted) sum of ``TP_s = |T_s ∩ P_s|`` over the samples with
+    ``|P_s| = k``; ``tp_by_true`` groups by ``|T_s|``, ``tp_by_union`` by ``|T_s ∪ P_s|`` and
+    ``tp_by_fbeta[beta] = (a, b, sums)`` (with ``beta² = a/b``) by ``a |T_s| + b |P_s|``.
+    ``cardinality_true[k]`` is the (weighted) number of samples with ``k`` true labels,
+    ``cardinality_pred`` with ``k`` predicted labels. ``judged`` is the weight of the samples
+    with at least one unmasked label, ``exact`` of those predicted exactly, ``neither`` of those
+    with no true and no predicted label; ``count`` is the number of samples and
+    ``zero_weight`` the number of judged samples of weight 0 (scikit-learn counts every
+    per-sample ratio of those as 0/0).
     """
 
-    rows: np.ndarray
-    judged: np.ndarray
-    exact: np.ndarray
-    neither: np.ndarray
+    count: int
+    judged: Any
+    exact: Any
+    neither: Any
+    zero_weight: int
     cardinality_true: np.ndarray
     cardinality_pred: np.ndarray
     tp_by_pred: np.ndarray
@@ -96,8 +100,8 @@ class MultilabelCounts:
     ``labels`` holds the per-label counts (``LabelCounts``: TP, AP, PP and the samples counted
     for each label); ``samples`` the example-based statistics, or None when only a multilabel
     confusion matrix is known (then ``average="samples"``, subset accuracy and the other
-    example-based metrics raise). ``integral`` says whether counts are whole numbers (int64
-    state): reports then print supports as integers, as scikit-learn does without weights.
+    example-based metrics raise). ``integral`` says whether supports print as integers, as
+    scikit-learn prints them when no ``sample_weight`` was given.
     """
 
     labels: LabelCounts
@@ -173,50 +177,44 @@ def _warn_samples(metric: str, missing: str, num_samples: float, stacklevel: int
     )
 
 
-def _ratio_sum(grouped: np.ndarray, scale: float = 1.0) -> np.ndarray:
-    """``sum_k scale * grouped[r, k] / k`` over ``k >= 1`` for each row ``r``."""
-    keys = np.arange(1, grouped.shape[1], dtype=np.float64)
-    return np.sum((scale * grouped[:, 1:].astype(np.float64)) / keys, axis=1)
+def _ratio_sum(grouped: np.ndarray, scale: float = 1.0) -> float:
+    """``sum_k scale * grouped[k] / k`` over ``k >= 1``."""
+    keys = np.arange(1, grouped.shape[0], dtype=np.float64)
+    return float(np.sum((scale * grouped[1:].astype(np.float64)) / keys))
 
 
-def _samples_mean(stats: SampleStatistics, sums: np.ndarray, undefined: np.ndarray,
-                  defined: np.ndarray, zero_division: ZeroDivision, *, metric: str,
-                  missing: str) -> float:
-    """The mean over samples of a per-sample ratio as scikit-learn's ``_nanaverage`` takes it.
+def _samples_mean(stats: SampleStatistics, total: float, undefined: Any, defined: Any,
+                  zero_division: ZeroDivision, *, metric: str, missing: str) -> float:
+    """The mean over samples of a per-sample ratio, as scikit-learn's ``_nanaverage`` of the
+    per-sample values weighted by the sample weights.
 
-    ``sums[r]`` is the (weighted) sum of the defined per-sample values, ``undefined[r]`` the
-    (weighted) number of 0/0 samples and ``defined[r]`` that of the others (row 0 weighted,
-    row 1 unweighted for weighted states).
+    ``total`` is the (weighted) sum of the defined per-sample values, ``undefined`` the weight
+    of the 0/0 samples and ``defined`` that of the others. Samples of weight 0 are 0/0 for
+    scikit-learn (their weighted counts are all 0): they change no value, but they warn.
     """
     replacement = zero_division_value(zero_division)
-    count_row = stats.judged.shape[0] - 1  # the row that counts samples
-    num_samples = stats.judged[count_row]
-    if num_samples == 0:
+    if stats.judged == 0 and stats.zero_weight == 0:
         return undefined_scalar(zero_division, f"{metric} is ill-defined and being set to 0.0 "
                                 "because there are no samples.", stacklevel=5)
-    if isinstance(zero_division, str) and undefined[count_row] > 0:
-        _warn_samples(metric, missing, stats.rows[count_row], stacklevel=5)
-    for r in range(stats.judged.shape[0]):
-        # Weighted first; when the weights that matter sum to 0, scikit-learn's np.average
-        # raises ZeroDivisionError and it takes the unweighted mean instead.
-        if np.isnan(replacement):
-            if defined[r] != 0:
-                return float(sums[r] / defined[r])
-        elif stats.judged[r] != 0:
-            return float((sums[r] + replacement * undefined[r]) / stats.judged[r])
-    return float("nan")
+    if isinstance(zero_division, str) and (undefined > 0 or stats.zero_weight > 0):
+        _warn_samples(metric, missing, stats.count, stacklevel=5)
+    if np.isnan(replacement):
+        return float(total / defined) if defined != 0 else float("nan")
+    if stats.judged == 0:  # every sample has weight 0, so every value is 0/0
+        return replacement
+    return float((total + replacement * undefined) / stats.judged)
 
 
 def _samples_metric(counts: MultilabelCounts, which: str, zero_division: ZeroDivision,
                     beta: float = 1.0) -> float:
     stats = counts.require_samples("average='samples'")
     if which == "precision":
-        return _samples_mean(stats, _ratio_sum(stats.tp_by_pred), stats.cardinality_pred[:, 0],
-                             stats.cardinality_pred[:, 1:].sum(axis=1), zero_division,
+        return _samples_mean(stats, _ratio_sum(stats.tp_by_pred), stats.cardinality_pred[0],
+                             stats.cardinality_pred[1:].sum(), zero_division,
                              metric="Precision", missing="predicted")
     if which == "recall":
-        return _samples_mean(stats, _ratio_sum(stats.tp_by_true), stats.cardinality_true[:, 0],
-                             stats.cardinality_true[:, 1:].sum(axis=1), zero_division,
+        return _samples_mean(stats, _ratio_sum(stats.tp_by_true), stats.cardinality_true[0],
+                             stats.cardinality_true[1:].sum(), zero_division,
                              metric="Recall", missing="true")
     defined = stats.judged - stats.neither
     if which == "jaccard":
@@ -443,10 +441,9 @@ def subset_accuracy(counts: MultilabelCounts, *, normalize: bool = True,
     """
     stats = counts.require_samples("subset accuracy")
     if not normalize:
-        return float(stats.exact[0]) if not counts.integral else int(stats.exact[0])
-    for r in range(stats.judged.shape[0]):
-        if stats.judged[r] != 0:
-            return float(stats.exact[r] / stats.judged[r])
+        return float(stats.exact) if not counts.integral else int(stats.exact)
+    if stats.judged != 0:
+        return float(stats.exact / stats.judged)
     return undefined_scalar(zero_division, "Subset accuracy is ill-defined and being set to 0.0 "
                             "because there are no samples.")
 
@@ -466,9 +463,9 @@ def zero_one_loss(counts: MultilabelCounts, *, normalize: bool = True,
     """
     stats = counts.require_samples("zero-one loss")
     if not normalize:
-        wrong = stats.judged[0] - stats.exact[0]
+        wrong = stats.judged - stats.exact
         return int(wrong) if counts.integral else float(wrong)
-    if stats.judged[-1] == 0:
+    if stats.judged == 0:
         return undefined_scalar(zero_division, "Zero-one loss is ill-defined and being set to "
                                 "0.0 because there are no samples.")
     return 1 - subset_accuracy(counts, zero_division=zero_division)
@@ -530,10 +527,9 @@ def label_cardinality(counts: MultilabelCounts, *, predicted: bool = False,
     """
     stats = counts.require_samples("label cardinality")
     histogram = stats.cardinality_pred if predicted else stats.cardinality_true
-    for r in range(histogram.shape[0]):
-        if stats.judged[r] != 0:
-            sizes = np.arange(histogram.shape[1], dtype=np.float64)
-            return float(np.sum(sizes * histogram[r]) / stats.judged[r])
+    if stats.judged != 0:
+        sizes = np.arange(histogram.shape[0], dtype=np.float64)
+        return float(np.sum(sizes * histogram) / stats.judged)
     return undefined_scalar(zero_division, "Label cardinality is ill-defined and being set to "
                             "0.0 because there are no samples.")
 
@@ -542,7 +538,7 @@ def cardinality_histogram(counts: MultilabelCounts, *, predicted: bool = False) 
     """``h[k]``: the (weighted) number of samples with ``k`` true labels (``predicted``: with
     ``k`` predicted labels), ``k = 0..L``."""
     stats = counts.require_samples("the cardinality histogram")
-    return (stats.cardinality_pred if predicted else stats.cardinality_true)[0].copy()
+    return (stats.cardinality_pred if predicted else stats.cardinality_true).copy()
 
 
 # ---------------------------------------------------------------------------- per-label rates
@@ -629,13 +625,13 @@ def classification_report(
     One row per label (precision, recall, F1, support ``AP_j``), then the "micro avg",
     "macro avg", "weighted avg" and "samples avg" rows; ``output_dict=True`` gives the same
     numbers as a dict. 0/0 follows ``zero_division`` as in :func:`precision`. Supports print
-    as integers for unweighted counts and as floats for weighted ones (as scikit-learn prints
-    them with and without ``sample_weight``).
+    as integers, or as floats once any update carried weights (as scikit-learn prints them
+    without and with ``sample_weight``).
 
     Example:
         >>> from metricstream.multilabel import MultilabelAccumulator
         >>> acc = MultilabelAccumulator(2).update([[1, 0], [1, 1]], [[1, 0], [1, 0]])
-        >>> print(acc.classification_report(target_names=["cat", "dog"]))
+        >>> print(acc.classification_report(target_names=["cat", "dog"], zero_division=0))
                       precision    recall  f1-score   support
         <BLANKLINE>
                  cat       1.00      1.00      1.00         2
