@@ -31,8 +31,19 @@ def run_slow(config: pytest.Config) -> bool:
     return bool(config.getoption("--run-slow")) or os.environ.get("CI", "").lower() == "true"
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def _load_profile(config: pytest.Config) -> None:
+    if config.getoption("hypothesis_profile", default=None):  # --hypothesis-profile wins
+        return
     settings.load_profile("metricstream-slow" if run_slow(config) else "metricstream")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _load_profile(config)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Again after the test modules were imported, in case one of them loaded a profile itself.
+    _load_profile(session.config)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
