@@ -2,29 +2,36 @@
 
 This is the engine behind ``metricstream report`` (:mod:`metricstream.cli`). It reads
 
-* CSV / TSV: with pyarrow's CSV parser when pyarrow is installed (byte ranges of
-  ``CSV_BLOCK_BYTES`` cut after whole records, each parsed on all cores), else with the standard
-  library's ``csv`` module in chunks of ``STDLIB_CHUNK_ROWS`` rows;
+* CSV / TSV (also gzip, bzip2 or xz compressed): with pyarrow's CSV parser when pyarrow is
+  installed (byte ranges of ``CSV_BLOCK_BYTES`` cut after whole records by one linear scan that
+  reads quotes as pyarrow does, each range parsed on all cores), else with the standard
+  library's ``csv`` module in chunks of ``STDLIB_CHUNK_ROWS`` rows; a record is at most
+  ``MAX_RECORD_BYTES`` long;
 * Parquet (pyarrow): record batches of ``CHUNK_ROWS`` rows;
 * ``.npy``: a structured array (fields are columns) or a 2-D ``(N, C)`` array (columns ``"0"``,
   ``"1"``, ...), memory-mapped and read ``CHUNK_ROWS`` rows at a time;
 * ``.npz``: arrays of equal shape (any shape, e.g. ``(B, H, W)`` masks) are columns; each member
   is decompressed and read ``CHUNK_ROWS`` elements at a time, so even a compressed archive is
-  never loaded whole. An optional ``class_names`` member names the classes.
+  never loaded whole (Fortran-ordered members are read in their own order, or, beside C-ordered
+  ones, through a memory map of a temporary file). An optional ``class_names`` member names the
+  classes.
 
 Labels come in two modes, decided from the column types (the schema, or the first rows):
 
 * **index**: both label columns are numbers, and label ``i`` is class ``i``. The number of
   classes grows while streaming: when a chunk holds a label ``>= K``, the accumulator is
-  re-embedded into a larger zero matrix (its K×K counts copied into the top-left corner), which
-  costs O(K²) per growth and nothing on chunks that bring no new class. At the end, classes that
+  re-embedded into a zero matrix at least twice as large (its K×K counts copied into the
+  top-left corner), so growth costs O(K²) in all and nothing on chunks that bring no new class.
+  Labels must be below ``max_classes`` (default ``MAX_CLASSES``). At the end, classes that
   occur neither in the truth nor in the prediction are dropped, so that the report lists the
   labels present, as scikit-learn's ``unique_labels`` does. ``classes=`` fixes K and names the
   indices instead.
 * **names**: a label column holds text. Truth and prediction go through one
   :class:`LabelRegistry`, so a name seen only in the predictions still gets its own row and
-  column. The final order is the sorted order of the names (numerically when every name is an
-  integer), as scikit-learn sorts labels, or the order of ``classes=``.
+  column; at most ``max_classes`` distinct names are read. The final order is the sorted order
+  of the names (numerically when every name is an integer), as scikit-learn sorts labels, or the
+  order of ``classes=``. With ``classes=``, a column of numbers beside a text column indexes
+  into the classes.
 
 Errors are :class:`InputError`: one line naming the file, the column, and the row (counted from
 1, not counting a header line) or the element position.

@@ -12,6 +12,10 @@ plots from :mod:`metricstream.plotting`.
 Exit codes: 0 on success, 1 when the file's content is wrong (an unparsable or invalid row),
 2 when the command line is (an unknown option, a missing file, an unknown column). Errors are
 one line on stderr naming the file, the column and the row.
+
+The printed report is a list of :class:`Section` objects (``SECTIONS``): a new part of the
+report, with its own options, is one more entry; a new input format is one reader registered in
+:mod:`metricstream._io` (``register_reader``).
 """
 
 from __future__ import annotations
