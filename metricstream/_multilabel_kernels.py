@@ -8,8 +8,9 @@ The kernels do arithmetic only; inputs are converted, shape-checked and describe
 * ``per_sample`` (W,): the example-based statistics, laid out by ``layout`` (see
   :func:`sample_layout`): ``[rows, judged, exact, neither, weighted rows, zero weight,
   count]``, the histograms of the number of true and of predicted labels per sample, and the
-  sums of per-sample true positives grouped by the denominator of each per-sample ratio — ``PP_s`` (precision), ``AP_s`` (recall),
-  ``|T_s ∪ P_s|`` (Jaccard) and ``a AP_s + b PP_s`` for each F-beta with ``beta² = a/b``.
+  sums of per-sample true positives grouped by the denominator of each per-sample ratio —
+  ``PP_s`` (precision), ``AP_s`` (recall), ``|T_s ∪ P_s|`` (Jaccard) and ``a AP_s + b PP_s``
+  for each F-beta with ``beta² = a/b``.
 
 Grouping by denominator keeps the example-based averages exact integers: ``sum_s TP_s / PP_s =
 sum_k (sum of TP_s over samples with PP_s = k) / k``, so merging and any split of the stream give
