@@ -5,9 +5,10 @@ Usage: python examples/ddp_training.py [--epochs 3] [--world-size 2]
 
 Needs ``pip install "metricstream[torch]"``. The ranks rendezvous on 127.0.0.1 (a free port).
 
-Each rank counts only the batches it saw; ``metricstream.distributed.all_reduce`` sums the K×K
-matrices in one all_reduce (after a 14-value configuration check), so every metric printed is
-exact over the whole epoch. Validation shards the data without padding (``indices[rank::world]``,
+Each rank counts only the batches it saw; ``metricstream.distributed.all_reduce`` sums the
+train and validation matrices of an epoch together, as one ``AccumulatorGroup``, in one
+all_reduce (after a 6-value configuration check), so every metric printed is exact over the
+whole epoch. Validation shards the data without padding (``indices[rank::world]``,
 uneven shards are fine), so every validation sample is counted exactly once — unlike
 ``DistributedSampler``, which repeats samples to even out the shards. Rank 0 checks the synced
 validation matrix against one process evaluating the whole validation set.
@@ -28,7 +29,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
-from metricstream import ConfusionAccumulator
+from metricstream import AccumulatorGroup, ConfusionAccumulator
 from metricstream.distributed import all_reduce
 
 CLASSES = ["walk", "run", "cycle", "swim", "rest"]
@@ -61,6 +62,8 @@ def run(rank: int, world_size: int, port: int, epochs: int) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     train_acc = ConfusionAccumulator(len(CLASSES), class_names=CLASSES)
     val_acc = ConfusionAccumulator(len(CLASSES), class_names=CLASSES)
+    # Updated separately, synced together: one check and one all_reduce for both matrices.
+    epoch_metrics = AccumulatorGroup(train=train_acc, val=val_acc)
 
     for epoch in range(1, epochs + 1):
         sampler.set_epoch(epoch)
@@ -81,8 +84,8 @@ def run(rank: int, world_size: int, port: int, epochs: int) -> None:
                 val_acc.update(labels, model(features))
 
         # Every rank calls all_reduce; the local accumulators stay as they were (inplace=False).
-        train_global = all_reduce(train_acc, inplace=False)
-        val_global = all_reduce(val_acc, inplace=False)
+        synced = all_reduce(epoch_metrics, inplace=False)
+        train_global, val_global = synced["train"], synced["val"]
         if rank == 0:
             print(
                 f"epoch {epoch}: train acc {train_global.accuracy():.4f} "
