@@ -428,10 +428,14 @@ def _flush(cells, values, count, weights, replicates):
 
 
 @_kernel
-def add_cluster_matrix(local, key, seed, replicates, matrix, add_main):
+def add_cluster_matrix(local, key, seed, replicates, matrix, add_main, limit):
     """Add one cluster's K×K counts ``local`` to ``matrix`` (if ``add_main``) and, with weight
     Poisson(1) drawn from ``(key, b, seed)``, to each replicate ``replicates[b]`` (``(B,
-    K*K)``, flat)."""
+    K*K)``, flat).
+
+    With ``add_main``, first checks that no cell of ``matrix`` would pass ``limit``; if one
+    would, returns its flat index and changes nothing. Returns -1 on success.
+    """
     flat = local.reshape(-1)
     main = matrix.reshape(-1)
     cells = np.empty(flat.shape[0], dtype=np.int64)
@@ -440,14 +444,18 @@ def add_cluster_matrix(local, key, seed, replicates, matrix, add_main):
     for cell in range(flat.shape[0]):
         v = flat[cell]
         if v != 0:
-            if add_main:
-                main[cell] += v
+            if add_main and v > limit - main[cell]:
+                return cell
             cells[count] = cell
             values[count] = v
             count += 1
+    if add_main:
+        for m in range(count):
+            main[cells[m]] += values[m]
     weights = np.empty(replicates.shape[0], dtype=replicates.dtype)
     _cluster_weights(key, seed, weights)
     _flush(cells, values, count, weights, replicates)
+    return -1
 
 
 @_kernel

@@ -34,20 +34,15 @@ from .bootstrap import MetricInterval, interval_from_replicates
 __all__ = ["BootstrapConfusionAccumulator"]
 
 _INT64_MAX = np.iinfo(np.int64).max
+# The largest main-matrix cell whose replicate cells (at most MAX_POISSON1_WEIGHT times it)
+# still fit int64.
+_CELL_LIMIT = _INT64_MAX // (_k.MAX_POISSON1_WEIGHT + 1)
 # Items (first-axis slices) of at least this many samples, each its own cluster, are counted
 # one by one by the plain counting kernel; smaller ones go through the per-sample kernel.
 ITEM_MIN_SAMPLES = 1024
 # Accumulator methods that are not views of the matrix.
 _NOT_VIEWS = frozenset({"from_batch", "from_matrix", "update", "plot", "plot_per_class",
                         "bootstrap"})
-
-
-def _total(counts: np.ndarray) -> int:
-    """The exact sum of int64 counts (float64 first: exact enough far below the limit)."""
-    rough = float(counts.sum(dtype=np.float64))
-    if rough < 2.0**52:
-        return int(rough)
-    return int(counts.sum(dtype=object))
 
 
 @dataclass(slots=True)
@@ -245,7 +240,7 @@ class BootstrapConfusionAccumulator(Accumulator):
             batch = prepare_batch(y_true, y_pred, weights, self._num_classes, self._class_axis,
                                   threshold=self._threshold)
         dtype = np.float64 if self._weighted else np.int64
-        local = np.zeros((self._num_classes, self._num_classes), dtype=dtype)
+        local: np.ndarray = np.zeros((self._num_classes, self._num_classes), dtype=dtype)
         count_batch(local, batch, self._ignore_index)  # validates labels and weights
         if ids is None:
             return _ClusterBatch(local, secrets.randbits(64))
@@ -293,11 +288,11 @@ class BootstrapConfusionAccumulator(Accumulator):
                 return None  # classes on the item axis: items cannot be sliced off
             item_axis = axis - 1
         dtype = np.float64 if self._weighted else np.int64
-        local = np.zeros((self._num_classes, self._num_classes), dtype=dtype)
+        local: np.ndarray = np.zeros((self._num_classes, self._num_classes), dtype=dtype)
         by_key: dict[int, np.ndarray] = {}
         try:
             for item in range(true_array.shape[0]):
-                counts = np.zeros_like(local)
+                counts: np.ndarray = np.zeros_like(local)
                 count_batch(counts, self._batch(
                     true_array[item], pred_array[item],
                     None if weight_array is None else weight_array[item], item_axis),
@@ -338,33 +333,41 @@ class BootstrapConfusionAccumulator(Accumulator):
             return true_array, labels.reshape(true_array.shape)
         return true_array, pred_array
 
+    def _overflow(self, matrix: np.ndarray, local: np.ndarray, cell: int) -> None:
+        where = divmod(cell, self._num_classes)
+        raise ValueError(
+            f"this update would take cell {where} of the matrix to "
+            f"{int(matrix.flat[cell]) + int(local.flat[cell]):,} samples; the replicates "
+            f"(weights up to {_k.MAX_POISSON1_WEIGHT}) keep counts in int64 only up to "
+            f"{_CELL_LIMIT:,} per cell; nothing was counted."
+        )
+
     def _count(self, arrays: dict[str, np.ndarray], batch: _ClusterBatch) -> None:
         matrix, replicates = arrays["matrix"], arrays["replicates"]
-        if matrix.dtype.kind == "i":
-            # Each replicate cell is at most MAX_POISSON1_WEIGHT times the main cell, so keeping
-            # the main total below 2^63 / that weight keeps every replicate cell in int64.
-            limit = _INT64_MAX // (_k.MAX_POISSON1_WEIGHT + 1)
-            current, added = _total(matrix), _total(batch.local)
-            if current + added > limit:
-                raise ValueError(
-                    f"this update would take the accumulator to {current + added:,} samples; "
-                    f"its replicates (weights up to {_k.MAX_POISSON1_WEIGHT}) count in int64 up "
-                    f"to {limit:,}; nothing was counted."
-                )
         flat = replicates.reshape(self._n_replicates, -1)
+        integral = matrix.dtype.kind == "i"
+        # A replicate cell is at most MAX_POISSON1_WEIGHT times its main cell (every weight is
+        # at most that), so keeping each main cell below 2^63 / (that weight + 1) keeps every
+        # replicate cell in int64.
+        limit = _CELL_LIMIT if integral else np.inf
+        if batch.key is not None:
+            bad = _k.add_cluster_matrix(batch.local, np.uint64(batch.key), np.uint64(self._seed),
+                                        flat, matrix, True, limit)
+            if bad >= 0:
+                self._overflow(matrix, batch.local, int(bad))
+            return
+        if integral:
+            over = batch.local > _CELL_LIMIT - matrix
+            if over.any():
+                self._overflow(matrix, batch.local, int(np.flatnonzero(over)[0]))
+        matrix += batch.local
         if batch.items is not None:
-            # The main matrix gets the whole batch's counts, summed as a ConfusionAccumulator
+            # The main matrix got the whole batch's counts, summed as a ConfusionAccumulator
             # sums them (float weights: the same rounding); the replicates get the items.
-            matrix += batch.local
             for key, counts in batch.items:
                 _k.add_cluster_matrix(counts, np.uint64(key), np.uint64(self._seed), flat,
-                                      matrix, False)
+                                      matrix, False, limit)
             return
-        if batch.key is not None:
-            _k.add_cluster_matrix(batch.local, np.uint64(batch.key), np.uint64(self._seed),
-                                  flat, matrix, True)
-            return
-        matrix += batch.local
         scratch = np.zeros(self._num_classes**2, dtype=matrix.dtype)
         touched = np.empty(self._num_classes**2, dtype=np.int64)
         # Scanning K² cells per flush beats tracking touched cells when runs are long.

@@ -279,10 +279,14 @@ def test_counts_never_wrap() -> None:
     with acc.exclusive_state() as arrays:
         arrays["matrix"][0, 0] = limit - 1
     before = acc.state_arrays()
-    with pytest.raises(ValueError, match="nothing was counted"):
+    with pytest.raises(ValueError, match=r"cell \(0, 0\) .* nothing was counted"):
         acc.update([0, 0], [0, 0])
+    with pytest.raises(ValueError, match="nothing was counted"):
+        acc.update([0, 0], [0, 0], cluster_ids=[1, 2])
     after = acc.state_arrays()
     assert all(np.array_equal(before[name], after[name]) for name in before)
+    acc.update([1, 1], [0, 1])  # other cells still count
+    assert acc.matrix[1].sum() == 2
 
 
 @pytest.mark.parametrize(
