@@ -269,6 +269,19 @@ def _report_text(report: Report, kind: str) -> str:
     return "\n\n".join(render(section) for section in _sections(report))
 
 
+_MATRIX_MARK = "\x00confusion matrix\x00"
+
+
+def _json_text(data: dict) -> str:
+    """``data`` as indented JSON, with each row of the confusion matrix on one line."""
+    matrix = data.get("confusion_matrix")
+    if not isinstance(matrix, list):
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+    text = json.dumps({**data, "confusion_matrix": _MATRIX_MARK}, indent=2, allow_nan=False)
+    rows = ",\n    ".join(json.dumps(row, allow_nan=False) for row in matrix)
+    return text.replace(json.dumps(_MATRIX_MARK), f"[\n    {rows}\n  ]" if rows else "[]") + "\n"
+
+
 def _report(args: argparse.Namespace) -> int:
     plots = [p for p in (args.plot, args.plot_per_class) if p is not None]
     if plots and importlib.util.find_spec("matplotlib") is None:
@@ -314,7 +327,7 @@ def _report(args: argparse.Namespace) -> int:
 
     with _warnings_to_stderr():
         if args.format == "json":
-            sys.stdout.write(json.dumps(_report_data(report), indent=2, allow_nan=False) + "\n")
+            sys.stdout.write(_json_text(_report_data(report)))
         elif args.format == "sklearn":
             # exactly scikit-learn's classification_report (its trailing newline included), so
             # that the output can be compared with `diff`; what was read goes to stderr
@@ -328,7 +341,7 @@ def _report(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
         if args.json is not None:
-            _write(args.json, json.dumps(_report_data(report), indent=2, allow_nan=False) + "\n")
+            _write(args.json, _json_text(_report_data(report)))
         if args.markdown is not None:
             _write(args.markdown, _report_text(report, "markdown") + "\n")
     if plot is not None:

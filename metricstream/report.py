@@ -308,6 +308,13 @@ def summary(
         >>> s["overall"]["accuracy"], s["per_class"][1]["name"], s["per_class"][1]["recall"]
         (0.48, 'fish', 0.2)
     """
+    return _summary(matrix_or_counts, class_names, zero_division, state=True)
+
+
+def _summary(matrix_or_counts: MatrixLike, class_names: Sequence[str] | None,
+             zero_division: ZeroDivision, *, state: bool) -> dict:
+    """:func:`summary`; ``state=False`` leaves out the matrix (the tables do not show it, and at
+    K = 1000 converting it to lists is most of the cost)."""
     counts = as_counts(matrix_or_counts)
     zero_division_value(zero_division)
     k = counts.num_classes
@@ -357,17 +364,19 @@ def summary(
     keys = list(columns)
     per_class = [dict(zip(keys, row, strict=True)) for row in zip(*columns.values(), strict=True)]
     weighted = counts.matrix.dtype.kind == "f"
-    return {
+    data = {
         "num_classes": k,
         "num_samples": _json_number(counts.total),
         "overall": {key: _json_float(value) for key, value in overall.items()},
         "per_class": per_class,
-        "class_names": list(names),
-        "weighted": weighted,
-        # ``tolist`` gives Python ints (or floats for weights) in one pass over the matrix.
-        "confusion_matrix": counts.matrix.astype(np.float64 if weighted else np.int64,
-                                                 copy=False).tolist(),
     }
+    if state:
+        data["class_names"] = list(names)
+        data["weighted"] = weighted
+        # ``tolist`` gives Python ints (or floats for weights) in one pass over the matrix.
+        data["confusion_matrix"] = counts.matrix.astype(np.float64 if weighted else np.int64,
+                                                        copy=False).tolist()
+    return data
 
 
 def _fmt(value: float | None, digits: int) -> str:
@@ -417,7 +426,7 @@ def summary_text(
             1       10          3       0.67    0.20  0.31         0.93  0.64  0.18
             2        9          9       0.67    0.67  0.67         0.81  0.81  0.50
     """
-    data = summary(matrix_or_counts, class_names=class_names, zero_division=zero_division)
+    data = _summary(matrix_or_counts, class_names, zero_division, state=False)
     overall, header, rows = _table(data, digits)
     label_width = max(len(label) for label, _ in overall)
     samples = _fmt_count(data["num_samples"], digits)
@@ -461,7 +470,7 @@ def summary_markdown(
         | 0 | 2 | 3 | 0.67 | 1.00 | 0.80 | 0.50 | 1.00 | 0.67 |
         | 1 | 2 | 1 | 1.00 | 0.50 | 0.67 | 1.00 | 0.67 | 0.50 |
     """
-    data = summary(matrix_or_counts, class_names=class_names, zero_division=zero_division)
+    data = _summary(matrix_or_counts, class_names, zero_division, state=False)
     overall, header, rows = _table(data, digits)
     lines = ["| metric | value |", "|---|---:|"]
     lines += [f"| {_md_escape(label)} | {value} |" for label, value in overall]
@@ -486,7 +495,7 @@ def summary_html(
     Undefined values show as ``–`` (``zero_division=np.nan`` by default, so nothing warns);
     with more than ``max_rows`` classes only the first and last ``max_rows // 2`` are shown.
     """
-    data = summary(matrix_or_counts, class_names=class_names, zero_division=zero_division)
+    data = _summary(matrix_or_counts, class_names, zero_division, state=False)
     overall, header, rows = _table(data, digits)
     if len(rows) > max_rows:
         half = max(max_rows // 2, 1)
