@@ -65,7 +65,14 @@ def synchronize(
         _check(np.array([SYNC_PROTOCOL, _ERROR_MARK, 0, 0, 0, 0], dtype=np.int64), None,
                gather, engine, local_error)
         raise AssertionError("unreachable")  # pragma: no cover
-    work = target if inplace else target.copy()
+    try:
+        work = target if inplace else target.copy()
+    except Exception as error:
+        # E.g. no memory for the copy on this rank: still join the check, so that the other
+        # ranks raise too instead of waiting in it.
+        _check(np.array([SYNC_PROTOCOL, _ERROR_MARK, 0, 0, 0, 0], dtype=np.int64), None,
+               gather, engine, error)
+        raise AssertionError("unreachable") from error  # pragma: no cover
     with _exclusive(work) as arrays:
         ints = [array for array in arrays.values() if array.dtype.kind == "i"]
         floats = [array for array in arrays.values() if array.dtype.kind == "f"]

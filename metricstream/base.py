@@ -57,14 +57,14 @@ _STATE_DTYPES = (np.dtype(np.int64), np.dtype(np.float64))
 ArraySpec = tuple[tuple[int, ...], Any]
 
 
-def accumulator_type(name: str) -> type[Accumulator]:
+def accumulator_type(name: object) -> type[Accumulator]:
     """The accumulator class serialized under ``name`` (its class name).
 
     Raises:
         ValueError: no such accumulator type is known (it may live in a module not imported yet).
     """
     try:
-        return _TYPES[name]
+        return _TYPES[name]  # type: ignore[index]  # anything hashable may be asked
     except (KeyError, TypeError):
         known = ", ".join(sorted(_TYPES))
         raise ValueError(

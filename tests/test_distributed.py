@@ -290,6 +290,19 @@ def test_a_state_that_cannot_be_described_still_joins_the_check():
         results[0])
 
 
+def test_a_copy_that_fails_on_one_rank_still_joins_the_check():
+    class NoRoom(LabelHistogram):
+        def copy(self):
+            raise MemoryError("no room for the copy")
+
+    world = FakeWorld(2, timeout=20)
+    results = world.run([LabelHistogram(3), NoRoom(3)], inplace=False)
+    assert isinstance(results[1], MemoryError)
+    assert isinstance(results[0], ValueError) and "rank(s) 1 could not take part" in str(
+        results[0])
+    assert world.calls == [[("gather", 6, "<i8")]] * 2
+
+
 @pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "copy"])
 def test_int64_overflow_is_refused_on_every_rank_before_summing(inplace):
     half = ConfusionAccumulator.from_matrix(np.array([[2**62, 0], [0, 1]]))
