@@ -37,11 +37,17 @@ def test_import_metricstream_imports_no_integration():
           'pip install "metricstream[torch]"']),
         ("dask", "from metricstream.dask import confusion; confusion([0], [0], 2)",
          ["metricstream.dask needs dask", 'pip install "metricstream[dask]"']),
+        ("dask", "from metricstream.dask import accumulate; accumulate(acc, [0], [0])",
+         ["metricstream.dask needs dask", 'pip install "metricstream[dask]"']),
+        ("torch", "from metricstream.distributed import all_reduce\n    "
+                  "from metricstream import AccumulatorGroup\n    "
+                  "all_reduce(AccumulatorGroup(a=acc))",
+         ["metricstream.distributed needs PyTorch, which is not installed"]),
         ("mpi4py", "from metricstream.mpi import allreduce; allreduce(acc)",
          ["metricstream.mpi needs mpi4py and an MPI library",
           'pip install "metricstream[mpi]" and install MPI']),
     ],
-    ids=["torch", "dask", "mpi4py"],
+    ids=["torch", "dask", "dask-accumulate", "torch-group", "mpi4py"],
 )
 def test_missing_extra_names_the_pip_command(blocked, call, fragments):
     proc = _run(
