@@ -209,7 +209,7 @@ def _is_ignored_impl(t, ignore_index):
         f = np.float64(ignore_index)
         # 2^63 (the float64 of 2^63 - 1) has no int64 value: select before converting.
         below = f < _TWO_63
-        exact = below & (np.int64(f if below else 0.0) == ignore_index)
+        exact = below & (np.int64(f * np.float64(below)) == ignore_index)
         return exact & (t == f)
 
     return float_ignored
