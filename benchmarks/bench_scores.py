@@ -1,0 +1,346 @@
+"""Benchmark: the score accumulator (curves, AUROC, AP, calibration, top-k) against torchmetrics.
+
+Run from the repository root (torch/torchmetrics and scikit-learn for the comparisons)::
+
+    python -m benchmarks.bench_scores            # everything
+    python -m benchmarks.bench_scores --quick    # fewer rounds, 10^7 scores for the memory case
+    python -m benchmarks.bench_scores --only accuracy update
+
+Cases (times are medians of interleaved rounds, ratios from the same run):
+
+* ``update``: one update of 256x10 float32 probabilities (every state at once: ROC/PR
+  histograms, top-k ranks, calibration, Brier and log loss) against torchmetrics'
+  ``MulticlassAUROC(thresholds=100).update``, ``MulticlassAccuracy(top_k=5)`` and
+  ``MulticlassCalibrationError`` on the same batch (targets: <= 5 us, >= 400x);
+* ``update_k1000``: the same with 1,000 classes (target >= 100x ``thresholds=100``);
+* ``large``: one update of 10^6 x 10 float32 scores against a read-only pass over them
+  (``np.max``; target: within 2x);
+* ``memory``: tracemalloc peak while 10^8 scores stream through (O(C x bins), not O(N));
+* ``accuracy``: AUROC and AP of the default bins against scikit-learn's exact values on 12
+  score sets, beside torchmetrics binned (100 and 1,000 thresholds) and Keras-style 200
+  thresholds; the reported bound must contain the exact value.
+
+Before a time is reported, the accumulator's AUROC is checked against scikit-learn on the data
+it counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tracemalloc
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from metricstream.scores import ScoreAccumulator
+
+try:
+    from ._timing import interleaved
+except ImportError:  # run as a script
+    from _timing import interleaved  # type: ignore[no-redef]
+
+
+# ---------------------------------------------------------------------- score sets
+@dataclass
+class ScoreSet:
+    """Scores with the truth: ``y`` labels (multiclass) or 0/1 (binary)."""
+
+    name: str
+    y: np.ndarray
+    scores: np.ndarray
+    task: str  # "binary" or "multiclass"
+    logits: bool = False
+    note: str = ""
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+def _bf16(values: np.ndarray) -> np.ndarray:
+    return (np.asarray(values, np.float32).view(np.uint32)
+            & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+def score_sets(seed: int = 0) -> list[ScoreSet]:
+    """The accuracy table's score sets (deterministic)."""
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import train_test_split
+    from sklearn.naive_bayes import GaussianNB
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(seed)
+    sets = []
+    n = 100_000
+    y = rng.integers(0, 2, n)
+    smooth = 1 / (1 + np.exp(-(rng.normal(size=n) + 1.5 * y)))
+    sets.append(ScoreSet("smooth binary, 1e5", y, smooth.astype(np.float32), "binary"))
+    y = (rng.random(n) < 0.01).astype(int)
+    rare = 1 / (1 + np.exp(-(rng.normal(size=n) + 2.5 * y - 3)))
+    sets.append(ScoreSet("1% positives, 1e5", y, rare.astype(np.float32), "binary"))
+    y = rng.integers(0, 2, 20_000)
+    ties = np.round(np.clip(rng.normal(0.4 + 0.2 * y, 0.2), 0, 1), 2)
+    sets.append(ScoreSet("ties (2 decimals)", y, ties.astype(np.float32), "binary"))
+    y = rng.integers(0, 10, 20_000)
+    logits = rng.normal(size=(20_000, 10)) + 2.0 * np.eye(10)[y]
+    sets.append(ScoreSet("softmax, 10 classes", y, _softmax(logits).astype(np.float32),
+                         "multiclass"))
+    sets.append(ScoreSet("same, float64", y, _softmax(logits), "multiclass"))
+
+    digits = load_digits()
+    x_train, x_test, y_train, y_test = train_test_split(
+        digits.data, digits.target, test_size=0.5, random_state=0, stratify=digits.target)
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
+    model.fit(x_train, y_train)
+    proba = model.predict_proba(x_test).astype(np.float32)
+    sets.append(ScoreSet("digits logistic, OvR", y_test, proba, "multiclass"))
+    sets.append(ScoreSet("digits logistic, 3 vs rest", (y_test == 3).astype(int),
+                         proba[:, 3], "binary"))
+    sets.append(ScoreSet("digits logistic, logits", y_test,
+                         model.decision_function(x_test).astype(np.float32), "multiclass",
+                         logits=True))
+    sets.append(ScoreSet("digits logistic, log-proba", y_test,
+                         model.predict_log_proba(x_test).astype(np.float32), "multiclass",
+                         logits=True))
+    bayes = GaussianNB().fit(x_train, y_train).predict_proba(x_test).astype(np.float32)
+    sets.append(ScoreSet("digits GaussianNB (0/1)", y_test, bayes, "multiclass",
+                         note=f"{np.mean((bayes == 0) | (bayes == 1)):.0%} exact 0/1"))
+    sets.append(ScoreSet("bfloat16 softmax", y, _bf16(_softmax(logits)), "multiclass"))
+    half = 1 / (1 + np.exp(-(rng.normal(size=n) + 1.5 * (yb := rng.integers(0, 2, n)))))
+    sets.append(ScoreSet("float16 binary", yb, half.astype(np.float16), "binary"))
+    return sets
+
+
+def exact_values(s: ScoreSet) -> tuple[float, float]:
+    """scikit-learn's AUROC and AP (macro one-vs-rest for multiclass) on the raw scores."""
+    from sklearn import metrics
+
+    scores = s.scores.astype(np.float64)
+    if s.task == "binary":
+        return (metrics.roc_auc_score(s.y, scores),
+                metrics.average_precision_score(s.y, scores))
+    onehot = np.eye(scores.shape[1])[s.y]
+    return (metrics.roc_auc_score(onehot, scores, average="macro"),
+            metrics.average_precision_score(onehot, scores, average="macro"))
+
+
+def accumulate(s: ScoreSet, **kwargs) -> ScoreAccumulator:
+    classes = None if s.task == "binary" else s.scores.shape[1]
+    acc = ScoreAccumulator(s.task, classes, logits=s.logits, **kwargs)
+    for lo in range(0, len(s.y), 4096):
+        acc.update(s.y[lo:lo + 4096], s.scores[lo:lo + 4096])
+    return acc
+
+
+def keras_auroc(y: np.ndarray, scores: np.ndarray, num_thresholds: int = 200) -> float:
+    """Keras' ``AUC(num_thresholds=200)`` ROC area: thresholds ``[-eps, 1/199, ..., 1 + eps]``,
+    a sample is positive when ``score > t``, trapezoids between the points."""
+    eps = 1e-7
+    thresholds = np.r_[-eps, np.arange(1, num_thresholds - 1) / (num_thresholds - 1), 1 + eps]
+    positives = np.sort(scores[y == 1])
+    negatives = np.sort(scores[y == 0])
+    tp = len(positives) - np.searchsorted(positives, thresholds, side="right")
+    fp = len(negatives) - np.searchsorted(negatives, thresholds, side="right")
+    tpr = tp / max(len(positives), 1)
+    fpr = fp / max(len(negatives), 1)
+    return float(np.sum((fpr[:-1] - fpr[1:]) * (tpr[:-1] + tpr[1:]) / 2))
+
+
+def torchmetrics_values(s: ScoreSet, thresholds: int) -> tuple[float, float] | None:
+    try:
+        import torch
+        from torchmetrics import classification as tmc
+    except ImportError:
+        return None
+    if s.logits:
+        return None  # torchmetrics softmaxes logits: another ranking than the raw scores
+    scores = torch.from_numpy(s.scores.astype(np.float32))
+    target = torch.from_numpy(np.asarray(s.y, dtype=np.int64))
+    if s.task == "binary":
+        auroc = tmc.BinaryAUROC(thresholds=thresholds)
+        ap = tmc.BinaryAveragePrecision(thresholds=thresholds)
+    else:
+        classes = s.scores.shape[1]
+        auroc = tmc.MulticlassAUROC(classes, average="macro", thresholds=thresholds)
+        ap = tmc.MulticlassAveragePrecision(classes, average="macro", thresholds=thresholds)
+    auroc.update(scores, target)
+    ap.update(scores, target)
+    return float(auroc.compute()), float(ap.compute())
+
+
+def accuracy_rows(sets: list[ScoreSet] | None = None) -> list[dict]:
+    """One row per score set: exact values, errors of each method, the bound check."""
+    rows = []
+    for s in sets if sets is not None else score_sets():
+        exact_auroc, exact_ap = exact_values(s)
+        acc = accumulate(s)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            auroc = acc.auroc("macro", with_bound=True)
+            ap = acc.average_precision("macro", with_bound=True)
+        row = {
+            "name": s.name, "n": len(s.y), "exact_auroc": exact_auroc, "exact_ap": exact_ap,
+            "auroc_error": abs(auroc.value - exact_auroc), "ap_error": abs(ap.value - exact_ap),
+            "auroc_bound": (auroc.lower, auroc.upper), "ap_bound": (ap.lower, ap.upper),
+            "contained": (auroc.lower - 1e-12 <= exact_auroc <= auroc.upper + 1e-12
+                          and ap.lower - 1e-12 <= exact_ap <= ap.upper + 1e-12),
+            "exact": bool(acc.exact().all()), "bins": acc.num_bins,
+            "sixteen_bit": s.scores.dtype == np.float16 or s.name.startswith("bfloat16"),
+        }
+        for count in (100, 1000):
+            values = torchmetrics_values(s, count)
+            row[f"tm{count}"] = None if values is None else (abs(values[0] - exact_auroc),
+                                                            abs(values[1] - exact_ap))
+        if s.task == "binary" and not s.logits:
+            row["keras200"] = abs(keras_auroc(s.y, s.scores.astype(np.float64)) - exact_auroc)
+        elif not s.logits:
+            onehot = np.eye(s.scores.shape[1])[s.y]
+            row["keras200"] = abs(np.mean([keras_auroc(onehot[:, c], s.scores[:, c])
+                                           for c in range(s.scores.shape[1])]) - exact_auroc)
+        else:
+            row["keras200"] = None
+        rows.append(row)
+    return rows
+
+
+def _e(value: float | None) -> str:
+    return "n/a" if value is None else ("0" if value == 0 else f"{value:.1e}")
+
+
+def print_accuracy(rows: list[dict]) -> None:
+    print("\n## accuracy: |value - scikit-learn exact| (AUROC / AP, macro for multiclass)")
+    print(f"{'score set':30} {'n':>7} {'metricstream (default bins)':>29} {'bound ok':>8} "
+          f"{'torchmetrics 100':>17} {'torchmetrics 1000':>18} {'Keras 200':>9}")
+    for r in rows:
+        ms = f"{_e(r['auroc_error'])} / {_e(r['ap_error'])}" + (" exact" if r["exact"] else "")
+        tm = [("n/a" if r[k] is None else f"{_e(r[k][0])} / {_e(r[k][1])}")
+              for k in ("tm100", "tm1000")]
+        print(f"{r['name']:30} {r['n']:>7} {ms:>29} {'yes' if r['contained'] else 'NO':>8} "
+              f"{tm[0]:>17} {tm[1]:>18} {_e(r['keras200']):>9}")
+
+
+# ---------------------------------------------------------------------- speed
+def _batch(rows: int, classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, rows)
+    logits = rng.normal(size=(rows, classes)) + 3.0 * np.eye(classes)[y]
+    return y, _softmax(logits).astype(np.float32)
+
+
+def bench_update(classes: int, repeats: int) -> dict[str, float]:
+    import torch
+    from torchmetrics import classification as tmc
+
+    y, scores = _batch(256, classes)
+    acc = ScoreAccumulator("multiclass", classes)
+    acc.update(y, scores)
+    check = ScoreAccumulator("multiclass", classes).update(y, scores)
+    from sklearn import metrics
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onehot = np.eye(classes)[y]
+        present = onehot.sum(axis=0) > 0
+        reference = metrics.roc_auc_score(onehot[:, present], scores[:, present])
+        assert abs(check.auroc("macro") - reference) < 1e-4, "AUROC differs from scikit-learn"
+    ty, ts = torch.from_numpy(y), torch.from_numpy(scores)
+    auroc100 = tmc.MulticlassAUROC(classes, thresholds=100)
+    candidates: dict[str, Callable[[], object]] = {
+        "metricstream update (all views)": lambda: acc.update(y, scores),
+        "torchmetrics MulticlassAUROC(thresholds=100)": lambda: auroc100.update(ts, ty),
+    }
+    if classes <= 100:
+        topk = tmc.MulticlassAccuracy(classes, top_k=5)
+        calibration = tmc.MulticlassCalibrationError(classes, n_bins=15)
+        candidates["torchmetrics MulticlassAccuracy(top_k=5)"] = lambda: topk.update(ts, ty)
+        candidates["torchmetrics MulticlassCalibrationError"] = (
+            lambda: calibration.update(ts, ty))
+    with torch.inference_mode():
+        result = interleaved(candidates, repeats, min_sample=0.02)
+    return result
+
+
+def bench_large(repeats: int, rows: int = 1_000_000, classes: int = 10) -> dict[str, float]:
+    y, scores = _batch(rows, classes, seed=1)
+    acc = ScoreAccumulator("multiclass", classes)
+    return interleaved({
+        "metricstream update": lambda: acc.update(y, scores),
+        "read-only pass (np.max)": lambda: np.max(scores),
+        "read-only pass (np.sum)": lambda: np.sum(scores),
+    }, repeats)
+
+
+def bench_memory(total_scores: float) -> tuple[float, float]:
+    """tracemalloc peak (MiB) streaming ``total_scores`` 10-class scores, and at a tenth."""
+    y, scores = _batch(100_000, 10, seed=2)
+    peaks = []
+    for total in (total_scores / 10, total_scores):
+        acc = ScoreAccumulator("multiclass", 10)
+        acc.update(y, scores)  # compile and allocate before measuring
+        tracemalloc.start()
+        for _ in range(int(total // scores.size)):
+            acc.update(y, scores)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        peaks.append(peak / 2**20)
+        state = sum(a.nbytes for a in acc.state_arrays().values()) / 2**20
+    print(f"state arrays: {state:.1f} MiB (10 classes x {acc.num_bins} bins)")
+    return peaks[0], peaks[1]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", nargs="*", default=None,
+                        choices=["update", "update_k1000", "large", "memory", "accuracy"])
+    args = parser.parse_args(argv)
+    cases = args.only or ["update", "update_k1000", "large", "memory", "accuracy"]
+    repeats = 5 if args.quick else 15
+    print(f"load average: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    if "update" in cases:
+        times = bench_update(10, repeats)
+        _print_times("## one update, 256 x 10 float32 probabilities", times,
+                     "metricstream update (all views)")
+    if "update_k1000" in cases:
+        times = bench_update(1000, max(3, repeats // 3))
+        _print_times("## one update, 256 x 1000 float32 probabilities", times,
+                     "metricstream update (all views)")
+    if "large" in cases:
+        times = bench_large(max(3, repeats // 3))
+        _print_times("## one update, 10^6 x 10 float32 probabilities", times,
+                     "metricstream update")
+    if "memory" in cases:
+        total = 1e7 if args.quick else 1e8
+        small, large = bench_memory(total)
+        print(f"\n## memory: tracemalloc peak {small:.2f} MiB over {total / 10:.0e} scores, "
+              f"{large:.2f} MiB over {total:.0e} scores")
+    if "accuracy" in cases:
+        print_accuracy(accuracy_rows())
+
+
+def _print_times(title: str, times: dict[str, float], mine: str) -> None:
+    print(f"\n{title}")
+    base = times[mine]
+    for name, seconds in times.items():
+        ratio = "" if name == mine else f"  ({seconds / base:,.0f}x metricstream)"
+        if name.startswith("read-only"):
+            ratio = f"  (metricstream = {base / seconds:.2f}x this)"
+        print(f"  {name:48} {_format(seconds):>10}{ratio}")
+
+
+def _format(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+if __name__ == "__main__":
+    main()
