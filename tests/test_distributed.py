@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 if __package__ in (None, ""):  # run as a script (--worker): make `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -359,6 +361,45 @@ def test_updates_from_another_thread_during_an_inplace_sync_are_not_lost():
         thread.join()
     assert updates[0] > 0
     np.testing.assert_array_equal(acc.matrix, np.eye(3, dtype=np.int64) * updates[0])
+
+
+def test_group_updates_during_an_inplace_group_sync_are_not_lost():
+    group = make_group()
+    data = group_data(n=300)
+    stop = threading.Event()
+    updates = [0]
+
+    def updater():
+        while not stop.is_set():
+            group.update(data["y_true"], data["y_pred"], data["weights"])
+            updates[0] += 1
+
+    thread = threading.Thread(target=updater)
+    thread.start()
+    try:
+        for _ in range(10):
+            assert FakeWorld(2).run([group, make_group()])[0] is group
+    finally:
+        stop.set()
+        thread.join()
+    expected = make_group()
+    for _ in range(updates[0]):
+        expected.update(data["y_true"], data["y_pred"], data["weights"])
+    assert group == expected
+
+
+@settings(max_examples=25, deadline=None)
+@given(size=st.integers(1, 4), cuts=st.lists(st.integers(0, 400), max_size=6),
+       seed=st.integers(0, 2**16))
+def test_any_split_across_any_number_of_ranks_equals_one_process(size, cuts, seed):
+    data = group_data(n=400, seed=seed)
+    bounds = [0, *sorted(cuts), 400]
+    groups = [make_group() for _ in range(size)]
+    for i, (start, stop) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        feed(groups[i % size], data, slice(start, stop), batch=97)
+    expected = feed(make_group(), data, slice(None))
+    for result in FakeWorld(size).run(groups):
+        assert result == expected
 
 
 # ---------------------------------------------------------------------------- without ranks
