@@ -111,6 +111,7 @@ def test_a_quote_that_never_closes(tmp_path):
     assert_bounded(run, 60)
 
 
+@pytest.mark.slow  # ~10 s: 400 MB to compress and count (test_io checks the same path's counts)
 def test_fortran_order_npz_is_streamed(tmp_path):
     # a 3 MB compressed Fortran-order archive once peaked at 4.6 GiB: it was loaded whole
     def archive(name: str, shape: tuple[int, ...]) -> Path:
