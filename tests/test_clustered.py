@@ -386,3 +386,14 @@ def test_item_path_errors_name_the_position_in_the_batch(
     with pytest.raises(ValueError, match=r"`y_true` holds label 7 at position \(1, 2, 3\)"):
         acc.update(truth, np.zeros_like(truth), cluster_ids=[0, 1])
     assert acc.num_samples == 0 and not acc.replicates.any()
+
+
+def test_per_class_intervals_with_names() -> None:
+    y_true, y_pred, clusters = _data(16, n=800)
+    acc = BootstrapConfusionAccumulator(K, n_replicates=60, seed=2,
+                                        class_names=["a", "b", "c", "d"])
+    acc.update(y_true, y_pred, cluster_ids=clusters)
+    result = acc.interval("recall", labels=["d", "a"])
+    assert result.estimate.shape == (2,) and result.replicates.shape == (60, 2)
+    np.testing.assert_array_equal(result.estimate, acc.recall(labels=["d", "a"]))
+    assert np.all(result.low <= result.estimate) and np.all(result.estimate <= result.high)
