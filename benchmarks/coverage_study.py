@@ -53,7 +53,7 @@ METHODS = ("bootstrap percentile", "bootstrap BCa", "delta", "clustered percenti
 
 # Population: class mix, accuracy, and where errors go.
 BASE_MIX = np.array([0.4, 0.25, 0.15, 0.12, 0.08])
-MIX_CONCENTRATION = 3.0          # Dirichlet(3 * BASE_MIX) per image in the clustered scenario
+MIX_CONCENTRATION = 15.0         # Dirichlet(15 * BASE_MIX) per image in the clustered scenario
 ACCURACY_BETA = (8.0, 2.0)       # mean 0.8
 _distance = np.abs(np.arange(K)[:, None] - np.arange(K)[None, :])
 Q = np.where(_distance == 0, 0.0, 1.0 / np.maximum(_distance, 1))
@@ -70,7 +70,7 @@ def simulate(rng: np.random.Generator, clustered: bool, images: int, pixels: int
              ) -> tuple[np.ndarray, np.ndarray]:
     """``(y_true, y_pred)`` of shape ``(images, pixels)``."""
     if clustered:
-        mix = rng.dirichlet(MIX_CONCENTRATION * BASE_MIX * K, size=images)
+        mix = rng.dirichlet(MIX_CONCENTRATION * BASE_MIX, size=images)
         accuracy = rng.beta(*ACCURACY_BETA, size=images)
     else:
         mix = np.broadcast_to(BASE_MIX, (images, K))
