@@ -41,8 +41,7 @@ _CELL_LIMIT = _INT64_MAX // (_k.MAX_POISSON1_WEIGHT + 1)
 # one by one by the plain counting kernel; smaller ones go through the per-sample kernel.
 ITEM_MIN_SAMPLES = 1024
 # Accumulator methods that are not views of the matrix.
-_NOT_VIEWS = frozenset({"from_batch", "from_matrix", "update", "plot", "plot_per_class",
-                        "bootstrap"})
+_NOT_VIEWS = frozenset({"from_batch", "from_matrix", "update", "bootstrap"})
 
 
 @dataclass(slots=True)
