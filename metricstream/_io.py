@@ -628,7 +628,7 @@ def _read_csv_arrow(path: Path, sep: str, header: bool, columns: list[str],
     convert_options = _arrow_convert_options(column_types=types, include_columns=selected)
     with _open_bytes(path, compression) as (file, raw):
         if header:
-            file.readline()
+            file.readline(MAX_RECORD_BYTES)  # (the header was checked by the peek)
         buffer = bytearray(CSV_BLOCK_BYTES)
         filled = 0
         start = 0
