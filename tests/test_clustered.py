@@ -397,3 +397,17 @@ def test_per_class_intervals_with_names() -> None:
     assert result.estimate.shape == (2,) and result.replicates.shape == (60, 2)
     np.testing.assert_array_equal(result.estimate, acc.recall(labels=["d", "a"]))
     assert np.all(result.low <= result.estimate) and np.all(result.estimate <= result.high)
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["runs", "interleaved"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["counts", "weights"])
+def test_interleaved_cluster_ids(shuffle: bool, weighted: bool) -> None:
+    y_true, y_pred, clusters = _data(17, n=600)
+    if shuffle:
+        order = np.random.default_rng(0).permutation(y_true.size)
+        y_true, y_pred, clusters = y_true[order], y_pred[order], clusters[order]
+    weights = np.random.default_rng(1).random(y_true.size) if weighted else None
+    acc = BootstrapConfusionAccumulator(K, n_replicates=11, seed=8, weighted=weighted)
+    acc.update(y_true, y_pred, weights, cluster_ids=clusters)
+    np.testing.assert_allclose(acc.replicates, _expected_replicates(
+        y_true, y_pred, clusters, 8, 11, weights=weights), rtol=1e-12)
