@@ -18,12 +18,13 @@ bit-identical states, and zero_division is applied when reading (the histograms 
 of 0/0 samples). Samples of weight 0 add nothing but their number (scikit-learn counts their
 per-sample ratios as 0/0, which matters for its warnings).
 
-Atomicity without undo: the first pass over the rows validates each row and accumulates the
+Atomicity without undo: the first pass over the rows validates each row as it accumulates the
 column counts into local buffers and the row sums ``(TP_s, AP_s, PP_s)`` into a scratch of 12
 bytes per row; only when every row is valid does the second pass (over the scratch, not the
 data) add into the state. A failed call leaves the state untouched.
 
-Return value: ``(status, row, column)``: ``OK`` or the code and place of the first bad value.
+Return value: ``(status, row)`` (label sets: ``(status, row, position)``): ``OK`` or the code
+and place of the first bad value; the caller finds the column and words the error.
 """
 
 from __future__ import annotations
@@ -99,6 +100,39 @@ def _positive_impl(v, threshold):
     return from_indicator
 
 
+def _pred_bits(v):  # pragma: no cover - replaced by the overload below
+    """Like :func:`_pred_flag` in the input's own width (so that the OR loop vectorises)."""
+
+
+@overload(_pred_bits, inline="always")
+def _pred_bits_impl(v):
+    if isinstance(v, types.Float):
+        return lambda v: np.uint8(2) if v != v else np.uint8(0)
+    return lambda v: v
+
+
+def _bits_zero(v):  # pragma: no cover - replaced by the overload below
+    """The zero of :func:`_pred_bits`' type."""
+
+
+@overload(_bits_zero, inline="always")
+def _bits_zero_impl(v):
+    if isinstance(v, types.Float):
+        return lambda v: np.uint8(0)
+    return lambda v: v ^ v
+
+
+def _native_positive(v, threshold):  # pragma: no cover - replaced by the overload below
+    """:func:`_positive` without widening indicators."""
+
+
+@overload(_native_positive, inline="always")
+def _native_positive_impl(v, threshold):
+    if isinstance(v, types.Float):
+        return lambda v, threshold: np.uint8(v > threshold)
+    return lambda v, threshold: v
+
+
 def _pred_flag(v):  # pragma: no cover - replaced by the overload below
     """A value whose bitwise OR over a row exceeds 1 exactly when the row holds a bad value."""
 
@@ -152,57 +186,72 @@ def _is_score_impl(v):
     return lambda v: False
 
 
-@njit
-def _first_bad(t, p, mask_value, masked, status):
-    """Column of the first bad entry of a row known to hold one."""
-    for j in range(t.shape[0]):
-        if status == BAD_TRUE:
-            v = t[j]
-            if v > 1 and not (masked and v == mask_value):
-                return j
-        elif _pred_flag(p[j]) > 1:
-            return j
-    return -1
-
-
 @njit(inline="always")
-def _row_pass_dense(t, p, threshold, mask_value, masked, wi, tpl, apl, ppl, ignl):
-    """Column counts of one row into the local buffers; returns the row sums and whether
-    any label was known. The row is validated before this is called."""
+def _masked_row(t, p, threshold, mask_value, wi, tpl, apl, ppl, ignl):
+    """Column counts of one validated row with masking; returns the row sums and the number
+    of unmasked labels."""
     tps = np.int64(0)
     aps = np.int64(0)
     pps = np.int64(0)
-    known = np.int64(t.shape[0])
-    if masked:
-        known = np.int64(0)
-        for j in range(t.shape[0]):
-            v = t[j]
-            k = np.int64(v != mask_value)
-            tj = np.int64(v) & k
-            pj = _positive(p[j], threshold) & k
-            x = tj & pj
-            tpl[j] += wi * x
-            apl[j] += wi * tj
-            ppl[j] += wi * pj
-            ignl[j] += wi * (1 - k)
-            tps += x
-            aps += tj
-            pps += pj
-            known += k
-        return tps, aps, pps, known
+    known = np.int64(0)
     for j in range(t.shape[0]):
-        tj = t[j]
-        pj = _positive(p[j], threshold)
-        tpl[j] += wi * (tj & pj)
+        v = t[j]
+        k = np.int64(v != mask_value)
+        tj = np.int64(v) & k
+        pj = _positive(p[j], threshold) & k
+        x = tj & pj
+        tpl[j] += wi * x
         apl[j] += wi * tj
         ppl[j] += wi * pj
+        ignl[j] += wi * (1 - k)
+        tps += x
+        aps += tj
+        pps += pj
+        known += k
+    return tps, aps, pps, known
+
+
+@njit(inline="always")
+def _plain_row(t, p, threshold, wi, weighted, tpl, apl, ppl):
+    """Column counts of one row into the local buffers, validating as it counts (the buffers
+    are discarded on error); returns ``(bad, TP, AP, PP)`` with ``bad`` 0 when valid, else
+    ``BAD_TRUE``/``BAD_PRED``/``BAD_SCORE``."""
+    bits_t = t[0] ^ t[0]
+    bits_p = _bits_zero(p[0])
+    if weighted:
+        for j in range(t.shape[0]):
+            tj = t[j]
+            pv = p[j]
+            pj = _native_positive(pv, threshold)
+            bits_t |= tj
+            bits_p |= _pred_bits(pv)
+            tpl[j] += wi * (tj & pj)
+            apl[j] += wi * tj
+            ppl[j] += wi * pj
+    else:
+        for j in range(t.shape[0]):
+            tj = t[j]
+            pv = p[j]
+            pj = _native_positive(pv, threshold)
+            bits_t |= tj
+            bits_p |= _pred_bits(pv)
+            tpl[j] += tj & pj
+            apl[j] += tj
+            ppl[j] += pj
+    if bits_t > 1:
+        return BAD_TRUE, 0, 0, 0
+    if bits_p > 1:
+        return (BAD_SCORE if _is_score(p[0]) else BAD_PRED), 0, 0, 0
+    tps = np.int32(0)
+    aps = np.int32(0)
+    pps = np.int32(0)
     for j in range(t.shape[0]):
-        tj = np.int64(t[j])
-        pj = _positive(p[j], threshold)
+        tj = np.int32(t[j])
+        pj = np.int32(_native_positive(p[j], threshold))
         tps += tj & pj
         aps += tj
         pps += pj
-    return tps, aps, pps, known
+    return OK, tps, aps, pps
 
 
 @njit(inline="always")
@@ -239,58 +288,88 @@ def _add_cooccurrence(t, w, cooc, scratch):
 
 
 @_kernel
-def count_dense(y_true, y_pred, weights, threshold, mask_value, flags, layout, labels,
-                per_sample, cooc):
+def count_dense(y_true, y_pred, weights, threshold, flags, layout, labels, per_sample):
     """Count an (N, L) indicator truth against (N, L) indicators or scores.
 
     ``y_true`` is unsigned (a view of any integer or bool array); ``y_pred`` unsigned
-    indicators or float scores, positive when ``score > threshold``. With ``MASKED``, true
-    entries equal to ``mask_value`` are skipped. ``weights`` holds one weight per sample (of the
-    state's dtype) when ``HAS_WEIGHTS``, else it is an empty int32 array; ``cooc`` (L, L) is
-    counted when not empty.
+    indicators or float scores, positive when ``score > threshold``. ``weights`` holds one
+    weight per sample (of the state's dtype) when ``HAS_WEIGHTS``, else it is an empty int32
+    array. Returns ``(status, row)``. Masking and co-occurrence live in their own kernels, so
+    that this loop stays small enough to be optimised well (measured: 2.3x faster).
     """
     n = y_true.shape[0]
     num_labels = y_true.shape[1]
     weighted = (flags & HAS_WEIGHTS) != 0
-    masked = (flags & MASKED) != 0
     # Column counts of the call in buffers of the weights' dtype: int32 for unweighted calls
-    # (an empty int32 ``weights``; the caller splits calls of 2^31 rows or more), whose lanes
-    # vectorise twice as wide as int64's.
+    # (the caller splits calls of 2^31 rows or more), whose lanes vectorise twice as wide as
+    # int64's.
     tpl = np.zeros(num_labels, dtype=weights.dtype)
     apl = np.zeros_like(tpl)
     ppl = np.zeros_like(tpl)
-    ignl = np.zeros(num_labels if masked else 0, dtype=tpl.dtype)
     one = tpl[0] * 0 + 1  # 1 of the buffer's dtype (L >= 1)
     sums = np.empty((n, 4), dtype=np.int32)
-    # ---- pass 1: validate each row, then count its columns (the row is in L1 by then)
+    # ---- pass 1: count each row's columns into the local buffers, validating as it counts
     for i in range(n):
-        t = y_true[i]
-        p = y_pred[i]
-        status = _row_status(t, p, mask_value, masked)
-        if status != OK:
-            return status, i, _first_bad(t, p, mask_value, masked, status)
         wi = weights[i] if weighted else one
-        tps, aps, pps, known = _row_pass_dense(t, p, threshold, mask_value, masked, wi, tpl,
-                                               apl, ppl, ignl)
+        status, tps, aps, pps = _plain_row(y_true[i], y_pred[i], threshold, wi, weighted, tpl,
+                                           apl, ppl)
+        if status != OK:
+            return status, i
         sums[i, 0] = tps
         sums[i, 1] = aps
         sums[i, 2] = pps
-        sums[i, 3] = known != 0
+        sums[i, 3] = 1
     # ---- pass 2: commit (nothing can fail from here on)
     for j in range(num_labels):
         labels[0, j] += tpl[j]
         labels[1, j] += apl[j]
         labels[2, j] += ppl[j]
-    if masked:
-        for j in range(num_labels):
-            labels[3, j] += ignl[j]
-    scratch = np.empty(num_labels if cooc.shape[0] != 0 else 0, dtype=np.int64)
     _commit_samples(sums, weights, weighted, layout, per_sample)
-    if cooc.shape[0] != 0:
-        for i in range(n):
-            if sums[i, 1] >= 1:
-                _add_cooccurrence(y_true[i], weights[i] if weighted else 1, cooc, scratch)
-    return OK, -1, -1
+    return OK, -1
+
+
+@_kernel
+def count_dense_masked(y_true, y_pred, weights, threshold, mask_value, flags, layout, labels,
+                       per_sample):
+    """:func:`count_dense` skipping true entries equal to ``mask_value`` (``labels`` row 3
+    counts them)."""
+    n = y_true.shape[0]
+    num_labels = y_true.shape[1]
+    weighted = (flags & HAS_WEIGHTS) != 0
+    tpl = np.zeros(num_labels, dtype=weights.dtype)
+    apl = np.zeros_like(tpl)
+    ppl = np.zeros_like(tpl)
+    ignl = np.zeros_like(tpl)
+    one = tpl[0] * 0 + 1
+    sums = np.empty((n, 4), dtype=np.int32)
+    for i in range(n):
+        t = y_true[i]
+        p = y_pred[i]
+        status = _row_status(t, p, mask_value, True)
+        if status != OK:
+            return status, i
+        wi = weights[i] if weighted else one
+        tps, aps, pps, known = _masked_row(t, p, threshold, mask_value, wi, tpl, apl, ppl, ignl)
+        sums[i, 0] = tps
+        sums[i, 1] = aps
+        sums[i, 2] = pps
+        sums[i, 3] = known != 0
+    for j in range(num_labels):
+        labels[0, j] += tpl[j]
+        labels[1, j] += apl[j]
+        labels[2, j] += ppl[j]
+        labels[3, j] += ignl[j]
+    _commit_samples(sums, weights, weighted, layout, per_sample)
+    return OK, -1
+
+
+@_kernel
+def count_cooccurrence(y_true, weights, flags, cooc):
+    """Add the co-occurrence of true labels (entries equal to 1) of a validated batch."""
+    weighted = (flags & HAS_WEIGHTS) != 0
+    scratch = np.empty(y_true.shape[1], dtype=np.int64)
+    for i in range(y_true.shape[0]):
+        _add_cooccurrence(y_true[i], weights[i] if weighted else 1, cooc, scratch)
 
 
 @njit(inline="always")

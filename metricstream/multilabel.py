@@ -53,6 +53,7 @@ _MAX_BETA_TERMS = 64
 _MAX_ROWS_PER_CALL = 2**31 - 1
 # What the kernels receive as ``weights`` for an unweighted call (see _multilabel_kernels).
 _NO_WEIGHTS = np.zeros(0, dtype=np.int32)
+_NO_COOCCURRENCE = {"i": np.zeros((0, 0), dtype=np.int64), "f": np.zeros((0, 0))}
 
 
 # ---------------------------------------------------------------------------- label sets
@@ -412,32 +413,38 @@ class MultilabelAccumulator(Accumulator):
 
     def _count(self, arrays: dict[str, np.ndarray], batch: Any) -> None:
         self._check_headroom(arrays, batch.total_weight)
+        if isinstance(batch, _SetsBatch):
+            self._count_sets(arrays, batch)
+        else:
+            self._count_dense(arrays, batch)
+        if batch.flags & _k.HAS_WEIGHTS:
+            arrays["per_sample"][_k.WEIGHTED_ROWS] += batch.weights.shape[0]
+
+    def _count_dense(self, arrays: dict[str, np.ndarray], batch: _DenseBatch) -> None:
+        # The kernels validate every row before adding anything into ``arrays`` (they count
+        # into local buffers first), so a failed call leaves the state untouched.
+        n = batch.y_true.shape[0]
+        if n > _MAX_ROWS_PER_CALL:
+            raise ValueError(f"batches of 2**31 rows or more are not supported (got {n}); "
+                             "split them.")
+        if batch.flags & _k.MASKED:
+            status, row = _k.count_dense_masked(
+                batch.y_true, batch.y_pred, batch.weights, self._threshold, batch.mask_value,
+                batch.flags, self._layout, arrays["labels"], arrays["per_sample"])
+        else:
+            status, row = _k.count_dense(
+                batch.y_true, batch.y_pred, batch.weights, self._threshold, batch.flags,
+                self._layout, arrays["labels"], arrays["per_sample"])
+        if status != _k.OK:
+            raise ValueError(_dense_error(status, row, batch, self._ignore_index))
+        cooc = arrays.get("cooccurrence")
+        if cooc is not None:
+            _k.count_cooccurrence(batch.y_true, batch.weights, batch.flags, cooc)
+
+    def _count_sets(self, arrays: dict[str, np.ndarray], batch: _SetsBatch) -> None:
         cooc = arrays.get("cooccurrence")
         if cooc is None:
-            cooc = np.zeros((0, 0), dtype=arrays["labels"].dtype)
-        if isinstance(batch, _SetsBatch):
-            self._count_sets(arrays, batch, cooc)
-            return
-        # A weighted kernel adds floats (not exactly undoable): it counts into the live arrays
-        # only after validating every row, which the kernel does in its first pass.
-        n = batch.y_true.shape[0]
-        for start in range(0, max(n, 1), _MAX_ROWS_PER_CALL):
-            stop = min(n, start + _MAX_ROWS_PER_CALL)
-            if start and batch.flags & _k.HAS_WEIGHTS == 0:
-                raise ValueError("batches of 2**31 rows or more are not supported; split them.")
-            status, row, column = _k.count_dense(
-                batch.y_true[start:stop], batch.y_pred[start:stop],
-                batch.weights[start:stop] if batch.flags & _k.HAS_WEIGHTS else batch.weights,
-                self._threshold, batch.mask_value, batch.flags, self._layout, arrays["labels"],
-                arrays["per_sample"], cooc)
-            if status != _k.OK:
-                raise ValueError(_dense_error(status, row + start, column, batch,
-                                              self._ignore_index))
-        if batch.flags & _k.HAS_WEIGHTS:
-            arrays["per_sample"][_k.WEIGHTED_ROWS] += n
-
-    def _count_sets(self, arrays: dict[str, np.ndarray], batch: _SetsBatch,
-                    cooc: np.ndarray) -> None:
+            cooc = _NO_COOCCURRENCE[arrays["labels"].dtype.kind]
         if self._scratch is None:
             self._scratch = np.zeros(self._num_labels, dtype=np.uint8)
         status, row, column = _k.count_sets(
@@ -450,8 +457,6 @@ class MultilabelAccumulator(Accumulator):
             label = int(sets.indices[sets.indptr[row] + column])
             raise ValueError(f"`{name}` lists label {label} twice in sample {row}; a label set "
                              "holds each label once. Nothing was counted.")
-        if batch.flags & _k.HAS_WEIGHTS:
-            arrays["per_sample"][_k.WEIGHTED_ROWS] += len(batch.true)
 
     # ------------------------------------------------------------------ views
     def _view_source(self) -> _ml.MultilabelCounts:
@@ -735,17 +740,23 @@ def _float_indicator(array: np.ndarray, ignore_index: int | None) -> np.ndarray:
     return array.astype(np.int64 if ignore_index is not None else np.int8)
 
 
-def _dense_error(status: int, row: int, column: int, batch: _DenseBatch,
-                 ignore_index: int | None) -> str:
+def _dense_error(status: int, row: int, batch: _DenseBatch, ignore_index: int | None) -> str:
     if status == _k.BAD_TRUE:
+        values = batch.y_true[row]
+        bad = values > 1
+        if batch.flags & _k.MASKED:
+            bad &= values != batch.mask_value
+        column = int(np.argmax(bad))
         value = batch.original_true[row, column]
         allowed = "0 or 1" if ignore_index is None else f"0, 1 or `ignore_index` {ignore_index}"
         return (f"`y_true` holds {value.item()!r} at row {row}, label {column}, but a label "
                 f"indicator holds {allowed}. Nothing was counted.")
-    value = batch.original_pred[row, column]
     if status == _k.BAD_SCORE:
+        column = int(np.argmax(np.isnan(batch.y_pred[row])))
         return (f"`y_pred` holds NaN at row {row}, label {column}; scores must be numbers. "
                 f"Nothing was counted.")
+    column = int(np.argmax(batch.y_pred[row] > 1))
+    value = batch.original_pred[row, column]
     return (f"`y_pred` holds {value.item()!r} at row {row}, label {column}, but a label "
             f"indicator holds 0 or 1 (float scores are thresholded at `threshold`). Nothing "
             f"was counted.")

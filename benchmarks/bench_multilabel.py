@@ -1,0 +1,164 @@
+"""Multilabel benchmark: ``python -m benchmarks.bench_multilabel [--quick]``.
+
+Cases (every compared result is checked equal before anything is timed; ratios come from the
+same interleaved run):
+
+1. one update of a 256×20 and a 256×1000 indicator batch, beside torchmetrics'
+   ``MultilabelStatScores`` update (what its multilabel precision/recall/F1 update) and one
+   scikit-learn ``multilabel_confusion_matrix`` call;
+2. the same batch as float32 logits with the threshold fused into the kernel (``threshold=0``),
+   beside the indicator input;
+3. a 10^6 × 100 indicator matrix counted in one update, beside a read-only pass over the same
+   two matrices (a Numba loop that only reads them);
+4. label sets (CSR) over L = 10^5 labels, 256 samples of about 5 labels each;
+5. state size for several L (O(L); O(L²) only with co-occurrence).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+from numba import njit
+
+from metricstream.multilabel import LabelSets, MultilabelAccumulator
+
+from ._timing import format_seconds, interleaved
+
+
+@njit(nogil=True, cache=True)
+def _read_only_pass(y_true, y_pred):  # pragma: no cover - timed, not tested
+    """Reads both matrices once (the floor of any counting pass over them)."""
+    total = np.uint64(0)
+    n, num_labels = y_true.shape
+    for i in range(n):
+        acc = np.uint8(0)
+        t = y_true[i]
+        p = y_pred[i]
+        for j in range(num_labels):
+            acc |= t[j] ^ p[j]
+        total += acc
+    return total
+
+
+def _batch(rng: np.random.Generator, n: int, num_labels: int) -> tuple[np.ndarray, np.ndarray]:
+    y_true = rng.random((n, num_labels)) < 0.3
+    y_pred = rng.random((n, num_labels)) < 0.3
+    return y_true.astype(np.uint8), y_pred.astype(np.uint8)
+
+
+def _torchmetrics_case(y_true: np.ndarray, y_pred: np.ndarray, acc: MultilabelAccumulator):
+    try:
+        import torch
+        from torchmetrics.classification import MultilabelStatScores
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+    target, preds = torch.from_numpy(y_true.astype(np.int64)), torch.from_numpy(
+        y_pred.astype(np.int64))
+    metric = MultilabelStatScores(num_labels=y_true.shape[1], average=None,
+                                  validate_args=False)
+    metric.update(preds, target)
+    tp = metric.compute()[:, 0].numpy()
+    assert np.array_equal(tp, acc.multilabel_confusion_matrix()[:, 1, 1]), "torchmetrics TP"
+    metric.reset()
+    return lambda: metric.update(preds, target)
+
+
+def update_cases(repeats: int) -> list[str]:
+    lines = []
+    rng = np.random.default_rng(0)
+    for num_labels, target in ((20, "≤ 3 µs, ≥ 40× torchmetrics"),
+                               (1000, "≤ 60 µs, ≥ 150× torchmetrics")):
+        y_true, y_pred = _batch(rng, 256, num_labels)
+        logits = np.where(y_pred, 1.0, -1.0).astype(np.float32) * rng.random(y_pred.shape,
+                                                                             np.float32)
+        acc = MultilabelAccumulator(num_labels).update(y_true, y_pred)
+        fused = MultilabelAccumulator(num_labels, threshold=0.0).update(y_true, logits)
+        assert np.array_equal(acc.multilabel_confusion_matrix(),
+                              fused.multilabel_confusion_matrix()), "fused threshold"
+        import sklearn.metrics as skm
+
+        assert np.array_equal(acc.multilabel_confusion_matrix(),
+                              skm.multilabel_confusion_matrix(y_true, y_pred)), "scikit-learn"
+        candidates = {
+            "metricstream indicator": lambda: acc.update(y_true, y_pred),
+            "metricstream logits (fused threshold)": lambda: fused.update(y_true, logits),
+            "scikit-learn multilabel_confusion_matrix":
+                lambda: skm.multilabel_confusion_matrix(y_true, y_pred),
+        }
+        torch_update = _torchmetrics_case(y_true, y_pred, acc)
+        if torch_update is not None:
+            candidates["torchmetrics MultilabelStatScores.update"] = torch_update
+        times = interleaved(candidates, repeats, min_sample=0.02)
+        base = times["metricstream indicator"]
+        lines.append(f"256×{num_labels} update (target {target}):")
+        for name, seconds in times.items():
+            lines.append(f"  {name:45s} {format_seconds(seconds):>10s}  {seconds / base:7.1f}×")
+    return lines
+
+
+def large_case(repeats: int, n: int) -> list[str]:
+    rng = np.random.default_rng(1)
+    y_true, y_pred = _batch(rng, n, 100)
+    acc = MultilabelAccumulator(100)
+    _read_only_pass(y_true, y_pred)
+    acc.update(y_true[:10], y_pred[:10])
+    times = interleaved({
+        "read-only pass": lambda: _read_only_pass(y_true, y_pred),
+        "metricstream update": lambda: acc.reset().update(y_true, y_pred),
+    }, repeats)
+    assert acc.num_samples == n
+    ratio = times["metricstream update"] / times["read-only pass"]
+    return [f"{n}×100 indicator rows (target: within 2× of a read-only pass):",
+            f"  read-only pass        {format_seconds(times['read-only pass']):>10s}",
+            f"  metricstream update   {format_seconds(times['metricstream update']):>10s}  "
+            f"{ratio:.2f}× the read-only pass"]
+
+
+def sets_case(repeats: int) -> list[str]:
+    rng = np.random.default_rng(2)
+    num_labels = 100_000
+    lists = [[list(rng.choice(num_labels, 5, replace=False)) for _ in range(256)]
+             for _ in range(2)]
+    true, pred = LabelSets.from_lists(lists[0]), LabelSets.from_lists(lists[1])
+    acc = MultilabelAccumulator(num_labels).update(true, pred)
+    times = interleaved({"label sets": lambda: acc.update(true, pred)}, repeats, 0.02)
+    return [f"256 samples × ~5 labels of L = {num_labels} as CSR label sets: "
+            f"{format_seconds(times['label sets'])} per update"]
+
+
+def memory_lines() -> list[str]:
+    lines = ["state size (bytes; independent of the number of samples):"]
+    for num_labels in (20, 1000, 100_000):
+        plain = MultilabelAccumulator(num_labels)
+        size = sum(a.nbytes for a in plain.state_arrays().values())
+        line = f"  L = {num_labels:>6}: {size:>12,}"
+        if num_labels <= 1000:
+            cooc = MultilabelAccumulator(num_labels, cooccurrence=True)
+            size = sum(a.nbytes for a in cooc.state_arrays().values())
+            line += f"   with co-occurrence: {size:>12,}"
+        lines.append(line)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, 10^5 rows")
+    args = parser.parse_args()
+    repeats = 5 if args.quick else 15
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for line in update_cases(repeats):
+        print(line)
+    for line in large_case(3 if args.quick else 7, 100_000 if args.quick else 1_000_000):
+        print(line)
+    for line in sets_case(repeats):
+        print(line)
+    for line in memory_lines():
+        print(line)
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
