@@ -176,7 +176,7 @@ def test_incompatible_merge_raises_and_keeps_state(other, match):
 
 def test_merge_with_wrong_type():
     acc = seeded()
-    with pytest.raises(TypeError, match="can only merge a ConfusionAccumulator, got ndarray"):
+    with pytest.raises(TypeError, match="can only merge a ConfusionAccumulator into a ConfusionAccumulator, got ndarray"):
         acc.merge(np.zeros((5, 5)))
     with pytest.raises(TypeError):
         acc + 1
@@ -206,7 +206,8 @@ def test_bad_configuration(kwargs, error, match):
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda a: a.precision(average="binary"), ValueError, r"`average` must be None, 'micro'"),
+        (lambda a: a.precision(average="binary"), ValueError, r"Target is multiclass \(5 classes\) but average='binary'"),
+        (lambda a: a.precision(average="bogus"), ValueError, r"`average` must be None, 'binary'"),
         (lambda a: a.recall(zero_division="nan"), ValueError, r"`zero_division` must be 'warn'"),
         (lambda a: a.f1(labels=[0, 9]), ValueError, r"`labels` holds 9 at position 1"),
         (lambda a: a.f1(labels=["zebra"]), ValueError, r"unknown class name 'zebra'"),
@@ -214,7 +215,7 @@ def test_bad_configuration(kwargs, error, match):
         (lambda a: a.fbeta(-1.0), ValueError, r"`beta` must be non-negative"),
         (lambda a: a.confusion_matrix("rows"), ValueError, r"`normalize` must be None"),
         (lambda a: a.cohen_kappa(weights="cubic"), ValueError, r"`weights` must be None, 'linear'"),
-        (lambda a: a.cohen_kappa(np.ones((2, 2))), ValueError, r"5×5 disagreement matrix"),
+        (lambda a: a.cohen_kappa(weights=np.ones((2, 2))), ValueError, r"5×5 disagreement matrix"),
     ],
 )
 def test_bad_view_arguments(call, error, match):
