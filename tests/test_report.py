@@ -307,13 +307,17 @@ def test_nan_averages_are_bit_equal_to_sklearn(seed):
     y_pred = np.where(rng.random(n) < 0.4, y_true, rng.integers(0, k, size=n))
     weights = rng.integers(1, 9, size=n) / 8 if seed % 3 == 0 else None
     acc = ConfusionAccumulator(k, weighted=weights is not None).update(y_true, y_pred, weights)
-    expected = sk_classification_report(y_true, y_pred, sample_weight=weights,
+    labels = None
+    if seed % 2:  # a selection of labels, in another order, some never seen
+        labels = [int(v) for v in rng.choice(k, size=int(rng.integers(8, k + 1)), replace=False)]
+    expected = sk_classification_report(y_true, y_pred, labels=labels, sample_weight=weights,
                                         zero_division=np.nan, output_dict=True)
-    got = classification_report(acc.matrix, zero_division=np.nan, output_dict=True)
+    got = classification_report(acc.matrix, labels=labels, zero_division=np.nan,
+                                output_dict=True)
     assert _dict_equal(got, expected), (got["macro avg"], expected["macro avg"])
-    assert classification_report(acc.matrix, zero_division=np.nan, digits=17) == \
-        sk_classification_report(y_true, y_pred, sample_weight=weights, zero_division=np.nan,
-                                 digits=17)
+    assert classification_report(acc.matrix, labels=labels, zero_division=np.nan, digits=17) == \
+        sk_classification_report(y_true, y_pred, labels=labels, sample_weight=weights,
+                                 zero_division=np.nan, digits=17)
 
 
 def test_nan_macro_average_of_the_reported_case():
