@@ -364,7 +364,8 @@ def _half_table(mark: int) -> tuple[np.ndarray, np.ndarray]:
     table = _half_tables.get(mark)
     if table is None:
         bits = np.arange(-(2**15), 2**15, dtype=np.int64).astype(np.int16)
-        values = _half_to_float32(bits, mark).astype(np.float64)
+        with np.errstate(invalid="ignore"):  # the NaN bit patterns
+            values = _half_to_float32(bits, mark).astype(np.float64)
         key = bits.astype(np.int64) ^ ((bits.astype(np.int64) >> 15) & 0x7FFF)
         key = key - (key >> 15)
         keep = ~np.isnan(values)

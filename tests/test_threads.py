@@ -145,3 +145,39 @@ def test_set_num_threads_validates_and_round_trips():
         metricstream.set_num_threads(2.0)
     with pytest.raises(ValueError, match="`num_threads` must be at least 1, got 0"):
         metricstream.set_num_threads(0)
+
+
+def test_set_num_threads_during_a_large_update_in_another_thread(monkeypatch):
+    # Before: the updating thread read the pool, another thread shut it down, and submitting
+    # raised "cannot schedule new futures after shutdown".
+    monkeypatch.setattr(_dispatch, "PARALLEL_MIN_LABELS", 1000)
+    monkeypatch.setattr(_dispatch, "PARALLEL_MIN_LABELS_PER_CELL", 0)
+    monkeypatch.setattr(_dispatch, "CHUNK_LABELS", 500)
+    rng = np.random.default_rng(3)
+    y_true = rng.integers(0, 6, 20_000)
+    y_pred = rng.integers(0, 6, 20_000)
+    expected = np.bincount(6 * y_true + y_pred, minlength=36).reshape(6, 6)
+    acc = ConfusionAccumulator(6)
+    previous = metricstream.get_num_threads()
+    stop = threading.Event()
+    rounds = 60
+
+    def update():
+        try:
+            for _ in range(rounds):
+                acc.update(y_true, y_pred)
+        finally:
+            stop.set()
+
+    def resize():
+        size = 2
+        while not stop.is_set():
+            metricstream.set_num_threads(size)
+            size = 5 - size  # 2, 3, 2, 3, ...
+
+    try:
+        run_threads(lambda role: update() if role == "update" else resize(),
+                    [("update",), ("resize",)])
+    finally:
+        metricstream.set_num_threads(previous)
+    np.testing.assert_array_equal(acc.matrix, rounds * expected)

@@ -1,0 +1,263 @@
+"""What a training loop passes to ``update``: logits of every float width, torch tensors (with and
+without gradients, bfloat16 included), binary probabilities with a threshold, and the mistakes
+people make (swapped arguments, boolean scores, object-dtype weights).
+
+Every fused result is checked against ``np.argmax``/``torch.argmax`` + counting, or against
+scikit-learn for thresholds, including ties, signed zeros, infinities and NaN positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import confusion_matrix
+
+from metricstream import ConfusionAccumulator, _dispatch
+from metricstream._inputs import as_array, prepare_batch
+
+RNG = np.random.default_rng(20)
+
+
+def counted(y_true, y_pred, num_classes, weights=None, ignore_index=None, threshold=None,
+            integral=True):
+    out = np.zeros((num_classes, num_classes), dtype=np.int64 if integral else np.float64)
+    batch = prepare_batch(y_true, y_pred, weights, num_classes, 1, threshold=threshold)
+    _dispatch.count_batch(out, batch, ignore_index)
+    return out
+
+
+def expected_from_predictions(y_true, predicted, num_classes, weights=None, ignore_index=None):
+    y_true = np.asarray(y_true).astype(np.int64)
+    keep = np.ones(y_true.shape, bool) if ignore_index is None else y_true != ignore_index
+    w = None if weights is None else np.asarray(weights)[keep]
+    return np.bincount(num_classes * y_true[keep] + np.asarray(predicted)[keep], weights=w,
+                       minlength=num_classes ** 2).reshape(num_classes, num_classes)
+
+
+def tricky_scores(size, num_classes, dtype):
+    """Scores with ties, signed zeros and infinities (as floats of ``dtype``)."""
+    scores = RNG.normal(size=(size, num_classes)).round(1)
+    scores[RNG.random(scores.shape) < 0.1] = 0.0
+    scores[RNG.random(scores.shape) < 0.05] = -0.0
+    scores[RNG.random(scores.shape) < 0.02] = np.inf
+    scores[RNG.random(scores.shape) < 0.02] = -np.inf
+    if size:
+        scores[0] = -0.0  # every score equal: first position wins
+        scores[-1, :] = -np.inf
+    return scores.astype(dtype)
+
+
+# ---------------------------------------------------------------------------- (N, C) logits
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("num_classes", [1, 2, 3, 15, 16, 17, 40, 127, 128, 300])
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 300])
+def test_row_logits_equal_argmax(dtype, num_classes, size):
+    scores = tricky_scores(size, num_classes, dtype)
+    y_true = RNG.integers(0, num_classes, size)
+    weights = RNG.integers(0, 4, size)
+    expected = expected_from_predictions(y_true, np.argmax(scores, axis=1), num_classes, weights)
+    np.testing.assert_array_equal(counted(y_true, scores, num_classes, weights), expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("num_classes", [2, 10, 20, 200])
+def test_first_nan_score_is_reported_after_earlier_label_errors(dtype, num_classes):
+    size = 150
+    scores = RNG.normal(size=(size, num_classes)).astype(dtype)
+    scores[97, num_classes // 2] = np.nan
+    scores[120, 0] = np.nan
+    y_true = RNG.integers(0, num_classes, size)
+    out = np.zeros((num_classes, num_classes), np.int64)
+    batch = prepare_batch(y_true, scores, None, num_classes, 1)
+    with pytest.raises(ValueError, match=rf"holds NaN at position \(97, {num_classes // 2}\)"):
+        _dispatch.count_batch(out, batch, None)
+    assert not out.any()
+    y_true[90] = num_classes  # a bad label before the NaN row is reported first
+    batch = prepare_batch(y_true, scores, None, num_classes, 1)
+    with pytest.raises(ValueError, match=r"`y_true` holds label .* at position 90"):
+        _dispatch.count_batch(out, batch, None)
+    assert not out.any()
+
+
+def test_float16_scores_are_read_without_a_float32_copy():
+    scores = RNG.normal(size=(1000, 10)).astype(np.float16)
+    batch = prepare_batch(np.zeros(1000, int), scores, None, 10, 1)
+    assert np.shares_memory(batch.y_pred, scores)
+
+
+# ---------------------------------------------------------------------------- torch
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("num_classes", [2, 10, 17, 200])
+def test_bfloat16_logits_equal_torch_argmax(num_classes):
+    scores = torch.from_numpy(tricky_scores(300, num_classes, np.float32)).to(torch.bfloat16)
+    y_true = torch.from_numpy(RNG.integers(0, num_classes, 300))
+    predicted = torch.argmax(scores.float(), dim=1).numpy()  # exact: bf16 -> f32 is exact
+    acc = ConfusionAccumulator(num_classes).update(y_true, scores)
+    np.testing.assert_array_equal(acc.matrix,
+                                  expected_from_predictions(y_true, predicted, num_classes))
+
+
+def test_bfloat16_scores_are_read_without_a_copy_and_nan_is_found():
+    scores = torch.randn(100, 4).to(torch.bfloat16)
+    batch = prepare_batch(torch.zeros(100, dtype=torch.int64), scores, None, 4, 1)
+    assert batch.y_pred.dtype == np.int16
+    assert batch.y_pred.ctypes.data == scores.data_ptr()
+    scores[33, 2] = float("nan")
+    acc = ConfusionAccumulator(4)
+    with pytest.raises(ValueError, match=r"holds NaN at position \(33, 2\)"):
+        acc.update(torch.zeros(100, dtype=torch.int64), scores)
+    assert acc.num_samples == 0
+
+
+def test_bfloat16_and_float16_labels_and_segmentation_scores():
+    labels = torch.tensor([0, 1, 2, 2, 1], dtype=torch.bfloat16)
+    acc = ConfusionAccumulator(3).update(labels, labels.to(torch.float16))
+    np.testing.assert_array_equal(acc.matrix, np.diag([1, 2, 2]))
+    masks = torch.randint(0, 3, (2, 5, 6))
+    logits = torch.randn(2, 3, 5, 6).to(torch.bfloat16)
+    acc = ConfusionAccumulator(3).update(masks, logits)
+    expected = expected_from_predictions(masks.numpy().ravel(),
+                                         torch.argmax(logits.float(), 1).numpy().ravel(), 3)
+    np.testing.assert_array_equal(acc.matrix, expected)
+
+
+def test_tensors_that_track_gradients_are_read_without_a_copy():
+    logits = torch.randn(64, 5, requires_grad=True)
+    array = as_array(logits, "y_pred")
+    assert array.ctypes.data == logits.data_ptr()
+    acc = ConfusionAccumulator(5).update(torch.arange(64) % 5, logits)
+    expected = expected_from_predictions(np.arange(64) % 5, logits.detach().argmax(1).numpy(), 5)
+    np.testing.assert_array_equal(acc.matrix, expected)
+
+
+def test_non_contiguous_and_integer_tensors():
+    logits = torch.randn(10, 40)[:, ::4]  # (10, 10), strided
+    y_true = torch.arange(20, dtype=torch.int32)[::2] % 10
+    acc = ConfusionAccumulator(10).update(y_true, logits)
+    expected = expected_from_predictions(y_true.numpy(), logits.argmax(1).numpy(), 10)
+    np.testing.assert_array_equal(acc.matrix, expected)
+
+
+# ---------------------------------------------------------------------------- thresholds
+def threshold_inputs(dtype, size=500):
+    probabilities = RNG.random(size)
+    probabilities[:20] = 0.5  # exactly at the threshold: class 1
+    probabilities[20:30] = np.nextafter(0.5, 0)
+    return RNG.integers(0, 2, size), probabilities.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("threshold", [0.5, 0.1, 0.0, 1.0, 0.7071])
+@pytest.mark.parametrize("column", [False, True], ids=["(N,)", "(N, 1)"])
+def test_threshold_equals_scikit_learn(dtype, threshold, column):
+    y_true, scores = threshold_inputs(dtype)
+    predicted = (scores.astype(np.float64) >= threshold).astype(int)
+    expected = confusion_matrix(y_true, predicted, labels=[0, 1])
+    y_pred = scores[:, None] if column else scores
+    np.testing.assert_array_equal(counted(y_true, y_pred, 2, threshold=threshold), expected)
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.1, -0.0, 3.3e38, -1e-40, float("inf")])
+def test_bfloat16_threshold_compares_exact_values(threshold):
+    scores = torch.from_numpy(np.r_[RNG.normal(size=400), 0.0, -0.0, np.inf, -np.inf,
+                                    0.1, 0.5]).to(torch.bfloat16)
+    y_true = RNG.integers(0, 2, scores.shape[0])
+    predicted = (scores.float().numpy().astype(np.float64) >= threshold).astype(int)
+    expected = confusion_matrix(y_true, predicted, labels=[0, 1])
+    np.testing.assert_array_equal(counted(y_true, scores, 2, threshold=threshold), expected)
+
+
+def test_threshold_with_weights_ignore_index_and_logits():
+    y_true = np.array([0, 1, 1, 255, 0, 1])
+    logits = np.array([-1.0, 2.0, -0.5, 9.0, 0.0, 0.25], np.float32)
+    weights = np.array([1.0, 2.0, 0.5, 7.0, 4.0, 1.5])
+    got = counted(y_true, logits, 2, weights, ignore_index=255, threshold=0.0, integral=False)
+    expected = confusion_matrix(y_true[y_true != 255], (logits >= 0)[y_true != 255].astype(int),
+                                sample_weight=weights[y_true != 255])
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_threshold_rejects_nan_scores_and_keeps_labels_as_labels():
+    y_true, scores = threshold_inputs(np.float32, 300)
+    scores[271] = np.nan
+    out = np.zeros((2, 2), np.int64)
+    with pytest.raises(ValueError, match=r"`y_pred` \(scores\) holds NaN at position 271"):
+        _dispatch.count_batch(out, prepare_batch(y_true, scores, None, 2, 1, threshold=0.5), None)
+    assert not out.any()
+    # Integer predictions are labels even with a threshold.
+    np.testing.assert_array_equal(counted([0, 1, 1], np.array([1, 1, 0]), 2, threshold=0.5),
+                                  [[0, 1], [1, 1]])
+    # (N, 2) scores with a threshold still take the argmax.
+    np.testing.assert_array_equal(counted([0, 1], np.array([[0.9, 0.1], [0.2, 0.8]]), 2,
+                                          threshold=0.5), [[1, 0], [0, 1]])
+
+
+def test_threshold_argument_errors():
+    with pytest.raises(ValueError, match="`threshold` is NaN"):
+        prepare_batch([0], np.array([0.3]), None, 2, 1, threshold=float("nan"))
+    with pytest.raises(ValueError, match="`threshold` applies to binary tasks.*`num_classes` is 3"):
+        prepare_batch([0], np.array([0.3]), None, 3, 1, threshold=0.5)
+    with pytest.raises(TypeError, match="`threshold` must be a real number"):
+        prepare_batch([0], np.array([0.3]), None, 2, 1, threshold="0.5")
+
+
+def test_torch_probabilities_with_a_threshold():
+    y_true = torch.tensor([0, 1, 1, 0])
+    probabilities = torch.tensor([0.2, 0.6, 0.4, 0.5], requires_grad=True)
+    np.testing.assert_array_equal(counted(y_true, probabilities, 2, threshold=0.5),
+                                  [[1, 1], [1, 1]])
+    np.testing.assert_array_equal(
+        counted(y_true, probabilities.to(torch.float16), 2, threshold=0.5), [[1, 1], [1, 1]])
+
+
+# ---------------------------------------------------------------------------- mistakes
+def test_swapped_arguments_are_named():
+    logits = np.random.default_rng(0).normal(size=(8, 4))
+    labels = np.arange(8) % 4
+    with pytest.raises(ValueError, match=r"looks like scores.*swapped.*update\(y_true, y_pred\)"
+                                         r".*torchmetrics"):
+        ConfusionAccumulator(4).update(logits, labels)
+
+
+def test_probabilities_passed_as_y_true_are_named():
+    probabilities = np.array([0.1, 0.8, 0.35])
+    with pytest.raises(ValueError, match=r"`y_true` holds label 0.1 at position 0.*If `y_true` "
+                                         r"holds scores, the arguments are swapped"):
+        ConfusionAccumulator(2).update(probabilities, np.array([0, 1, 0]))
+
+
+def test_probabilities_without_a_threshold_point_to_threshold():
+    with pytest.raises(ValueError, match=r"`y_pred` holds label 0.8 .* give a `threshold`"):
+        ConfusionAccumulator(2).update(np.array([0, 1]), np.array([0.0, 0.8]))
+
+
+@pytest.mark.parametrize("shape", [(6, 3), (2, 3, 4)])
+def test_boolean_scores_are_rejected(shape):
+    scores = np.zeros(shape, dtype=bool)
+    labels = np.zeros(shape[:1] + shape[2:], dtype=int)
+    acc = ConfusionAccumulator(3)
+    with pytest.raises(TypeError, match="`y_pred` scores must be numbers, got a boolean array"):
+        acc.update(labels, scores)
+    assert acc.num_samples == 0
+
+
+def test_boolean_labels_are_still_labels():
+    acc = ConfusionAccumulator(2).update(np.array([True, False]), np.array([True, True]))
+    np.testing.assert_array_equal(acc.matrix, [[0, 1], [0, 1]])
+
+
+def test_numeric_object_weights_are_accepted_as_scikit_learn_does():
+    weights = np.array([1, 2.5, 3], dtype=object)
+    acc = ConfusionAccumulator(2, weighted=True).update([0, 1, 1], [0, 1, 0], weights)
+    np.testing.assert_array_equal(acc.matrix, confusion_matrix([0, 1, 1], [0, 1, 0],
+                                                               sample_weight=[1, 2.5, 3]))
+    exact = ConfusionAccumulator(2).update([0, 1], [0, 0], np.array([2**62, 1], dtype=object))
+    assert int(exact.matrix[0, 0]) == 2**62
+
+
+def test_non_numeric_object_weights_are_named_as_weights():
+    with pytest.raises(TypeError, match=r"`weights` must hold numbers, got dtype object with "
+                                        r"first value 'heavy'"):
+        ConfusionAccumulator(2).update([0, 1], [0, 1], np.array(["heavy", "light"], object))
