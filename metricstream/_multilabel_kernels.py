@@ -83,14 +83,14 @@ def _kernel(function):
 
 # ---------------------------------------------------------------------------- element helpers
 def _positive(v, threshold):  # pragma: no cover - replaced by the overload below
-    """1 if the prediction ``v`` is positive: the indicator itself, or ``score > threshold``."""
+    """1 if the prediction ``v`` is positive: the indicator itself, or ``score >= threshold``."""
 
 
 @overload(_positive, inline="always")
 def _positive_impl(v, threshold):
     if isinstance(v, types.Float):
         def from_score(v, threshold):
-            return np.int64(v > threshold)
+            return np.int64(v >= threshold)
 
         return from_score
 
@@ -129,7 +129,7 @@ def _native_positive(v, threshold):  # pragma: no cover - replaced by the overlo
 @overload(_native_positive, inline="always")
 def _native_positive_impl(v, threshold):
     if isinstance(v, types.Float):
-        return lambda v, threshold: np.uint8(v > threshold)
+        return lambda v, threshold: np.uint8(v >= threshold)
     return lambda v, threshold: v
 
 
@@ -292,7 +292,7 @@ def count_dense(y_true, y_pred, weights, threshold, flags, layout, labels, per_s
     """Count an (N, L) indicator truth against (N, L) indicators or scores.
 
     ``y_true`` is unsigned (a view of any integer or bool array); ``y_pred`` unsigned
-    indicators or float scores, positive when ``score > threshold``. ``weights`` holds one
+    indicators or float scores, positive when ``score >= threshold``. ``weights`` holds one
     weight per sample (of the state's dtype) when ``HAS_WEIGHTS``, else it is an empty int32
     array. Returns ``(status, row)``. Masking and co-occurrence live in their own kernels, so
     that this loop stays small enough to be optimised well (measured: 2.3x faster).

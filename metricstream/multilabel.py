@@ -10,8 +10,9 @@ Inputs (``update(y_true, y_pred, weights=None)``):
 * ``y_true``: an (N, L) 0/1 indicator matrix (bool or any integer width; float 0.0/1.0 is read
   with a copy), or :class:`LabelSets`;
 * ``y_pred``: an (N, L) 0/1 indicator matrix, or (N, L) float scores — probabilities or
-  logits — that are positive when ``score > threshold`` (``threshold`` is configured: 0.5 for
-  probabilities, 0.0 for logits, since ``sigmoid(x) > 0.5`` exactly when ``x > 0``). The
+  logits — that are positive when ``score >= threshold`` (``threshold`` is configured: 0.5 for
+  probabilities, 0.0 for logits, since ``sigmoid(x) >= 0.5`` exactly when ``x >= 0``; the
+  same rule as :class:`~metricstream.ConfusionAccumulator`'s binary ``threshold``). The
   comparison is fused into the counting kernel (no thresholded copy); or :class:`LabelSets`
   when ``y_true`` is;
 * label sets: :meth:`MultilabelAccumulator.update_sets` takes per-sample label lists, and
@@ -189,7 +190,7 @@ class MultilabelAccumulator(Accumulator):
     Args:
         num_labels: L, the number of labels.
         label_names: optional L unique names, used by ``classification_report``.
-        threshold: scores are positive when ``score > threshold`` (0.5 for probabilities; use
+        threshold: scores are positive when ``score >= threshold`` (0.5 for probabilities; use
             0.0 for logits).
         ignore_index: a true value marking "unknown" entries to leave out (see the module
             docstring); must not be 0 or 1.

@@ -220,3 +220,71 @@ def test_fbeta_limits_are_silent_as_sklearn(beta):
     # F-beta with a finite beta still warns where scikit-learn does
     with pytest.warns(UndefinedMetricWarning, match="F-score is ill-defined"):
         M.fbeta([[1, 0], [0, 0]], 2.0)
+
+
+# ---------------------------------------------------------------------------- end to end
+def _binary_stream(seed, n=300):
+    rng = np.random.default_rng(seed)
+    y_true = rng.integers(0, 2, n)
+    logits = rng.normal(size=n) + 1.2 * (2 * y_true - 1)
+    logits[:3] = 0.0  # exactly on the threshold: positive (score >= threshold)
+    probabilities = 1 / (1 + np.exp(-logits))
+    probabilities[:3] = 0.5
+    weights = rng.integers(0, 3, n)
+    weights[0] = 1
+    return y_true, logits, probabilities, weights
+
+
+END_TO_END = [
+    ("sigmoid (N,)", lambda p, x: p, 0.5),
+    ("sigmoid (N, 1)", lambda p, x: p[:, None], 0.5),
+    ("sigmoid float32 (N,)", lambda p, x: p.astype(np.float32), 0.5),
+    ("logits (N,)", lambda p, x: x, 0.0),
+    ("logits (N, 1)", lambda p, x: x[:, None], 0.0),
+]
+
+
+@pytest.mark.parametrize("pos_label", [0, 1])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("make, threshold", [c[1:] for c in END_TO_END],
+                         ids=[c[0] for c in END_TO_END])
+def test_binary_scores_end_to_end(make, threshold, weighted, pos_label):
+    from metricstream import ConfusionAccumulator
+
+    y_true, logits, probabilities, weights = _binary_stream(3)
+    scores = make(probabilities, logits)
+    y_hat = (np.asarray(scores).reshape(-1) >= threshold).astype(int)
+    w = weights if weighted else None
+    acc = ConfusionAccumulator(2, threshold=threshold)
+    for lo, hi in ((0, 100), (100, 101), (101, 300)):
+        acc.update(y_true[lo:hi], scores[lo:hi], None if w is None else w[lo:hi])
+    pairs = [
+        (acc.precision, skm.precision_score, {}),
+        (acc.recall, skm.recall_score, {}),
+        (acc.f1, skm.f1_score, {}),
+        (lambda **k: acc.fbeta(2.0, **k), skm.fbeta_score, {"beta": 2.0}),
+        (acc.jaccard, skm.jaccard_score, {}),
+    ]
+    for ours, theirs, options in pairs:
+        expected = theirs(y_true, y_hat, average="binary", pos_label=pos_label,
+                          sample_weight=w, **options)
+        value = ours(average="binary", pos_label=pos_label)
+        assert isinstance(value, float)
+        np.testing.assert_allclose(value, expected, **TOL)
+    np.testing.assert_array_equal(acc.confusion_matrix(),
+                                  skm.confusion_matrix(y_true, y_hat, sample_weight=w))
+    assert acc.accuracy() == pytest.approx(skm.accuracy_score(y_true, y_hat, sample_weight=w),
+                                           abs=1e-12)
+
+
+def test_binary_scores_need_a_threshold_and_two_classes():
+    from metricstream import ConfusionAccumulator
+
+    y_true, _, probabilities, _ = _binary_stream(4, 20)
+    with pytest.raises(ValueError, match="y_pred"):
+        ConfusionAccumulator(2).update(y_true, probabilities)
+    with pytest.raises(ValueError, match="`threshold` is for binary tasks"):
+        ConfusionAccumulator(3, threshold=0.5)
+    acc = ConfusionAccumulator(2, threshold=0.5).update(y_true, probabilities)
+    with pytest.raises(ValueError, match=r"`pos_label` is 2, but class indices must be in"):
+        acc.precision(average="binary", pos_label=2)

@@ -314,17 +314,18 @@ def test_scores_are_thresholded_in_the_kernel():
     rng = np.random.default_rng(11)
     y_true = rng.integers(0, 2, (80, 9))
     probabilities = rng.random((80, 9))
-    probabilities[0, 0] = 0.5  # exactly the threshold: not positive (score > threshold)
+    probabilities[0, 0] = 0.5  # exactly the threshold: positive (score >= threshold)
     logits = rng.normal(size=(80, 9))
     logits[1, 1] = 0.0
-    ref_p = MultilabelAccumulator(9).update(y_true, (probabilities > 0.5).astype(np.int8))
-    ref_l = MultilabelAccumulator(9, threshold=0.0).update(y_true, (logits > 0).astype(np.int8))
+    ref_p = MultilabelAccumulator(9).update(y_true, (probabilities >= 0.5).astype(np.int8))
+    ref_l = MultilabelAccumulator(9, threshold=0.0).update(y_true,
+                                                           (logits >= 0).astype(np.int8))
     assert MultilabelAccumulator(9).update(y_true, probabilities) == ref_p
     assert MultilabelAccumulator(9).update(y_true, probabilities.astype(np.float32)) == ref_p
     assert MultilabelAccumulator(9, threshold=0.0).update(y_true, logits) == ref_l
     assert MultilabelAccumulator(9, threshold=0.0).update(
         y_true, logits.astype(np.float16)) == MultilabelAccumulator(9, threshold=0.0).update(
-        y_true, (logits.astype(np.float16) > 0).astype(np.int8))
+        y_true, (logits.astype(np.float16) >= 0).astype(np.int8))
 
 
 @pytest.mark.parametrize("dtype", [bool, np.uint8, np.int8, np.int16, np.uint16, np.int32,
@@ -346,7 +347,7 @@ def test_torch_tensors():
     acc = MultilabelAccumulator(7, threshold=0.0).update(torch.from_numpy(y_true),
                                                          torch.from_numpy(logits))
     assert acc == MultilabelAccumulator(7, threshold=0.0).update(
-        y_true, (logits > 0).astype(np.uint8))
+        y_true, (logits >= 0).astype(np.uint8))
     acc = MultilabelAccumulator(7).update(torch.from_numpy(y_true).bool(),
                                           torch.sigmoid(torch.from_numpy(logits)))
     assert acc.num_samples == len(y_true)
