@@ -107,8 +107,15 @@ def _pred_bits(v):  # pragma: no cover - replaced by the overload below
 @overload(_pred_bits, inline="always")
 def _pred_bits_impl(v):
     if isinstance(v, types.Float):
-        return lambda v: np.uint8(2) if v != v else np.uint8(0)
-    return lambda v: v
+        def score_bits(v):
+            return np.uint8(v != v) * np.uint8(2)  # NaN; branch-free (vectorises)
+
+        return score_bits
+
+    def indicator_bits(v):
+        return v
+
+    return indicator_bits
 
 
 def _bits_zero(v):  # pragma: no cover - replaced by the overload below
@@ -141,7 +148,7 @@ def _pred_flag(v):  # pragma: no cover - replaced by the overload below
 def _pred_flag_impl(v):
     if isinstance(v, types.Float):
         def score_flag(v):
-            return np.uint64(2) if v != v else np.uint64(0)  # NaN
+            return np.uint64(v != v) * np.uint64(2)  # NaN
 
         return score_flag
 
