@@ -8,6 +8,9 @@ Run from the repository root (torch/torchmetrics and scikit-learn for the compar
 
 Cases (times are medians of interleaved rounds, ratios from the same run):
 
+Single updates are timed call by call, the candidates taking turns, and the median call is
+reported (see ``single_calls``: on a loaded shared machine block means measure the scheduler).
+
 * ``update``: one update of 256x10 float32 probabilities (every state at once: ROC/PR
   histograms, top-k ranks, calibration, Brier and log loss) against torchmetrics'
   ``MulticlassAUROC(thresholds=100).update``, ``MulticlassAccuracy(top_k=5)`` and
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 import tracemalloc
 import warnings
 from collections.abc import Callable
@@ -237,6 +241,9 @@ def bench_update(classes: int, repeats: int) -> dict[str, float]:
     import torch
     from torchmetrics import classification as tmc
 
+    # One thread each: metricstream counts on one, and torch's idle pool threads would
+    # otherwise spin on this shared 2-core machine and slow every candidate down.
+    torch.set_num_threads(1)
     y, scores = _batch(256, classes)
     acc = ScoreAccumulator("multiclass", classes)
     acc.update(y, scores)
@@ -248,7 +255,8 @@ def bench_update(classes: int, repeats: int) -> dict[str, float]:
         onehot = np.eye(classes)[y]
         present = onehot.sum(axis=0) > 0
         reference = metrics.roc_auc_score(onehot[:, present], scores[:, present])
-        assert abs(check.auroc("macro") - reference) < 1e-4, "AUROC differs from scikit-learn"
+        bound = check.auroc("macro", with_bound=True)
+        assert bound.lower <= reference <= bound.upper, "AUROC outside its bound"
     ty, ts = torch.from_numpy(y), torch.from_numpy(scores)
     auroc100 = tmc.MulticlassAUROC(classes, thresholds=100)
     candidates: dict[str, Callable[[], object]] = {
@@ -262,8 +270,49 @@ def bench_update(classes: int, repeats: int) -> dict[str, float]:
         candidates["torchmetrics MulticlassCalibrationError"] = (
             lambda: calibration.update(ts, ty))
     with torch.inference_mode():
-        result = interleaved(candidates, repeats, min_sample=0.02)
+        result = single_calls(candidates, calls=200 * repeats)
+        result["metricstream update, cold cache"] = cold_update(lambda: acc.update(y, scores),
+                                                                calls=20 * repeats)
+        result["torchmetrics MulticlassAUROC(thresholds=100), cold cache"] = cold_update(
+            lambda: auroc100.update(ts, ty), calls=20 * repeats)
     return result
+
+
+def single_calls(candidates: dict[str, Callable[[], object]], calls: int,
+                 block: int = 100) -> dict[str, float]:
+    """Median seconds of single calls, each candidate called ``block`` times in a row, the
+    candidates taking turns block by block.
+
+    On this shared machine (load average 7-9 on 2 cores) a process is descheduled for
+    milliseconds now and then: the mean over a block of 15 us calls came out 57 us while
+    the median single call was 15 us (p99 35 us). Medians of single calls measure the work.
+    Calls in a row keep each candidate's state in cache, as in a loop that only updates
+    metrics; a training step between updates evicts it (see ``cold`` in the output).
+    """
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    for function in candidates.values():
+        function()
+    clock = time.perf_counter
+    for _ in range(max(1, calls // block)):
+        for name, function in candidates.items():
+            for _ in range(block):
+                start = clock()
+                function()
+                samples[name].append(clock() - start)
+    return {name: float(np.median(values)) for name, values in samples.items()}
+
+
+def cold_update(update: Callable[[], object], calls: int = 200) -> float:
+    """Median update after 64 MiB of other memory traffic (a stand-in for a training step)."""
+    junk = np.ones(8 << 20)
+    clock = time.perf_counter
+    times = []
+    for _ in range(calls):
+        junk += 1.0
+        start = clock()
+        update()
+        times.append(clock() - start)
+    return float(np.median(times))
 
 
 def bench_large(repeats: int, rows: int = 1_000_000, classes: int = 10) -> dict[str, float]:

@@ -45,6 +45,9 @@ CurveAverage = Literal["macro", "weighted", "micro"] | None
 Criterion = Literal["f1", "youden"]
 
 _AVERAGES = (None, "macro", "weighted", "micro")
+# Added to the half-width of inexact intervals: the value and the exact result are both sums
+# rounded in float64, which may differ by a few units in the last place.
+_SLACK = 1e-13
 
 
 class Bounded(NamedTuple):
@@ -212,10 +215,12 @@ def _auroc_parts(pos: np.ndarray, neg: np.ndarray, exact: np.ndarray
     area = (pos * (below + 0.5 * neg)).sum(axis=-1)
     pairs = positives * negatives
     # Pairs tied in a bin count 1/2; in the raw data each is 0, 1/2 or 1.
+    # (plus a little slack for the rounding of the two sums, so the interval holds in floats)
     tied = np.where(exact, 0.0, (pos * neg).sum(axis=-1) * 0.5)
     with np.errstate(divide="ignore", invalid="ignore"):
         auc = np.where(pairs > 0, area / np.where(pairs > 0, pairs, 1.0), np.nan)
         half = np.where(pairs > 0, tied / np.where(pairs > 0, pairs, 1.0), np.nan)
+    half = np.where(exact, half, half + _SLACK)
     return auc, half, positives, negatives
 
 
@@ -290,8 +295,8 @@ def _ap_parts(pos: np.ndarray, neg: np.ndarray, exact: np.ndarray
                                                                                    1.0)), 0.0)
     worst = (pos_d - loss).sum(axis=-1)
     exact2 = exact if pos.ndim == 2 else exact[0]
-    best = np.where(exact2, steps, best)
-    worst = np.where(exact2, steps, np.minimum(worst, steps))
+    best = np.where(exact2, steps, best + _SLACK * positives)
+    worst = np.where(exact2, steps, np.minimum(worst, steps) - _SLACK * positives)
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = np.where(positives > 0, 1.0 / np.where(positives > 0, positives, 1.0), 0.0)
     return steps * scale, worst * scale, best * scale, positives
@@ -462,7 +467,7 @@ def operating_point(positives: object, negatives: object, bin_values: object, ta
     best, threshold = _select(value, feasible, tie, thresholds)
     upper = best
     if not flags[0] and inner_ok.any():
-        upper = max(best, float(inner[inner_ok].max()))
+        upper = max(best, float(inner[inner_ok].max())) + _SLACK
     return OperatingPoint(best, threshold), Bounded(best, best, upper)
 
 
