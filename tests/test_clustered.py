@@ -411,3 +411,22 @@ def test_interleaved_cluster_ids(shuffle: bool, weighted: bool) -> None:
     acc.update(y_true, y_pred, weights, cluster_ids=clusters)
     np.testing.assert_allclose(acc.replicates, _expected_replicates(
         y_true, y_pred, clusters, 8, 11, weights=weights), rtol=1e-12)
+
+
+def test_save_load_and_groups(tmp_path) -> None:
+    y_true, y_pred, clusters = _data(18)
+    acc = BootstrapConfusionAccumulator(K, n_replicates=5, seed=1, class_names=list("abcd"),
+                                        ignore_index=255)
+    acc.update(y_true, y_pred, cluster_ids=clusters)
+    path = acc.save(tmp_path / "boot.msacc")
+    assert BootstrapConfusionAccumulator.load(path) == acc
+    with pytest.raises(ValueError, match="holds a BootstrapConfusionAccumulator, not a "
+                                         "ConfusionAccumulator"):
+        ConfusionAccumulator.from_bytes(acc.to_bytes())
+    group = AccumulatorGroup(boot=acc, plain=ConfusionAccumulator(K, list("abcd"), 255))
+    restored = AccumulatorGroup.from_bytes(group.to_bytes())
+    assert restored["boot"] == acc
+    blob = bytearray(acc.to_bytes())
+    blob[-7] ^= 1
+    with pytest.raises(ValueError, match="checksum"):
+        BootstrapConfusionAccumulator.from_bytes(bytes(blob))
