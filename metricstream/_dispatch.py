@@ -99,8 +99,8 @@ def _get_pool_locked() -> ThreadPoolExecutor:
 # larger than any rounding of those float sums; only a batch that could pass a limit takes the
 # exact path (``_count_exact``).
 _INT64_MAX = 2**63 - 1
-_INT_LIMIT = 2.0**63 * (1.0 - 2.0**-16)
-_FLOAT_LIMIT = 1e308
+_INT_LIMIT = _kernels.INT_TOTAL_LIMIT
+_FLOAT_LIMIT = _kernels.FLOAT_TOTAL_LIMIT
 
 
 def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None,
@@ -113,12 +113,13 @@ def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None,
 
     ``total`` is the current sum of ``out`` or any upper bound of it. Keep the value this
     function returns (an upper bound of the new sum, exact after a near-overflow batch) and pass
-    it to the next call: the overflow check is then O(1). When ``total`` is None it is computed
-    here, which costs O(K²) per call (a K=1000 matrix: about 0.5 ms).
+    it to the next call: the overflow check is then O(1). When ``total`` is None (or NaN) the
+    kernel sums ``out`` before counting, O(K²) per call (a K=1000 matrix: about 0.5 ms), and
+    NaN is returned.
     """
     if total is None:
-        total = _kernels.matrix_total(out)
-    exact = _count_checked(out, batch, ignore_index, float(total))
+        total = np.nan
+    exact = _count_checked(out, batch, ignore_index, total)
     if exact is not None:
         return exact
     if batch.weights is None:
@@ -161,6 +162,10 @@ def _count_checked(out: np.ndarray, batch: Batch, ignore_index: int | None,
 
     if work >= PARALLEL_MIN_LABELS and _num_threads > 1 and \
             size >= PARALLEL_MIN_LABELS_PER_CELL * out.size:
+        if headroom != headroom:  # unknown total: O(K²) is small next to this batch
+            headroom = (_INT_LIMIT if integral else _FLOAT_LIMIT) - _kernels.matrix_total(out)
+            if weights is None and size > headroom:
+                return _count_exact(out, batch, flags, ignore, ignore_index)
         return _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ignore,
                                batch, ignore_index, headroom)
 

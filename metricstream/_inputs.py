@@ -55,8 +55,30 @@ def as_array(value: Any, name: str) -> np.ndarray:
     return array
 
 
+# ``torch.Tensor`` and ``torch.bfloat16``, learnt from the first tensor seen (metricstream never
+# imports torch itself), for the training-loop fast path of ``prepare_batch``.
+_tensor_type: list[Any] = [None, None]
+
+
+def _tensor_values(value: Any) -> Any:
+    """A CPU ``torch.Tensor`` as the ndarray sharing its memory (``Tensor.numpy()``, through
+    ``detach()`` for tensors that track gradients); anything else is returned as it is."""
+    if value.dtype is _tensor_type[1]:
+        return value  # bfloat16: numpy has no such dtype; the general path reads the bits
+    if value.requires_grad:
+        value = value.detach()
+    try:
+        return value.numpy()
+    except (TypeError, RuntimeError):
+        return value  # another device, a conjugate view...: the general path explains
+
+
 def _torch_tensor_array(value: Any, name: str) -> tuple[np.ndarray, int] | None:
     """A CPU torch tensor as an ndarray sharing its memory, or None to take the generic path."""
+    if _tensor_type[0] is None and type(value).__name__ == "Tensor":
+        torch = sys.modules.get("torch")
+        if torch is not None and type(value) is torch.Tensor:
+            _tensor_type[:] = [torch.Tensor, torch.bfloat16]
     if value.requires_grad:
         value = value.detach()  # shares memory; the values are what we need
     torch = sys.modules.get("torch")
@@ -202,7 +224,15 @@ def prepare_batch(
     integer ``y_pred`` is still read as labels.
     """
     # Fast paths for the training-loop cases: 1-D numpy labels, and (N, C) logits next to 1-D
-    # labels, that need no conversion (the general path below costs about 1 µs more).
+    # labels, that need no conversion (the general path below costs about 1 µs more). CPU
+    # tensors become ndarrays first (``Tensor.numpy()`` is the cheapest way: 0.7 µs per tensor,
+    # ``np.from_dlpack`` about 1.5 µs).
+    tensor = _tensor_type[0]
+    if tensor is not None:
+        if type(y_true) is tensor:
+            y_true = _tensor_values(y_true)
+        if type(y_pred) is tensor:
+            y_pred = _tensor_values(y_pred)
     if weights is None and type(y_true) is np.ndarray and type(y_pred) is np.ndarray \
             and y_true.ndim == 1 and y_true.dtype.kind in "iu" and y_true.dtype.isnative:
         if (y_pred.shape == y_true.shape and y_pred.dtype.kind in "iu"

@@ -26,8 +26,9 @@ the argument count, which matters for 256-label training-loop batches) and ``hea
 * ``headroom`` bounds the total weight one call may add (the caller's distance from int64
   overflow or from float64 infinity, see ``_dispatch``). A weighted call sums its weights as it
   validates them and stops with ``OVER_BOUND`` before counting a block that would pass the bound;
-  the caller then takes an exact, slower path. Unweighted calls are bounded by their length,
-  which the caller checks before calling.
+  the caller then takes an exact, slower path. Unweighted calls are bounded by their length.
+  A NaN ``headroom`` means "unknown": the kernel sums ``out`` first (O(K²), no extra dispatch,
+  which is what a small-K training-loop update without a tracked total can afford).
 
 How the label kernel is fast (measured on a 2-core AMD EPYC, see ``benchmarks/``):
 
@@ -106,6 +107,11 @@ SCORE_TILE = 256
 # 2.0 -> 1.3 ms, (256, 1000) 82 -> 63 µs.
 TILE_MAX_CLASSES = 16
 ROW_TILE = 64
+
+# Limits of a matrix's total (see ``_dispatch``): int64 below 2^63 with a 2^-16 margin that
+# covers the rounding of float bounds; float64 finite.
+INT_TOTAL_LIMIT = 2.0**63 * (1.0 - 2.0**-16)
+FLOAT_TOTAL_LIMIT = 1e308
 
 # Integral weights are converted to int64; larger values cannot be represented exactly.
 MAX_INTEGRAL_WEIGHT = 9.2e18
@@ -264,6 +270,9 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
     position = stop
     counted = stop
     weight_total = 0.0
+    headroom = _resolve_headroom(out, headroom, integral)
+    if weights is None and stop - start > headroom:
+        return OVER_BOUND, start, start
     per_weight = _per_weight_bound(headroom, stop - start)
     for lo in range(start, stop, block):
         hi = min(lo + block, stop)
@@ -417,6 +426,19 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
 
 
 # ---------------------------------------------------------------------------- weight bounds
+@njit(inline="always")
+def _resolve_headroom(out, headroom, integral):
+    """``headroom``, or when it is NaN, the distance of ``out``'s total from the limit."""
+    if headroom == headroom:
+        return headroom
+    flat = out.reshape(-1)
+    total = 0.0
+    for i in range(flat.size):
+        total += np.float64(flat[i])
+    total *= 1.0 + flat.size * 2.3e-16
+    return (INT_TOTAL_LIMIT if integral else FLOAT_TOTAL_LIMIT) - total
+
+
 @njit(inline="always")
 def _per_weight_bound(headroom, length):
     """Half the headroom spread over the call: blocks whose weights all stay below it need no
@@ -596,6 +618,14 @@ def _make_tile_argmax(key):
         width = block.shape[0]
         num_scores = block.shape[1]
         nan_seen = False
+        if num_scores == 2:
+            # Two columns: one compare per row (the second wins only when strictly larger).
+            for j in range(width):
+                a = block[j, 0]
+                b = block[j, 1]
+                nan_seen |= _score_nan(a, inf_key) | _score_nan(b, inf_key)
+                classes[j] = np.int32(key(b) > key(a))
+            return nan_seen
         # Rows in, columns out: sequential reads of the scores.
         for j in range(width):
             row = block[j]
@@ -683,6 +713,9 @@ def count_argmax_rows(y_true, scores, weights, out, start, stop, sign, flags, ig
     has_ignore = (flags & HAS_IGNORE) != 0
     integral = (flags & INTEGRAL) != 0
     inf_key = _inf_key(flags)
+    headroom = _resolve_headroom(out, headroom, integral)
+    if weights is None and stop - start > headroom:
+        return OVER_BOUND, start, start
     per_weight = _per_weight_bound(headroom, stop - start)
     weight_total = 0.0
     key_dtype = _key_dtype(scores)
@@ -761,6 +794,9 @@ def count_argmax(y_true, scores, weights, out, start, stop, sign, flags, ignore_
     commit = (flags & COMMIT) != 0
     has_ignore = (flags & HAS_IGNORE) != 0
     integral = (flags & INTEGRAL) != 0
+    headroom = _resolve_headroom(out, headroom, integral)
+    if weights is None and stop - start > headroom:
+        return OVER_BOUND, start, start
     best_value = np.empty(SCORE_TILE, dtype=scores.dtype)
     best_class = np.empty(SCORE_TILE, dtype=np.int32)
     weight_total = 0.0
@@ -851,6 +887,9 @@ def count_threshold(y_true, scores, weights, out, start, stop, sign, flags, igno
     has_ignore = (flags & HAS_IGNORE) != 0
     integral = (flags & INTEGRAL) != 0
     inf_key = _inf_key(flags)
+    headroom = _resolve_headroom(out, headroom, integral)
+    if weights is None and stop - start > headroom:
+        return OVER_BOUND, start, start
     per_weight = _per_weight_bound(headroom, stop - start)
     weight_total = 0.0
     for lo in range(start, stop, BLOCK):
