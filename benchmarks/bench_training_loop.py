@@ -51,8 +51,10 @@ def _have_torch() -> bool:
     return True
 
 
-def _matrix_of(update: Callable[[ConfusionAccumulator], object], k: int) -> np.ndarray | None:
-    acc = ConfusionAccumulator(k)
+def _matrix_of(update: Callable[[ConfusionAccumulator], object], k: int,
+               make: Callable[[int], ConfusionAccumulator] = ConfusionAccumulator,
+               ) -> np.ndarray | None:
+    acc = make(k)
     try:
         update(acc)
     except (TypeError, ValueError) as error:
@@ -61,32 +63,18 @@ def _matrix_of(update: Callable[[ConfusionAccumulator], object], k: int) -> np.n
     return acc.matrix.copy()
 
 
-def _threshold_update() -> Callable[..., object] | None:
-    """``acc.update(y, p, threshold=0.5)``, or the same through the input layer and kernel
-    dispatch when the accumulator does not take ``threshold=`` yet; None if neither does."""
+def _threshold_accumulator(k: int) -> ConfusionAccumulator:
+    """A binary accumulator predicting class 1 where the score is >= 0.5."""
+    return ConfusionAccumulator(k, threshold=0.5)  # type: ignore[call-arg]
+
+
+def _threshold_supported() -> bool:
     try:
-        ConfusionAccumulator(2).update(np.zeros(1, np.int64), np.zeros(1, np.float32),
-                                       threshold=0.5)
+        _threshold_accumulator(2).update(np.zeros(1, np.int64), np.zeros(1, np.float32))
     except TypeError:
-        pass
-    else:
-        return lambda acc, y, p: acc.update(y, p, threshold=0.5)
-    from metricstream import _dispatch, _inputs
-
-    try:
-        _inputs.prepare_batch(np.zeros(1, np.int64), np.zeros(1, np.float32), None, 2, 1,
-                              threshold=0.5)
-    except TypeError:
-        print("    unsupported: threshold=", file=sys.stderr)
-        return None
-    print("    threshold through prepare_batch + count_batch (update has no threshold=)",
-          file=sys.stderr)
-
-    def update(acc: ConfusionAccumulator, y: object, p: object) -> None:
-        batch = _inputs.prepare_batch(y, p, None, 2, 1, threshold=0.5)
-        _dispatch.count_batch(acc._matrix, batch, None)  # noqa: SLF001
-
-    return update
+        print("    unsupported: ConfusionAccumulator(threshold=)", file=sys.stderr)
+        return False
+    return True
 
 
 def _case(n: int, k: int, rng: np.random.Generator, torch_ok: bool) -> tuple[dict, dict]:
@@ -106,13 +94,14 @@ def _case(n: int, k: int, rng: np.random.Generator, torch_ok: bool) -> tuple[dic
     checks: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
 
     def add(name: str, update: Callable[[ConfusionAccumulator], object],
-            expected: np.ndarray) -> None:
-        got = _matrix_of(update, k)
+            expected: np.ndarray,
+            make: Callable[[int], ConfusionAccumulator] = ConfusionAccumulator) -> None:
+        got = _matrix_of(update, k, make)
         if got is None:
             return
         if not np.array_equal(got, expected):
             raise AssertionError(f"N={n} C={k}: {name} gives a different matrix")
-        acc = ConfusionAccumulator(k)
+        acc = make(k)
         functions[name] = lambda: update(acc)
         checks[name] = (expected, got)
 
@@ -126,10 +115,10 @@ def _case(n: int, k: int, rng: np.random.Generator, torch_ok: bool) -> tuple[dic
         probabilities = (1.0 / (1.0 + np.exp(-(logits[:, 1] - logits[:, 0])))).astype(np.float32)
         hard = (probabilities >= 0.5).astype(np.int64)
         expected_binary = np.bincount(2 * y_true + hard, minlength=4).reshape(2, 2)
-        threshold_update = _threshold_update()
-        if threshold_update is not None:
-            add("probs f32 numpy", lambda a: threshold_update(a, y_true, probabilities),
-                expected_binary)
+        threshold_ok = _threshold_supported()
+        if threshold_ok:
+            add("probs f32 numpy", lambda a: a.update(y_true, probabilities), expected_binary,
+                _threshold_accumulator)
         functions["(p >= 0.5) + update"] = lambda: two_step.update(y_true, probabilities >= 0.5)
 
     if torch_ok:
@@ -150,9 +139,9 @@ def _case(n: int, k: int, rng: np.random.Generator, torch_ok: bool) -> tuple[dic
             t_true, torch.argmax(t_bf16, 1))
         if k == 2:
             t_probs = torch.from_numpy(probabilities)
-            if threshold_update is not None:
-                add("probs f32 torch", lambda a: threshold_update(a, t_true, t_probs),
-                    expected_binary)
+            if threshold_ok:
+                add("probs f32 torch", lambda a: a.update(t_true, t_probs), expected_binary,
+                    _threshold_accumulator)
         try:
             from torchmetrics.classification import MulticlassConfusionMatrix
         except ImportError:
@@ -186,7 +175,7 @@ def sweep(quick: bool, sizes: list[int], classes: list[int]) -> dict[str, dict[s
             functions, _ = _case(n, k, rng, torch_ok)
             work = n * k
             if work <= 100_000:
-                repeats, min_sample = (5, 0.002) if quick else (7, 0.005)
+                repeats, min_sample = (5, 0.002) if quick else (9, 0.01)
             else:
                 repeats, min_sample = (3, 0.0) if quick or work >= 10_000_000 else (5, 0.0)
             times = interleaved(functions, repeats, min_sample=min_sample)
