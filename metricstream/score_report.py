@@ -7,7 +7,9 @@ order: one per class; a single column is the positive class of a binary task) an
 column, chunk by chunk with bounded memory, from any file ``metricstream report`` reads
 (CSV/TSV, Parquet). For a ``.npz`` archive the pattern names one member holding an ``(N, C)``
 or ``(B, C, H, W)`` score array. Truth labels are class indices, or names: the part of each
-score column's name that the pattern's ``*`` matched (``p_cat`` is class ``cat``).
+score column's name that the pattern's ``*`` matched (``p_cat`` is class ``cat``). Scores read
+from text are counted as float32 (9 significant digits read back bit-exactly); binary files keep
+their float type.
 """
 
 from __future__ import annotations
@@ -177,8 +179,11 @@ def score_summary(
     rows = 0
     for chunk in src.read(selected, kinds):
         labels = _labels(chunk.columns[truth], names, ignore, path, truth, chunk.start)
-        matrix = np.column_stack([np.asarray(chunk.columns[c], dtype=np.float64)
-                                  for c in columns])
+        # Scores from text are counted as float32 (what a model wrote; 9 significant digits
+        # read back bit-exactly), binary columns in their own float type.
+        dtype = np.float32 if src.text or all(
+            np.asarray(chunk.columns[c]).dtype == np.float32 for c in columns) else np.float64
+        matrix = np.column_stack([np.asarray(chunk.columns[c], dtype=dtype) for c in columns])
         values = matrix[:, 0] if acc.task == "binary" else matrix
         weights = None if weight is None else np.asarray(chunk.columns[weight], np.float64)
         _update(acc, labels, values, weights, path, chunk.start)
@@ -244,9 +249,9 @@ def _update(acc: ScoreAccumulator, labels: np.ndarray, values: np.ndarray,
     try:
         acc.update(labels, values, weights)
     except ValueError as error:
-        message = str(error)
-        # Positions in the chunk become 1-based rows of the file.
-        raise InputError(f"{path}: {message} (rows counted from {start + 1}).") from None
+        sample = getattr(error, "sample", None)
+        where = "" if sample is None else f"row {start + sample + 1}: "
+        raise InputError(f"{path}: {where}{error}") from None
 
 
 def _read_npz(path: Path, member: str, truth: str | None, weight: str | None, logits: bool,

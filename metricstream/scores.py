@@ -431,7 +431,10 @@ class ScoreAccumulator(Accumulator):
             self._shift, start, stop, chunk, sign, flags, ignore, batch.eps)
 
     def _error(self, status: int, position: int, batch: _Batch) -> ValueError:
+        """The error for a kernel's status; ``error.sample`` is the flat index of the sample
+        (row of the flattened labels), for readers that report file rows."""
         classes = batch.scores.shape[1]
+        row = position
         if status == _k.BAD_SCORE or (status == _k.BAD_TRUE and self._task != "multiclass"):
             row, column = divmod(position, classes)
             sample = _unravel(row, batch.sample_shape)
@@ -441,32 +444,33 @@ class ScoreAccumulator(Accumulator):
                 where = sample[:batch.class_axis] + (column,) + sample[batch.class_axis:]
             shown = where[0] if len(where) == 1 else where
             if status == _k.BAD_TRUE:
-                value = batch.y[row, column].item()
-                return ValueError(
-                    f"`y_true` holds {value!r} at position {shown}, but targets must be 0 or 1"
-                    + (f" (or `ignore_index` {self._ignore_index})"
-                       if self._ignore_index is not None else "") + "."
-                )
-            value = batch.scores[row, column].item()
-            if self._logits:
-                rule = "logits must not be NaN or +inf"
+                message = (f"`y_true` holds {_show(batch.y[row, column])} at position {shown}, "
+                           f"but targets must be 0 or 1")
+                if self._ignore_index is not None:
+                    message += f" (or `ignore_index` {self._ignore_index})"
+                error = ValueError(message + ".")
             else:
-                rule = ("probabilities must lie in [0, 1]; create the accumulator with "
-                        "`logits=True` for logits or other unbounded scores")
-            return ValueError(f"`y_pred` (scores) holds {value!r} at position {shown}, but "
-                              f"{rule}.")
-        sample = _unravel(position, batch.sample_shape)
-        shown = sample[0] if len(sample) == 1 else sample
-        if status == _k.BAD_ROW:
-            return ValueError(
-                f"`y_pred` (logits) at position {shown} are all -inf: the softmax of that "
-                f"sample is undefined."
-            )
-        value = batch.y[position].item()
-        allowed = f"labels must be integers in [0, {classes})"
-        if self._ignore_index is not None:
-            allowed += f" or equal `ignore_index` ({self._ignore_index})"
-        return ValueError(f"`y_true` holds label {value!r} at position {shown}, but {allowed}.")
+                if self._logits:
+                    rule = "logits must not be NaN or +inf"
+                else:
+                    rule = ("probabilities must lie in [0, 1]; create the accumulator with "
+                            "`logits=True` for logits or other unbounded scores")
+                error = ValueError(f"`y_pred` (scores) holds {_show(batch.scores[row, column])} "
+                                   f"at position {shown}, but {rule}.")
+        else:
+            sample = _unravel(position, batch.sample_shape)
+            shown = sample[0] if len(sample) == 1 else sample
+            if status == _k.BAD_ROW:
+                error = ValueError(f"`y_pred` (logits) at position {shown} are all -inf: the "
+                                   f"softmax of that sample is undefined.")
+            else:
+                allowed = f"labels must be integers in [0, {classes})"
+                if self._ignore_index is not None:
+                    allowed += f" or equal `ignore_index` ({self._ignore_index})"
+                error = ValueError(f"`y_true` holds label {_show(batch.y[position])} at "
+                                   f"position {shown}, but {allowed}.")
+        error.sample = row  # type: ignore[attr-defined]
+        return error
 
     # ------------------------------------------------------------------ curves and areas
     def _hist(self, snap: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -785,6 +789,11 @@ def _bin_values(shift: int, thresholds: np.ndarray | None, logits: bool) -> np.n
     # Bin 1 holds the smallest positive floats (0 has bin 0): its smallest is its value.
     values[1] = float(np.nextafter(np.float32(0), np.float32(1)))
     return values
+
+
+def _show(value: np.generic) -> str:
+    """A value as its dtype prints it (float32 1.8, not 1.7999999523162842)."""
+    return str(value) if isinstance(value, np.floating) else repr(value.item())
 
 
 def _unravel(index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
