@@ -406,19 +406,47 @@ def count_cooccurrence(y_true, weights, flags, cooc):
 
 @njit(inline="always")
 def _commit_samples(sums, weights, weighted, layout, per_sample):
+    """Add the per-sample statistics of a validated batch (row sums in ``sums``)."""
     n = sums.shape[0]
     judged_weight = per_sample[0] * 0
     total_weight = per_sample[0] * 0
     zero_weight = 0
-    for i in range(n):
-        w = weights[i] if weighted else 1
-        total_weight += w
-        if sums[i, 3]:
-            judged_weight += w
-            if w == 0:
-                zero_weight += 1
-            else:
-                _add_sample(per_sample, layout, w, sums[i, 0], sums[i, 1], sums[i, 2])
+    # The column offsets, hoisted out of the per-sample loop.
+    card_true = layout[0]
+    card_pred = layout[1]
+    by_pred = layout[2]
+    by_true = layout[3]
+    by_union = layout[4]
+    num_betas = (layout.shape[0] - 6) // 3
+    if weighted or num_betas != 1 or layout[6] != 1 or layout[7] != 1:
+        for i in range(n):
+            w = weights[i] if weighted else 1
+            total_weight += w
+            if sums[i, 3]:
+                judged_weight += w
+                if w == 0:
+                    zero_weight += 1
+                else:
+                    _add_sample(per_sample, layout, w, sums[i, 0], sums[i, 1], sums[i, 2])
+    else:
+        # Unweighted with F1 only (the default): no inner loop over betas.
+        by_f1 = layout[8]
+        for i in range(n):
+            tps = sums[i, 0]
+            aps = sums[i, 1]
+            pps = sums[i, 2]
+            total_weight += 1
+            if sums[i, 3]:
+                judged_weight += 1
+                union = aps + pps - tps
+                per_sample[EXACT] += (tps == aps) & (tps == pps)
+                per_sample[NEITHER] += union == 0
+                per_sample[card_true + aps] += 1
+                per_sample[card_pred + pps] += 1
+                per_sample[by_pred + pps] += tps
+                per_sample[by_true + aps] += tps
+                per_sample[by_union + union] += tps
+                per_sample[by_f1 + aps + pps] += tps
     per_sample[ROWS] += total_weight
     per_sample[JUDGED] += judged_weight
     per_sample[ZERO_WEIGHT] += zero_weight
