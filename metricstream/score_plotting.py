@@ -87,7 +87,7 @@ def plot_roc(acc: ScoreAccumulator, ax: Any = None, *, labels: Sequence[int] | N
     ax = _axes(ax)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # undefined classes are drawn as NaN (nothing)
-        per_class = np.atleast_1d(acc.auroc(None))
+        per_class = np.atleast_1d(np.asarray(acc.auroc(None)))
         for index, name in zip(chosen, names, strict=True):
             fpr, tpr, _ = acc.roc_curve(index)
             ax.plot(fpr, tpr, lw=1.2, label=f"{name} (AUC {per_class[index]:.3f})")
@@ -114,7 +114,7 @@ def plot_precision_recall(acc: ScoreAccumulator, ax: Any = None, *,
     ax = _axes(ax)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        per_class = np.atleast_1d(acc.average_precision(None))
+        per_class = np.atleast_1d(np.asarray(acc.average_precision(None)))
         for index, name in zip(chosen, names, strict=True):
             precision, recall, _ = acc.precision_recall_curve(index)
             ax.step(recall, precision, where="post", lw=1.2,
@@ -139,7 +139,7 @@ def plot_calibration(acc: ScoreAccumulator, n_bins: int = 15, ax: Any = None) ->
     ax = _axes(ax)
     centers = 0.5 * (diagram.edges[:-1] + diagram.edges[1:])
     width = diagram.edges[1] - diagram.edges[0]
-    filled = diagram.count > 0
+    filled = diagram.counts > 0
     ax.bar(centers[filled], diagram.accuracy[filled], width=width * 0.95, color="tab:blue",
            alpha=0.8, edgecolor="white", label="accuracy")
     ax.plot(diagram.confidence[filled], diagram.accuracy[filled], "o", color="tab:red",

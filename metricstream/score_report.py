@@ -53,8 +53,8 @@ class ScoreReport:
             warnings.simplefilter("ignore")
             if acc.task != "binary":
                 names = self.class_names or [str(i) for i in range(acc.num_classes)]
-                auroc = np.atleast_1d(acc.auroc(None))
-                ap = np.atleast_1d(acc.average_precision(None))
+                auroc = np.atleast_1d(np.asarray(acc.auroc(None)))
+                ap = np.atleast_1d(np.asarray(acc.average_precision(None)))
                 data["per_class"] = {
                     name: {"auroc": _json(a), "average_precision": _json(p)}
                     for name, a, p in zip(names, auroc, ap, strict=True)
@@ -92,22 +92,22 @@ def summary_rows(acc: ScoreAccumulator, *, n_bins: int = 15,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if acc.task == "binary":
-            rows["auroc"] = float(acc.auroc())
-            rows["average_precision"] = float(acc.average_precision())
+            rows["auroc"] = _float(acc.auroc())
+            rows["average_precision"] = _float(acc.average_precision())
         else:
-            rows["auroc_macro"] = float(acc.auroc("macro"))
-            rows["auroc_micro"] = float(acc.auroc("micro"))
-            rows["average_precision_macro"] = float(acc.average_precision("macro"))
-            rows["average_precision_micro"] = float(acc.average_precision("micro"))
+            rows["auroc_macro"] = _float(acc.auroc("macro"))
+            rows["auroc_micro"] = _float(acc.auroc("micro"))
+            rows["average_precision_macro"] = _float(acc.average_precision("macro"))
+            rows["average_precision_micro"] = _float(acc.average_precision("micro"))
         bound = acc.auroc("macro", with_bound=True)
-        rows["auroc_error_bound"] = float(max(bound.value - bound.lower,
-                                              bound.upper - bound.value))
+        value, lower, upper = (_float(v) for v in bound)
+        rows["auroc_error_bound"] = max(value - lower, upper - value)
         rows["ece"] = acc.calibration_error(n_bins)
         rows["mce"] = acc.max_calibration_error(n_bins)
         rows["brier_score"] = acc.brier_score()
         rows["log_loss"] = acc.log_loss()
         if acc.task == "multiclass":
-            every_k = acc.top_k_accuracy()
+            every_k = np.atleast_1d(acc.top_k_accuracy())
             for k in top_k:
                 if 1 <= k < acc.num_classes:
                     rows[f"top_{k}_accuracy"] = float(every_k[k - 1])
@@ -283,6 +283,10 @@ def _read_npz(path: Path, member: str, truth: str | None, weight: str | None, lo
         _update(acc, labels[lo:hi], scores[lo:hi],
                 None if weights is None else weights[lo:hi], path, lo)
     return ScoreReport(acc, None, [matches[0]], int(labels.shape[0]), n_bins, tuple(top_k))
+
+
+def _float(value: Any) -> float:
+    return float(np.asarray(value).reshape(-1)[0])
 
 
 def _json(value: float) -> float | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -521,6 +521,13 @@ class ScoreAccumulator(Accumulator):
         index = self._class(label)
         return pos[index], neg[index]
 
+    @overload
+    def auroc(self, average: CurveAverage = ..., *,
+              with_bound: Literal[False] = ...) -> float | np.ndarray: ...
+
+    @overload
+    def auroc(self, average: CurveAverage = ..., *, with_bound: Literal[True]) -> Bounded: ...
+
     def auroc(self, average: CurveAverage = "macro", *,
               with_bound: bool = False) -> float | np.ndarray | Bounded:
         """Area under the ROC curve; one-vs-rest ``average`` for multiclass/multilabel
@@ -533,6 +540,14 @@ class ScoreAccumulator(Accumulator):
         # The cache hands back plain tuples: rebuild the named one.
         result = Bounded(*self._view(_auroc_view, self._default_average(average)))
         return result if with_bound else result.value
+
+    @overload
+    def average_precision(self, average: CurveAverage = ..., *,
+                          with_bound: Literal[False] = ...) -> float | np.ndarray: ...
+
+    @overload
+    def average_precision(self, average: CurveAverage = ..., *,
+                          with_bound: Literal[True]) -> Bounded: ...
 
     def average_precision(self, average: CurveAverage = "macro", *,
                           with_bound: bool = False) -> float | np.ndarray | Bounded:

@@ -282,14 +282,14 @@ def test_calibration_error_multiclass_top_label(n_bins):
     assert acc.calibration_error(n_bins) == pytest.approx(ece, rel=1e-9)
     assert acc.max_calibration_error(n_bins) == pytest.approx(mce, rel=1e-9)
     diagram = acc.reliability_diagram(n_bins)
-    assert diagram.count.sum() == pytest.approx(weights.sum())
+    assert diagram.counts.sum() == pytest.approx(weights.sum())
     assert len(diagram.edges) == n_bins + 1
 
 
 def test_confidence_one_lands_in_last_bin_and_zero_in_first():
     acc = ScoreAccumulator("binary").update([1, 0, 1], [1.0, 0.0, 0.95])
     diagram = acc.reliability_diagram(10)
-    assert diagram.count.tolist() == [1, 0, 0, 0, 0, 0, 0, 0, 0, 2]
+    assert diagram.counts.tolist() == [1, 0, 0, 0, 0, 0, 0, 0, 0, 2]
     assert diagram.accuracy[-1] == 1.0
     with pytest.raises(ValueError, match="does not divide"):
         acc.calibration_error(n_bins=11)

@@ -37,7 +37,7 @@ class ReliabilityDiagram(NamedTuple):
     empty bins)."""
 
     edges: np.ndarray
-    count: np.ndarray
+    counts: np.ndarray
     accuracy: np.ndarray
     confidence: np.ndarray
 
@@ -91,14 +91,14 @@ def calibration_error(counts: object, correct: object, confidence: object, n_bin
     if norm not in ("l1", "l2", "max"):
         raise ValueError(f"`norm` must be 'l1', 'l2' or 'max', got {norm!r}.")
     diagram = reliability_diagram(counts, correct, confidence, n_bins)
-    total = diagram.count.sum()
+    total = diagram.counts.sum()
     if total <= 0:
         warnings.warn("Calibration error is undefined (NaN): no samples were counted.",
                       UndefinedMetricWarning, stacklevel=2)
         return float("nan")
-    filled = diagram.count > 0
+    filled = diagram.counts > 0
     gap = np.abs(diagram.accuracy[filled] - diagram.confidence[filled])
-    share = diagram.count[filled] / total
+    share = diagram.counts[filled] / total
     if norm == "max":
         return float(gap.max())
     if norm == "l2":
