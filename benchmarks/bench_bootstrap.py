@@ -69,21 +69,21 @@ def read_time(repeats: int) -> None:
         total = int(flat.sum())
         rng = np.random.default_rng(0)
 
-        def ours(m: np.ndarray = matrix, b: int = b) -> object:
+        def read(m: np.ndarray = matrix, b: int = b) -> object:
             return bootstrap(m, "macro_f1", n_resamples=b, seed=1)
 
         def numpy_draws(n: int = total, p: np.ndarray = p, b: int = b,
                         generator: np.random.Generator = rng) -> object:
             return generator.multinomial(n, p, size=b)
 
-        candidates = {"metricstream": ours, "numpy": numpy_draws}
+        candidates = {"metricstream": read, "numpy": numpy_draws}
         count = repeats if k == 10 else max(3, repeats // 3)
         times = interleaved(candidates, count)
         ours, theirs = times["metricstream"], times["numpy"]
         cpu = []
         for _ in range(count):
             start = time.process_time()
-            ours()
+            read()
             cpu.append(time.process_time() - start)
         verdict = "ok" if ours <= target else "MISSED"
         print(f"{k:>5} {n:>9,} {b:>5} {np.count_nonzero(flat):>6} {format_seconds(ours):>13} "
