@@ -1,8 +1,10 @@
 """The Python examples of the README and of docs/*.md run as written.
 
-Every ```python block runs in a fresh namespace (``>>>`` examples in the same files are run by
-pytest's doctest collection, configured in pyproject.toml). A block that imports an optional
-library which is not installed (torch, dask, ...) is skipped, saying which.
+Every ```python block runs in a fresh namespace (``>>>`` examples, in a ```pycon or a ```python
+fence, are run by pytest's doctest collection, configured in pyproject.toml). A block that
+imports an optional library which is not installed (torch, dask, ...) is skipped, saying which.
+Relative links of the README and the docs must point at files, and docs/index.md must link every
+page of docs/.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def python_blocks(path: Path) -> list[tuple[str, int, str]]:
     name = path.relative_to(ROOT).as_posix()
     blocks = []
     for match in FENCE.finditer(text):
+        if match.group(1).lstrip().startswith(">>>"):
+            continue  # a doctest in a python fence: pytest's doctest collection runs it
         line = text.count("\n", 0, match.start(1)) + 1
         blocks.append((f"{name}:{line}", line, match.group(1)))
     return blocks
@@ -56,3 +60,21 @@ def test_readme_and_docs_have_python_examples():
     assert any(path == README for path, *_ in BLOCKS)
     assert (ROOT / "docs" / "index.md").exists()
     assert any(path.parent.name == "docs" for path, *_ in BLOCKS)
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)\s]*)?\)")
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_relative_links_point_at_files(path):
+    text = path.read_text(encoding="utf-8")
+    targets = [t for t in LINK.findall(text) if "://" not in t and not t.startswith("mailto:")]
+    missing = [t for t in targets if not (path.parent / t).exists()]
+    assert not missing, f"{path.name} links to missing files: {missing}"
+
+
+def test_every_docs_page_is_linked_from_the_index():
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    linked = {t for t in LINK.findall(index)}
+    unlinked = [p.name for p in DOCS if p.name != "index.md" and p.name not in linked]
+    assert not unlinked, f"docs/index.md does not link {unlinked}"
