@@ -194,22 +194,28 @@ def torchmetrics_epoch(bootstraps: int, repeats: int) -> None:
     base.update(torch.from_numpy(y_pred), torch.from_numpy(y_true))
     estimate, width, se = ours()
     assert abs(float(base.compute()) - estimate) < 1e-6, "point estimates differ"
-    times = {"metricstream": [], "torchmetrics": []}
+    wall: dict[str, list[float]] = {"metricstream": [], "torchmetrics": []}
+    cpu: dict[str, list[float]] = {"metricstream": [], "torchmetrics": []}
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         ours()
-        times["metricstream"].append(time.perf_counter() - start)
-    start = time.perf_counter()
+        wall["metricstream"].append(time.perf_counter() - start)
+        cpu["metricstream"].append(time.process_time() - start_cpu)
+    start, start_cpu = time.perf_counter(), time.process_time()
     _, their_width, their_se = theirs()
-    times["torchmetrics"].append(time.perf_counter() - start)
-    mine, other = float(np.median(times["metricstream"])), times["torchmetrics"][0]
+    wall["torchmetrics"].append(time.perf_counter() - start)
+    cpu["torchmetrics"].append(time.process_time() - start_cpu)
+    mine, other = float(np.median(wall["metricstream"])), wall["torchmetrics"][0]
+    mine_cpu, other_cpu = float(np.median(cpu["metricstream"])), cpu["torchmetrics"][0]
     print(f"\n4. one epoch (20,000 samples, 256-sample batches, K={k}) with a B={bootstraps} "
           f"bootstrap of macro F1 = {estimate:.4f}")
-    print(f"{'':>14} {'time':>10} {'95% width':>10} {'SE':>8}")
-    print(f"{'metricstream':>14} {format_seconds(mine):>10} {width:>10.4f} {se:>8.4f}")
-    print(f"{'torchmetrics':>14} {format_seconds(other):>10} {their_width:>10.4f} "
-          f"{their_se:>8.4f}")
-    print(f"metricstream is {other / mine:,.0f}x faster (target ≥ 1,000x); the widths differ by "
+    print(f"{'':>14} {'wall':>10} {'CPU':>10} {'95% width':>10} {'SE':>8}")
+    print(f"{'metricstream':>14} {format_seconds(mine):>10} {format_seconds(mine_cpu):>10} "
+          f"{width:>10.4f} {se:>8.4f}")
+    print(f"{'torchmetrics':>14} {format_seconds(other):>10} {format_seconds(other_cpu):>10} "
+          f"{their_width:>10.4f} {their_se:>8.4f}")
+    print(f"metricstream is {other / mine:,.0f}x faster in wall time, {other_cpu / mine_cpu:,.0f}x "
+          f"in CPU time (target ≥ 1,000x); the widths differ by "
           f"{abs(width - their_width) / their_width:.1%} (Monte-Carlo noise of a B={bootstraps} "
           f"width is about {1 / np.sqrt(bootstraps) * 100 * 1.5:.0f}%)")
 
