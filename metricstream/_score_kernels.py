@@ -203,6 +203,33 @@ def _check_row(labels, scores, i, has_ignore, ignore_index, logits):
     return OK, 0
 
 
+@njit(inline="always")
+def _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
+    """Branch-free check of rows ``[lo, hi)``, which the compiler vectorises: False when some
+    label or score is bad (then ``_check_row`` finds the first one). About 1 us of the 13 us
+    of a 256x10 update when done row by row with early exits."""
+    num_classes = scores.shape[1]
+    bad = False
+    for i in range(lo, hi):
+        t = labels[i]
+        bad |= not ((has_ignore and t == ignore_index) or _label_ok(t, num_classes))
+    block = scores[lo:hi]
+    for i in range(hi - lo):
+        for c in range(num_classes):
+            v = block[i, c]
+            if logits:
+                bad |= (v != v) | (v == np.inf)
+            else:
+                bad |= (v != v) | (v < 0) | (v > 1)
+    if logits:  # a row of -inf logits has no softmax
+        for i in range(hi - lo):
+            top = -np.inf
+            for c in range(num_classes):
+                top = max(top, block[i, c])
+            bad |= top == -np.inf
+    return not bad
+
+
 @_kernel
 def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts,
                      cal_conf, sums, thresholds, shift, start, stop, chunk, sign, flags,
@@ -239,12 +266,14 @@ def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts
     log_sum = 0.0
     for lo in range(start, stop, chunk):
         hi = min(lo + chunk, stop)
-        for i in range(lo, hi):
-            status, position = _check_row(labels, scores, i, has_ignore, ignore_index, logits)
-            if status != OK:
-                sums[0] += brier_sum
-                sums[1] += log_sum
-                return status, position, lo
+        if not _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
+            for i in range(lo, hi):
+                status, position = _check_row(labels, scores, i, has_ignore, ignore_index,
+                                              logits)
+                if status != OK:
+                    sums[0] += brier_sum
+                    sums[1] += log_sum
+                    return status, position, lo
         for i in range(lo, hi):
             t = labels[i]
             if has_ignore and t == ignore_index:
