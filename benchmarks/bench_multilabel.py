@@ -66,37 +66,40 @@ def _torchmetrics_case(y_true: np.ndarray, y_pred: np.ndarray, acc: MultilabelAc
     return lambda: metric.update(preds, target)
 
 
-def update_cases(repeats: int) -> list[str]:
-    lines = []
-    rng = np.random.default_rng(0)
-    for num_labels, target in ((20, "≤ 3 µs, ≥ 40× torchmetrics"),
-                               (1000, "≤ 60 µs, ≥ 150× torchmetrics")):
-        y_true, y_pred = _batch(rng, 256, num_labels)
-        logits = np.where(y_pred, 1.0, -1.0).astype(np.float32) * rng.random(y_pred.shape,
-                                                                             np.float32)
-        acc = MultilabelAccumulator(num_labels).update(y_true, y_pred)
-        fused = MultilabelAccumulator(num_labels, threshold=0.0).update(y_true, logits)
-        assert np.array_equal(acc.multilabel_confusion_matrix(),
-                              fused.multilabel_confusion_matrix()), "fused threshold"
-        import sklearn.metrics as skm
+def update_case(rng: np.random.Generator, num_labels: int, target: str,
+                repeats: int) -> list[str]:
+    import sklearn.metrics as skm
 
-        assert np.array_equal(acc.multilabel_confusion_matrix(),
-                              skm.multilabel_confusion_matrix(y_true, y_pred)), "scikit-learn"
-        candidates = {
-            "metricstream indicator": lambda: acc.update(y_true, y_pred),
-            "metricstream logits (fused threshold)": lambda: fused.update(y_true, logits),
-            "scikit-learn multilabel_confusion_matrix":
-                lambda: skm.multilabel_confusion_matrix(y_true, y_pred),
-        }
-        torch_update = _torchmetrics_case(y_true, y_pred, acc)
-        if torch_update is not None:
-            candidates["torchmetrics MultilabelStatScores.update"] = torch_update
-        times = interleaved(candidates, repeats, min_sample=0.02)
-        base = times["metricstream indicator"]
-        lines.append(f"256×{num_labels} update (target {target}):")
-        for name, seconds in times.items():
-            lines.append(f"  {name:45s} {format_seconds(seconds):>10s}  {seconds / base:7.1f}×")
+    y_true, y_pred = _batch(rng, 256, num_labels)
+    logits = np.where(y_pred, 1.0, -1.0).astype(np.float32) * rng.random(y_pred.shape,
+                                                                         np.float32)
+    acc = MultilabelAccumulator(num_labels).update(y_true, y_pred)
+    fused = MultilabelAccumulator(num_labels, threshold=0.0).update(y_true, logits)
+    assert np.array_equal(acc.multilabel_confusion_matrix(),
+                          fused.multilabel_confusion_matrix()), "fused threshold"
+    assert np.array_equal(acc.multilabel_confusion_matrix(),
+                          skm.multilabel_confusion_matrix(y_true, y_pred)), "scikit-learn"
+    candidates = {
+        "metricstream indicator": lambda: acc.update(y_true, y_pred),
+        "metricstream logits (fused threshold)": lambda: fused.update(y_true, logits),
+        "scikit-learn multilabel_confusion_matrix":
+            lambda: skm.multilabel_confusion_matrix(y_true, y_pred),
+    }
+    torch_update = _torchmetrics_case(y_true, y_pred, acc)
+    if torch_update is not None:
+        candidates["torchmetrics MultilabelStatScores.update"] = torch_update
+    times = interleaved(candidates, repeats, min_sample=0.02)
+    base = times["metricstream indicator"]
+    lines = [f"256×{num_labels} update (target {target}):"]
+    for name, seconds in times.items():
+        lines.append(f"  {name:45s} {format_seconds(seconds):>10s}  {seconds / base:7.1f}×")
     return lines
+
+
+def update_cases(repeats: int) -> list[str]:
+    rng = np.random.default_rng(0)
+    return (update_case(rng, 20, "≤ 3 µs, ≥ 40× torchmetrics", repeats)
+            + update_case(rng, 1000, "≤ 60 µs, ≥ 150× torchmetrics", repeats))
 
 
 def large_case(repeats: int, n: int) -> list[str]:

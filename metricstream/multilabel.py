@@ -54,11 +54,11 @@ _MAX_BETA_TERMS = 64
 _MAX_ROWS_PER_CALL = 2**31 - 1
 # What the kernels receive as ``weights`` for an unweighted call (see _multilabel_kernels).
 _NO_WEIGHTS = np.zeros(0, dtype=np.int32)
-# dtype -> the unsigned view the kernels read (indicators), or True for scores read as they are.
+# dtype -> the unsigned view the kernels read (indicators); scores are read as they are.
 _FAST_VIEWS = {np.dtype(t): np.dtype(f"u{np.dtype(t).itemsize}") for t in
                (bool, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64,
                 np.int64)}
-_FAST_SCORES = {np.dtype(np.float32): True, np.dtype(np.float64): True}
+_FAST_SCORES = {np.dtype(np.float32), np.dtype(np.float64)}
 _NO_COOCCURRENCE = {"i": np.zeros((0, 0), dtype=np.int64), "f": np.zeros((0, 0))}
 
 
@@ -312,12 +312,14 @@ class MultilabelAccumulator(Accumulator):
         if (weights is None and type(y_true) is np.ndarray and type(y_pred) is np.ndarray
                 and self._ignore_index is None):
             true_view = _FAST_VIEWS.get(y_true.dtype)
-            pred_view = _FAST_VIEWS.get(y_pred.dtype, _FAST_SCORES.get(y_pred.dtype))
-            if (true_view is not None and pred_view is not None and y_true.ndim == 2
-                    and y_true.shape == y_pred.shape and y_true.shape[1] == self._num_labels
+            pred_view = _FAST_VIEWS.get(y_pred.dtype)
+            scores = y_pred.dtype in _FAST_SCORES
+            if (true_view is not None and (pred_view is not None or scores)
+                    and y_true.ndim == 2 and y_true.shape == y_pred.shape
+                    and y_true.shape[1] == self._num_labels
                     and y_true.flags.c_contiguous and y_pred.flags.c_contiguous):
                 true = y_true.view(true_view)
-                pred = y_pred if pred_view is True else y_pred.view(pred_view)
+                pred = y_pred if pred_view is None else y_pred.view(pred_view)
                 return _DenseBatch(true, pred, _NO_WEIGHTS, 0, 0, float(true.shape[0]),
                                    y_true, y_pred)
         true_sets = _as_sets(y_true, "y_true")
