@@ -14,6 +14,7 @@ their float type.
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import math
 import warnings
@@ -27,7 +28,8 @@ import numpy as np
 from ._io import Coded, InputError, open_source
 from .scores import ScoreAccumulator
 
-__all__ = ["ScoreReport", "score_summary", "summary_rows"]
+__all__ = ["ScoreReport", "add_score_arguments", "report_from_args", "score_summary",
+           "summary_rows", "write_score_plots"]
 
 # Rows of a .npz score array read at a time.
 _NPZ_CHUNK = 1 << 16
@@ -191,6 +193,59 @@ def score_summary(
         if on_progress is not None:
             on_progress(chunk.position, src.progress_total, src.progress_unit)
     return ScoreReport(acc, names, columns, rows, n_bins, tuple(top_k))
+
+
+# ---------------------------------------------------------------------- command line
+def add_score_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``scores`` options of ``metricstream report`` to ``parser``."""
+    group = parser.add_argument_group("scores")
+    group.add_argument("--scores", metavar="PATTERN",
+                       help="score columns (a pattern, e.g. 'p_*': one per class in file order; "
+                            "one column: binary) or the .npz member holding (N, C) scores; adds "
+                            "AUROC, average precision, calibration and top-k to the report")
+    group.add_argument("--logits", action="store_true",
+                       help="the scores are logits (calibration and losses use their softmax)")
+    group.add_argument("--calibration-bins", type=int, default=15, metavar="N",
+                       help="equal-width bins of the calibration error (default 15)")
+    group.add_argument("--plot-roc", metavar="FILE", type=Path,
+                       help="write the ROC curves of every class (needs --scores, matplotlib)")
+    group.add_argument("--plot-pr", metavar="FILE", type=Path,
+                       help="write the precision-recall curves (needs --scores, matplotlib)")
+    group.add_argument("--plot-calibration", metavar="FILE", type=Path,
+                       help="write the reliability diagram (needs --scores, matplotlib)")
+
+
+def report_from_args(args: argparse.Namespace) -> ScoreReport | None:
+    """The score report of ``metricstream report`` arguments, or None without ``--scores``.
+
+    Reads ``args.path`` with the options :func:`add_score_arguments` added and the report's
+    ``--true``, ``--weight``, ``--ignore``, ``--delimiter``, ``--no-header`` and ``--reader``.
+    """
+    if getattr(args, "scores", None) is None:
+        for option in ("plot_roc", "plot_pr", "plot_calibration"):
+            if getattr(args, option, None) is not None:
+                raise InputError(f"`--{option.replace('_', '-')}` needs `--scores`.",
+                                 usage=True)
+        return None
+    return score_summary(
+        args.path, args.scores, truth=getattr(args, "truth", None),
+        weight=getattr(args, "weight", None), logits=bool(getattr(args, "logits", False)),
+        ignore=getattr(args, "ignore", None), n_bins=getattr(args, "calibration_bins", 15),
+        delimiter=getattr(args, "delimiter", None), header=getattr(args, "header", True),
+        prefer_pyarrow=getattr(args, "reader", "auto") != "python")
+
+
+def write_score_plots(report: ScoreReport, args: argparse.Namespace) -> list[Path]:
+    """Write the plots asked for by ``--plot-roc``, ``--plot-pr``, ``--plot-calibration``."""
+    written = []
+    for option, draw in (("plot_roc", report.plot_roc),
+                         ("plot_pr", report.plot_precision_recall),
+                         ("plot_calibration", report.plot_calibration)):
+        path = getattr(args, option, None)
+        if path is not None:
+            draw(path)
+            written.append(Path(path))
+    return written
 
 
 # ---------------------------------------------------------------------- helpers

@@ -123,3 +123,22 @@ def test_plots_draw_every_class(tmp_path, digits):
     assert len(binary.plot_roc().lines) == 2
     with pytest.raises(ValueError, match="labels"):
         acc.plot_roc(labels=[12])
+
+
+def test_command_line_options(tmp_path):
+    import argparse
+
+    from metricstream.score_report import add_score_arguments, report_from_args, write_score_plots
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("path")
+    add_score_arguments(parser)
+    args = parser.parse_args([str(DATA), "--scores", "p_*", "--calibration-bins", "10",
+                              "--plot-calibration", str(tmp_path / "cal.png")])
+    report = report_from_args(args)
+    assert report is not None and report.n_bins == 10
+    if __import__("importlib").util.find_spec("matplotlib") is not None:
+        assert write_score_plots(report, args) == [tmp_path / "cal.png"]
+    assert report_from_args(parser.parse_args([str(DATA)])) is None
+    with pytest.raises(InputError, match="needs `--scores`"):
+        report_from_args(parser.parse_args([str(DATA), "--plot-roc", "x.png"]))
