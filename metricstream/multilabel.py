@@ -44,7 +44,7 @@ from .metrics._selection import LabelCounts
 from .metrics._zero_division import ZeroDivision
 from .metrics.counts import Labels
 
-__all__ = ["LabelSets", "MultilabelAccumulator", "read_multilabel_csv"]
+__all__ = ["LabelSets", "MultilabelAccumulator", "read_multilabel_csv", "read_multilabel_npz"]
 
 _INT64_MAX = 2**63 - 1
 # beta² must be a ratio a/b of integers with a + b at most this (the F-beta sums of a sample
@@ -843,6 +843,42 @@ def read_multilabel_csv(path: Any, *, num_labels: int | None = None, separator: 
                     [[index[t] for t in labels] for labels in pred_sets],
                     np.asarray(weights) if weight_column else None)
     return acc
+
+
+def read_multilabel_npz(path: Any, *, threshold: float = 0.5, weighted: bool | None = None
+                        ) -> MultilabelAccumulator:
+    """Count an ``.npz`` file holding (N, L) ``y_true`` and ``y_pred`` members.
+
+    ``y_pred`` holds 0/1 indicators or scores (positive where ``score >= threshold``);
+    optional members: ``weights`` (N,) and ``label_names`` (L strings). ``weighted`` defaults to
+    whether the weights are fractional. Arrays are read lazily member by member (no pickle).
+
+    Example:
+        >>> import io, numpy as np
+        >>> buffer = io.BytesIO()
+        >>> np.savez(buffer, y_true=[[1, 0], [0, 1]], y_pred=[[0.9, 0.2], [0.6, 0.7]],
+        ...          label_names=["cat", "dog"])
+        >>> _ = buffer.seek(0)
+        >>> acc = read_multilabel_npz(buffer)
+        >>> acc.config()["label_names"], acc.subset_accuracy()
+        (['cat', 'dog'], 0.5)
+    """
+    with np.load(path, allow_pickle=False) as archive:
+        for member in ("y_true", "y_pred"):
+            if member not in archive.files:
+                raise ValueError(f"the .npz file has no member {member!r}; its members are "
+                                 f"{archive.files}.")
+        y_true, y_pred = archive["y_true"], archive["y_pred"]
+        weights = archive["weights"] if "weights" in archive.files else None
+        names = ([str(name) for name in archive["label_names"]]
+                 if "label_names" in archive.files else None)
+    if y_true.ndim != 2:
+        raise ValueError(f"member 'y_true' must be an (N, L) indicator matrix, got shape "
+                         f"{y_true.shape}.")
+    if weighted is None:
+        weighted = weights is not None and bool(np.any(np.asarray(weights) % 1 != 0))
+    acc = MultilabelAccumulator(y_true.shape[1], names, threshold=threshold, weighted=weighted)
+    return acc.update(y_true, y_pred, weights)
 
 
 def _split(cell: str | None, separator: str) -> list[str]:

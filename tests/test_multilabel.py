@@ -618,6 +618,22 @@ def test_csv_reader(tmp_path):
         read_multilabel_csv(path, true_column="truth")
 
 
+def test_npz_reader(tmp_path):
+    from metricstream.multilabel import read_multilabel_npz
+
+    y_true, y_pred, w = CASES["float-weights"]
+    path = tmp_path / "batch.npz"
+    scores = np.where(y_pred == 1, 0.75, 0.25)
+    np.savez(path, y_true=y_true, y_pred=scores, weights=w, label_names=list("abcdef"))
+    acc = read_multilabel_npz(path)
+    assert acc.weighted and acc.config()["label_names"] == list("abcdef")
+    close(acc.f1("samples", zero_division=0),
+          skm.f1_score(y_true, y_pred, average="samples", sample_weight=w, zero_division=0))
+    np.savez(path, y_true=y_true)
+    with pytest.raises(ValueError, match="the .npz file has no member 'y_pred'"):
+        read_multilabel_npz(path)
+
+
 # ---------------------------------------------------------------------------- properties
 @st.composite
 def _streams(draw):
