@@ -309,6 +309,46 @@ def _as_value(value: Any) -> Any:
     return float(value)
 
 
+# Areas of a score accumulator's histograms that the bootstrap computes from its state.
+CURVE_METRICS = ("auroc", "average_precision")
+
+
+def _score_histogram(source: Any, metric: Any
+                     ) -> tuple[np.ndarray, Callable[[np.ndarray], float]] | None:
+    """``(histogram, statistic)`` for AUROC / AP of a binary score accumulator, else None.
+
+    The state ``curves`` of a binary :class:`~metricstream.scores.ScoreAccumulator` is one
+    table of the samples (per score bin: negatives, positives), so it resamples like a
+    confusion matrix. One-vs-rest histograms of several classes count every sample once per
+    class and are refused.
+    """
+    if not isinstance(metric, str) or metric not in CURVE_METRICS:
+        return None
+    state_arrays = getattr(source, "state_arrays", None)
+    if isinstance(source, np.ndarray) or not callable(state_arrays):
+        return None
+    arrays = state_arrays()
+    if "curves" not in arrays:
+        return None
+    curves = np.asarray(arrays["curves"])
+    if curves.ndim != 3 or curves.shape[0] != 1 or curves.shape[2] != 2:
+        raise ValueError(
+            f"`source` holds one-vs-rest score histograms of {curves.shape[0]} classes (state "
+            f"'curves' of shape {curves.shape}); they count every sample once per class, so "
+            f"they are not one table of the samples. Only a binary score accumulator's "
+            f"{metric} is bootstrapped from its state."
+        )
+    from .metrics import curves as _curves
+
+    function = getattr(_curves, metric)
+
+    def statistic(histogram: np.ndarray) -> float:
+        return float(function(histogram[:, 1], histogram[:, 0]))
+
+    statistic.__name__ = metric
+    return curves[0], statistic
+
+
 # ---------------------------------------------------------------------------- replicates
 # Below this many variates (replicates × non-zero cells) one thread draws them all; above, the
 # replicates are split into contiguous ranges drawn by several threads (the kernels release
@@ -509,7 +549,9 @@ def bootstrap(
     Args:
         source: a confusion accumulator (its matrix), a K×K matrix or ``ClassCounts``. With a
             callable ``metric``, any array of counts (e.g. a histogram), which the callable
-            receives resampled in its own shape.
+            receives resampled in its own shape. A binary
+            :class:`~metricstream.scores.ScoreAccumulator` with ``metric="auroc"`` or
+            ``"average_precision"`` (its score histogram is resampled).
         metric: a metric name — a function of :mod:`metricstream.metrics` / method of
             :class:`~metricstream.ConfusionAccumulator` (``"f1"``, ``"miou"``, ...) or an alias
             of ``METRIC_ALIASES`` (``"macro_f1"``, ``"mcc"``, ``"kappa"``, ...) — or a
@@ -551,6 +593,12 @@ def bootstrap(
         raise ValueError(f"`resampling` must be one of {list(RESAMPLINGS)}, got "
                          f"{resampling!r}.")
     seed_value = _check_seed(seed)
+    curve = _score_histogram(source, metric)
+    if curve is not None:
+        if metric_kwargs:
+            raise ValueError(f"`metric` {metric!r} of a binary score histogram takes no "
+                             f"arguments, got {sorted(metric_kwargs)}.")
+        source, metric = curve
     counts, names = _counts_of(source)
     if not callable(metric) and (counts.ndim != 2 or counts.shape[0] != counts.shape[1]):
         raise ValueError(f"`source` must be a square K×K confusion matrix for a named metric, "

@@ -547,3 +547,28 @@ def test_batched_metrics_property(stack, name, average, zd) -> None:
                             dtype=np.float64)
     np.testing.assert_allclose(batched.BATCHED[name](stack, **kwargs), expected, rtol=1e-12,
                                atol=1e-15, equal_nan=True)
+
+
+def test_auroc_and_ap_of_a_binary_score_accumulator_by_name() -> None:
+    from metricstream.metrics.curves import auroc
+    from metricstream.scores import ScoreAccumulator
+
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 2, 500)
+    scores = np.clip(rng.normal(0.4 + 0.2 * y, 0.2), 0, 1)
+    acc = ScoreAccumulator("binary").update(y, scores)
+    by_name = bootstrap(acc, "auroc", n_resamples=100, seed=1)
+    histogram = acc.state_arrays()["curves"][0]
+    by_hand = bootstrap(histogram, lambda h: auroc(h[:, 1], h[:, 0]), n_resamples=100, seed=1)
+    assert by_name.estimate == pytest.approx(acc.auroc())
+    np.testing.assert_array_equal(by_name.replicates, by_hand.replicates)
+    assert by_name.metric == "auroc"
+    ap = bootstrap(acc, "average_precision", n_resamples=50, seed=1)
+    assert ap.estimate == pytest.approx(acc.average_precision())
+    assert ap.low < ap.estimate < ap.high
+    with pytest.raises(ValueError, match="takes no arguments"):
+        bootstrap(acc, "auroc", average="macro", n_resamples=10)
+    multiclass = ScoreAccumulator("multiclass", 3).update(
+        rng.integers(0, 3, 50), rng.dirichlet(np.ones(3), 50))
+    with pytest.raises(ValueError, match="one-vs-rest score histograms of 3 classes"):
+        bootstrap(multiclass, "auroc", n_resamples=10)
