@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -111,21 +112,47 @@ def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None,
     cell or total that would become infinite, raises ``ValueError`` and ``out`` is left as it
     was.
 
-    ``total`` is the current sum of ``out`` or any upper bound of it. Keep the value this
-    function returns (an upper bound of the new sum, exact after a near-overflow batch) and pass
-    it to the next call: the overflow check is then O(1). When ``total`` is None (or NaN) the
-    kernel sums ``out`` before counting, O(K²) per call (a K=1000 matrix: about 0.5 ms), and
-    NaN is returned.
+    ``total`` is the current sum of ``out`` or any upper bound of it; the return value is an
+    upper bound of the new sum (exact after a near-overflow batch), to pass to the next call.
+    When ``total`` is None, the bound this function returned for the same ``out`` last time is
+    used (``out`` is summed, O(K²), the first time only). That is exact bookkeeping as long as
+    ``out`` changes only through ``count_batch``; a caller that also writes ``out`` elsewhere
+    (a merge, a reset, a load) must pass ``total`` (NaN: "unknown, sum it").
     """
+    entry = None
     if total is None:
-        total = np.nan
+        entry = _known_totals.get(id(out))
+        if entry is not None and entry[0]() is out:
+            total = entry[1]
+        else:
+            total = _kernels.matrix_total(out)
+            entry = [weakref.ref(out, _forget_total(id(out))), total]
+            _known_totals[id(out)] = entry
     exact = _count_checked(out, batch, ignore_index, total)
     if exact is not None:
-        return exact
-    if batch.weights is None:
-        return total + batch.size
-    # Float rounding of the sum stays far inside the margin of the limits.
-    return total + float(np.sum(batch.weights, dtype=np.float64))
+        new_total = float(exact)
+    elif batch.weights is None:
+        new_total = total + batch.size
+    else:
+        # Float rounding of the sum stays far inside the margin of the limits.
+        new_total = total + float(np.sum(batch.weights, dtype=np.float64))
+    if entry is not None:
+        entry[1] = new_total
+    return new_total
+
+
+# Bounds of the totals of matrices counted into without a ``total`` (see ``count_batch``):
+# id(out) -> [weak reference to out, bound]. An entry goes when its matrix is collected.
+_known_totals: dict[int, list] = {}
+
+
+def _forget_total(key: int):
+    def forget(_reference: weakref.ref) -> None:
+        entry = _known_totals.get(key)
+        if entry is not None and entry[0]() is None:
+            del _known_totals[key]
+
+    return forget
 
 
 def _count_checked(out: np.ndarray, batch: Batch, ignore_index: int | None,
@@ -211,12 +238,10 @@ def _count_wide_rows(out: np.ndarray, batch: Batch, ignore_index: int | None,
     """
     scores = batch.y_pred
     predicted = np.argmax(scores, axis=1)
-    picked = np.take_along_axis(scores, predicted[:, None], axis=1)
-    nan_rows = np.flatnonzero(np.isnan(picked))
+    row = _kernels.first_nan_pick(scores, predicted)
     labels = Batch(batch.y_true, predicted, batch.weights, batch.label_shape, False, batch.size,
                    batch.originals, batch.order)
-    if nan_rows.size:
-        row = int(nan_rows[0])
+    if row >= 0:
         # A bad label or weight before the NaN row comes first in stream order.
         flags = _kernels.INTEGRAL if out.dtype.kind != "f" else 0
         if ignore_index is not None:

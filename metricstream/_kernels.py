@@ -940,3 +940,17 @@ def count_threshold(y_true, scores, weights, out, start, stop, sign, flags, igno
             else:
                 flat[cell] += sign * _weight_value(weights[lo + j], out)
     return OK, stop, stop
+
+
+@_kernel
+def first_nan_pick(scores, picked):
+    """The first row ``r`` whose picked score ``scores[r, picked[r]]`` is NaN, else -1.
+
+    ``np.argmax`` picks a row's first NaN when it has one, so this finds the rows with NaN
+    after a numpy argmax without another pass over the scores.
+    """
+    for r in range(picked.size):
+        v = scores[r, picked[r]]
+        if v != v:
+            return r
+    return -1
