@@ -324,6 +324,27 @@ def _narrow_row(t, p, threshold, tpl, apl, ppl, bits):
 
 
 @njit(inline="always")
+def _wide_row(t, p, threshold, tpl, apl, ppl, bits):
+    """:func:`_narrow_row` for more than 255 labels (row sums in int32 lanes)."""
+    tps = np.int32(0)
+    aps = np.int32(0)
+    pps = np.int32(0)
+    for j in range(t.shape[0]):
+        tj = t[j]
+        pv = p[j]
+        pj = _native_positive(pv, threshold)
+        bits[j] |= tj | _pred_bits(pv)
+        x = tj & pj
+        tpl[j] += x
+        apl[j] += tj
+        ppl[j] += pj
+        tps += np.int32(x)
+        aps += np.int32(tj)
+        pps += np.int32(pj)
+    return np.int64(tps), np.int64(aps), np.int64(pps)
+
+
+@njit(inline="always")
 def _row_sums_narrow(t, p, threshold):
     """Row sums of a row of at most 255 labels in uint8 lanes (measured 3.7x faster than int32
     lanes for 20 labels)."""
@@ -408,12 +429,17 @@ def count_dense(y_true, y_pred, weights, threshold, flags, layout, labels, per_s
     one = tpl[0] * 0 + 1  # 1 of the buffer's dtype (L >= 1)
     sums = np.empty((n, 4), dtype=np.int32)
     # ---- pass 1: count each row's columns into the local buffers, validating as it counts
-    if not weighted and num_labels <= 255:
+    if not weighted:
         # The hot path: the validity bits are ORed per column (no per-row reduction) and
         # checked once; a bad batch is then scanned again for its first bad row.
         bits = _bits_buffer(y_true, y_pred)
+        narrow = num_labels <= 255
         for i in range(n):
-            tps, aps, pps = _narrow_row(y_true[i], y_pred[i], threshold, tpl, apl, ppl, bits)
+            if narrow:
+                tps, aps, pps = _narrow_row(y_true[i], y_pred[i], threshold, tpl, apl, ppl,
+                                            bits)
+            else:
+                tps, aps, pps = _wide_row(y_true[i], y_pred[i], threshold, tpl, apl, ppl, bits)
             sums[i, 0] = tps
             sums[i, 1] = aps
             sums[i, 2] = pps

@@ -407,6 +407,25 @@ def test_scipy_sparse_and_large_label_space():
         MultilabelAccumulator(num_labels).update(t.tocsc(), p.tocsc())
 
 
+@pytest.mark.parametrize("num_labels", [255, 256, 700])
+def test_wide_rows_match_sklearn(num_labels):
+    # rows of more than 255 labels take the int32 row-sum path of the kernel
+    y_true, y_pred, _ = _case(12, 40, num_labels, density=0.5)
+    scores = np.where(y_pred == 1, 0.8, 0.1).astype(np.float32)
+    acc = MultilabelAccumulator(num_labels, threshold=0.5).update(y_true[:25], y_pred[:25])
+    acc.update(y_true[25:].astype(bool), scores[25:])
+    for average in AVERAGES:
+        close(acc.f1(average, zero_division=0),
+              skm.f1_score(y_true, y_pred, average=average, zero_division=0))
+    close(acc.subset_accuracy(), skm.accuracy_score(y_true, y_pred))
+    before = _state(acc)
+    bad = y_true.copy()
+    bad[30, num_labels - 1] = 3
+    with pytest.raises(ValueError, match=rf"`y_true` holds 3 at row 30, label {num_labels - 1}"):
+        acc.update(bad, y_pred)
+    _assert_unchanged(acc, before)
+
+
 def test_cooccurrence_and_cardinality():
     y_true, y_pred, w = CASES["float-weights"]
     acc = MultilabelAccumulator(6, weighted=True, cooccurrence=True).update(y_true, y_pred, w)
