@@ -101,6 +101,7 @@ def _get_pool_locked() -> ThreadPoolExecutor:
 # exact path (``_count_exact``).
 _INT64_MAX = 2**63 - 1
 _INT_LIMIT = _kernels.INT_TOTAL_LIMIT
+_FAST_FLAGS = _kernels.INTEGRAL | _kernels.COMMIT
 _FLOAT_LIMIT = _kernels.FLOAT_TOTAL_LIMIT
 
 
@@ -122,12 +123,38 @@ def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None,
     entry = None
     if total is None:
         entry = _known_totals.get(id(out))
-        if entry is not None and entry[0]() is out:
-            total = entry[1]
-        else:
-            total = _kernels.matrix_total(out)
-            entry = [weakref.ref(out, _forget_total(id(out))), total]
+        if entry is None or entry[0]() is not out:
+            entry = [weakref.ref(out, _forget_total(id(out))), _kernels.matrix_total(out)]
             _known_totals[id(out)] = entry
+        total = entry[1]
+    # The training-loop case inline (each Python call level costs about 0.1 µs of a 2 µs
+    # update): unweighted labels or narrow logits into int64 counts, serial, far from 2^63.
+    kind = batch.kind
+    size = batch.size
+    if kind == LABELS:
+        fast = size < PARALLEL_MIN_LABELS
+        kernel = _kernels.count_labels
+    else:
+        fast = kind == ROWS and batch.y_pred.shape[1] < NUMPY_ARGMAX_MIN_CLASSES \
+            and size * batch.y_pred.shape[1] < PARALLEL_MIN_LABELS
+        kernel = _kernels.count_argmax_rows
+    if fast and batch.weights is None and size <= _INT_LIMIT - total and out.dtype.kind == "i":
+        if ignore_index is None:
+            flags = _FAST_FLAGS | batch.flags
+            ignore = 0
+        else:
+            flags = _FAST_FLAGS | _kernels.HAS_IGNORE | batch.flags
+            ignore = ignore_index
+        y_true, y_pred = batch.y_true, batch.y_pred
+        status, position, counted = kernel(y_true, y_pred, None, out, 0, size, 1, flags, ignore,
+                                           np.inf)
+        if status:
+            kernel(y_true, y_pred, None, out, 0, counted, -1, flags, ignore, np.inf)
+            _raise(status, position, batch, out.shape[0], ignore_index, True)
+        new_total = total + size
+        if entry is not None:
+            entry[1] = new_total
+        return new_total
     exact = _count_checked(out, batch, ignore_index, total)
     if exact is not None:
         new_total = float(exact)
