@@ -388,8 +388,8 @@ def _count_exact(out: np.ndarray, batch: Batch, flags: int, ignore: int,
         _raise(status, position, batch, out.shape[0], ignore_index, integral)
     infinite = np.flatnonzero(~np.isfinite(out.reshape(-1)))
     with np.errstate(over="ignore"):
-        total = float(np.sum(out))
-    if infinite.size or not np.isfinite(total):
+        weight_total = float(np.sum(out))
+    if infinite.size or not np.isfinite(weight_total):
         out[...] = backup
         if infinite.size:
             row, column = divmod(int(infinite[0]), out.shape[0])
@@ -400,7 +400,7 @@ def _count_exact(out: np.ndarray, batch: Batch, flags: int, ignore: int,
         raise ValueError(
             f"this update would overflow the counts: {what}. Nothing was counted (the "
             f"accumulator is unchanged); rescale the weights.")
-    return total * (1.0 + out.size * 2.3e-16)
+    return weight_total * (1.0 + out.size * 2.3e-16)
 
 
 def _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ignore, batch,
