@@ -237,6 +237,12 @@ class MultilabelAccumulator(Accumulator):
                 threshold, (int, float, np.integer, np.floating)) or not np.isfinite(threshold):
             raise TypeError(f"`threshold` must be a finite number, got {threshold!r}.")
         self._threshold = float(threshold)
+        # float32 scores are compared with the smallest float32 at or above the threshold:
+        # the same decisions as comparing in float64, at twice the vector width.
+        threshold32 = np.float32(self._threshold)
+        if float(threshold32) < self._threshold:
+            threshold32 = np.nextafter(threshold32, np.float32(np.inf))
+        self._threshold32 = threshold32
         if ignore_index is not None:
             if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
                 raise TypeError(f"`ignore_index` must be an integer or None, got "
@@ -448,13 +454,16 @@ class MultilabelAccumulator(Accumulator):
         if n > _MAX_ROWS_PER_CALL:
             raise ValueError(f"batches of 2**31 rows or more are not supported (got {n}); "
                              "split them.")
+        threshold: Any = self._threshold
+        if batch.y_pred.dtype == np.float32:
+            threshold = self._threshold32
         if batch.flags & _k.MASKED:
             status, row = _k.count_dense_masked(
-                batch.y_true, batch.y_pred, batch.weights, self._threshold, batch.mask_value,
+                batch.y_true, batch.y_pred, batch.weights, threshold, batch.mask_value,
                 batch.flags, self._layout, arrays["labels"], arrays["per_sample"])
         else:
             status, row = _k.count_dense(
-                batch.y_true, batch.y_pred, batch.weights, self._threshold, batch.flags,
+                batch.y_true, batch.y_pred, batch.weights, threshold, batch.flags,
                 self._layout, arrays["labels"], arrays["per_sample"])
         if status != _k.OK:
             raise ValueError(_dense_error(status, row, batch, self._ignore_index))

@@ -328,6 +328,19 @@ def test_scores_are_thresholded_in_the_kernel():
         y_true, (logits.astype(np.float16) >= 0).astype(np.int8))
 
 
+@pytest.mark.parametrize("threshold", [0.3, 0.1 + 1e-12, 2.0**-130, -1.5])
+def test_float32_scores_decide_as_in_float64(threshold):
+    rng = np.random.default_rng(13)
+    scores = rng.normal(scale=0.5, size=(200, 4)).astype(np.float32)
+    near = np.float32(threshold)
+    scores[:5, 0] = [near, np.nextafter(near, np.float32(-1)), np.nextafter(near, np.float32(2)),
+                     0.0, -0.0]
+    y_true = rng.integers(0, 2, (200, 4))
+    acc = MultilabelAccumulator(4, threshold=threshold).update(y_true, scores)
+    exact = (scores.astype(np.float64) >= threshold).astype(np.uint8)
+    assert acc == MultilabelAccumulator(4, threshold=threshold).update(y_true, exact)
+
+
 @pytest.mark.parametrize("dtype", [bool, np.uint8, np.int8, np.int16, np.uint16, np.int32,
                                    np.int64, np.float64])
 def test_indicator_dtypes(dtype):
