@@ -65,21 +65,25 @@ class _Batch:
 class ScoreAccumulator(Accumulator):
     """Score histograms of a stream: ROC/PR curves, AUROC, AP, calibration and top-k.
 
-    Every score lands in a bin of an order-preserving integer key of its float32 bits (the top
-    ``log2(bins)`` bits). With the default 65,536 bins a bin holds exactly the float32 values
-    that round toward zero to one bfloat16 value, so **16-bit scores (bfloat16, and any score
-    that is a bfloat16 value) are counted exactly** and every curve and area equals
-    scikit-learn's; float32/float64 scores are resolved to 8 significant bits wherever they
-    lie, which suits probabilities, logits and log-probabilities alike (the key is monotone in
-    the score over the whole float range), and each area can report an interval that is
-    guaranteed to contain the exact value (``with_bound=True``).
+    Every score lands in a bin of an order-preserving integer key of its float32 bits (see
+    :mod:`metricstream._score_kernels`). Probabilities (the default): ``0`` and ``1`` have bins
+    of their own, below 1/2 the bin is the top bits of ``p``, above 1/2 the top bits of
+    ``1 - p``, so that scores near 1 are resolved as finely as scores near 0 (8 significant
+    bits on both sides in 38,147 bins by default). Logits (``logits=True``): the top
+    ``log2(bins)`` bits of the sortable float32 key over the whole float range (65,536 bins:
+    exactly the bfloat16 values). Either way **every bfloat16 score is counted exactly** and
+    every curve and area then equals scikit-learn's (``exact()`` says so per class); other
+    scores share bins with their near neighbours, and each area and operating point can report
+    an interval guaranteed to contain the value on the raw scores (``with_bound=True``).
 
     State (memory O(C x bins), whatever the number of samples):
 
-    * ``curves`` ``(C, bins, 2)``: per class and bin, the negatives and positives (one-vs-rest);
-      ``C x bins x 2 x 8`` bytes: 10.5 MB for 10 classes. The default is 65,536 bins up to 64
-      classes, then the largest power of two keeping ``C x bins <= 2**22`` (64 MB): 32,768 at
-      100 classes, 4,096 at 1,000; pass ``bins`` to trade memory for resolution;
+    * ``curves`` ``(C, num_bins, 2)``: per class and bin, the negatives and positives
+      (one-vs-rest); ``C x num_bins x 2 x 8`` bytes: 6.1 MB for 10 classes of probabilities
+      (10.5 MB of logits). The default budget ``bins`` is 65,536 up to 64 classes, then the
+      largest power of two keeping ``C x bins <= 2**22`` (64 MB): 32,768 at 100 classes,
+      4,096 at 1,000 (2,387 probability bins: 4 significant bits); pass ``bins`` to trade
+      memory for resolution;
     * ``inexact`` ``(C,)``: scores that were not their bin's own value (0: the class is exact);
     * ``ranks`` ``(2, C, C)`` (multiclass): histograms of the rank of the true class under
       scikit-learn's tie rule and the optimistic one (top-k for every k);
@@ -98,7 +102,8 @@ class ScoreAccumulator(Accumulator):
             multi_class="ovr")``), or ``"multilabel"`` (``y_true`` a 0/1 matrix of the scores'
             shape).
         num_classes: classes (multiclass, >= 2) or labels (multilabel); unused for binary.
-        bins: number of key bins, a power of two from 16 to 2**24 (see above).
+        bins: the budget of key bins, a power of two from 16 to 2**24 (see above): logits use
+            exactly ``bins``, probabilities the finest key that fits (``num_bins``).
         thresholds: explicit increasing finite thresholds instead of key bins, e.g.
             ``np.linspace(0, 1, 100)`` as torchmetrics' ``thresholds=100``: a sample is
             predicted positive at ``t`` when ``score >= t`` (for Keras' ``score > t`` pass the
