@@ -512,3 +512,37 @@ def test_merge_equals_single_pass():
     assert merged.auroc() == whole.auroc()
     with pytest.raises(ValueError, match="bins"):
         merged.merge(ScoreAccumulator("multiclass", 5, bins=1024))
+
+
+def test_explicit_thresholds_equal_torchmetrics_binned():
+    torch = pytest.importorskip("torch")
+    classification = pytest.importorskip("torchmetrics.classification")
+    rng = np.random.default_rng(21)
+    y = rng.integers(0, 2, 5000)
+    scores = (rng.random(5000) * 0.7 + 0.3 * y).astype(np.float32)
+    grid = np.linspace(0, 1, 100)
+    acc = ScoreAccumulator("binary", thresholds=grid).update(y, scores)
+    thresholds = torch.tensor(grid, dtype=torch.float32)
+    auroc = classification.BinaryAUROC(thresholds=thresholds)
+    ap = classification.BinaryAveragePrecision(thresholds=thresholds)
+    for metric in (auroc, ap):
+        metric.update(torch.from_numpy(scores), torch.from_numpy(y))
+    # torchmetrics computes in float32
+    assert acc.auroc() == pytest.approx(float(auroc.compute()), abs=1e-6)
+    assert acc.average_precision() == pytest.approx(float(ap.compute()), abs=1e-6)
+
+
+def test_in_a_group_with_a_confusion_accumulator():
+    from metricstream import AccumulatorGroup, ConfusionAccumulator
+
+    y, _, probabilities = multiclass_data(22, classes=4)
+    group = AccumulatorGroup({"matrix": ConfusionAccumulator(4),
+                              "scores": ScoreAccumulator("multiclass", 4)})
+    group.update(y, probabilities)
+    assert group["scores"].top_k_accuracy(1) == pytest.approx(group["matrix"].accuracy())
+    bad = probabilities.copy()
+    bad[3, 0] = -0.5
+    before = state_bytes(group["scores"])
+    with pytest.raises(ValueError):
+        group.update(y, bad)
+    assert state_bytes(group["scores"]) == before
