@@ -546,3 +546,46 @@ def test_in_a_group_with_a_confusion_accumulator():
     with pytest.raises(ValueError):
         group.update(y, bad)
     assert state_bytes(group["scores"]) == before
+
+
+@pytest.mark.parametrize("config", [dict(logits=True),
+                                    dict(thresholds=np.linspace(-3, 3, 25), logits=True),
+                                    dict()], ids=["logits", "thresholds", "probabilities"])
+def test_confusion_at_every_bin_value_equals_sklearn(config):
+    rng = np.random.default_rng(23)
+    y = rng.integers(0, 2, 400)
+    raw = rng.normal(size=400) + y
+    if "logits" not in config:
+        raw = 1 / (1 + np.exp(-raw))
+    scores = bf16(raw.astype(np.float32))
+    if "thresholds" in config:
+        grid = config["thresholds"]
+        scores = grid[np.clip(np.searchsorted(grid, scores, side="right") - 1, 0, None)]
+    acc = ScoreAccumulator("binary", **config).update(y, scores)
+    for threshold in np.unique(scores)[::7]:
+        expected = skm.confusion_matrix(y, scores >= threshold, labels=[0, 1])
+        np.testing.assert_array_equal(acc.confusion_at(threshold).confusion_matrix(), expected)
+
+
+def test_weighted_large_batch_failure_changes_nothing():
+    rng = np.random.default_rng(24)
+    n = 9000
+    targets = rng.integers(0, 2, size=(n, 3))
+    scores = rng.random((n, 3))
+    weights = rng.random(n)
+    acc = ScoreAccumulator("multilabel", 3, weighted=True).update(targets[:50], scores[:50],
+                                                                 weights[:50])
+    before = state_bytes(acc)
+    bad = targets.copy()
+    bad[n - 1, 2] = 2
+    with pytest.raises(ValueError, match=rf"`y_true` holds 2 at position \({n - 1}, 2\)"):
+        acc.update(bad, scores, weights)
+    assert state_bytes(acc) == before
+    acc.update(targets, scores, weights)
+    assert acc.num_samples == pytest.approx(3 * (weights.sum() + weights[:50].sum()))
+    bound = acc.auroc(None, with_bound=True)
+    for j in range(3):
+        exact = skm.roc_auc_score(np.r_[targets[:50, j], targets[:, j]],
+                                  np.r_[scores[:50, j], scores[:, j]],
+                                  sample_weight=np.r_[weights[:50], weights])
+        assert bound.lower[j] <= exact <= bound.upper[j]
