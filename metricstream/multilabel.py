@@ -521,7 +521,7 @@ class MultilabelAccumulator(Accumulator):
             tp_by_fbeta=fbeta,
         )
         # Supports print as scikit-learn prints them: floats once weights were given.
-        integral = not (self._weighted or per_sample[_k.WEIGHTED_ROWS])
+        integral = not per_sample[_k.WEIGHTED_ROWS]
         return _ml.MultilabelCounts(labels=label_counts, samples=stats, integral=integral,
                                     label_names=self._label_names,
                                     cooccurrence=snap.get("cooccurrence"))

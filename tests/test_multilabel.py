@@ -223,6 +223,19 @@ def test_report_text_char_for_char(case, zero_division, digits):
             close(ours[key][column], expected[key][column])
 
 
+def test_report_supports_are_integers_until_weights_are_given():
+    y_true, y_pred, _ = CASES["dense"]
+    acc = MultilabelAccumulator(7, weighted=True).update(y_true, y_pred)
+    assert acc.classification_report(zero_division=0) == skm.classification_report(
+        y_true, y_pred, zero_division=0)
+    acc.update(y_true[:0], y_pred[:0], np.zeros(0))
+    ones = np.ones(len(y_true))
+    acc.update(y_true, y_pred, ones)
+    both = np.vstack([y_true, y_true]), np.vstack([y_pred, y_pred])
+    assert acc.classification_report(zero_division=0) == skm.classification_report(
+        *both, sample_weight=np.ones(2 * len(y_true)), zero_division=0)
+
+
 def test_report_uses_label_names():
     y_true, y_pred, _ = CASES["small"]
     acc = MultilabelAccumulator(4, ["a", "bb", "ccc", "a long name here"])

@@ -441,7 +441,7 @@ def subset_accuracy(counts: MultilabelCounts, *, normalize: bool = True,
     """
     stats = counts.require_samples("subset accuracy")
     if not normalize:
-        return float(stats.exact) if not counts.integral else int(stats.exact)
+        return int(stats.exact) if counts.integral else float(stats.exact)
     if stats.judged != 0:
         return float(stats.exact / stats.judged)
     return undefined_scalar(zero_division, "Subset accuracy is ill-defined and being set to 0.0 "
@@ -659,7 +659,7 @@ def classification_report(
     zero_division_value(zero_division)
     headers = ["precision", "recall", "f1-score", "support"]
     p, r, f, support = precision_recall_fscore_support(counts, zero_division=zero_division)
-    support = support if counts.integral else support.astype(np.float64)
+    support = support.astype(np.int64 if counts.integral else np.float64)
     rows = list(zip(names, p, r, f, support, strict=True))
     averages: tuple[MultilabelAverage, ...] = ("micro", "macro", "weighted", "samples")
     total_support = np.sum(support)
