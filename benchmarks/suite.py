@@ -595,5 +595,69 @@ def threads(results: Results, quick: bool) -> None:
         f"{speedup:.2f}× vs one after the other", None))
 
 
-CASES = [large_batches, parallel_threshold, small_batches, scores, memory, views, startup,
-         threads]
+# ---------------------------------------------------------------------------- training loop
+def training_loop(results: Results, quick: bool) -> None:
+    """The update path of a training loop: (256, 10) logits and labels, numpy and torch.
+
+    The full sweep over batch sizes and class counts is ``benchmarks/bench_training_loop.py``;
+    this case keeps its headline targets in the main table.
+    """
+    rng = np.random.default_rng(6)
+    k, n = 10, 256
+    y_true = rng.integers(0, k, n)
+    y_pred = rng.integers(0, k, n)
+    logits = rng.normal(size=(n, k)).astype(np.float32)
+    fused = ConfusionAccumulator(k)
+    two_step = ConfusionAccumulator(k)
+    _require_equal("training loop", fused.update(y_true, logits).matrix,
+                   {"argmax + update": two_step.update(y_true, np.argmax(logits, 1)).matrix})
+    candidates = {
+        "metricstream": lambda: fused.update(y_true, logits),
+        "np.argmax + update": lambda: two_step.update(y_true, np.argmax(logits, 1)),
+        "labels": lambda: two_step.update(y_true, y_pred),
+    }
+    if have("torch"):
+        import torch
+
+        torch.set_num_threads(1)
+        t_true, t_pred = torch.from_numpy(y_true), torch.from_numpy(y_pred)
+        t_logits = torch.from_numpy(logits)
+        t_grad = torch.from_numpy(logits.copy()).requires_grad_(True)
+        candidates["torch logits"] = lambda: fused.update(t_true, t_logits)
+        candidates["torch logits (grad)"] = lambda: fused.update(t_true, t_grad)
+        candidates["torch labels"] = lambda: two_step.update(t_true, t_pred)
+        if have("torchmetrics"):
+            metric = _torch_confusion(k, None)
+            metric.update(t_logits, t_true)
+            _require_equal("training loop", ConfusionAccumulator(k).update(y_true, logits).matrix,
+                           {"torchmetrics": metric.compute().numpy()})
+            candidates["torchmetrics"] = lambda: metric.update(t_logits, t_true)
+    times = interleaved(candidates, 7 if quick else 21, min_sample=0.005 if quick else 0.02)
+    shown = {name: times[name] for name in ("metricstream", "np.argmax + update", "torchmetrics")
+             if name in times}
+    results.rows.append(Row(f"({n}, {k}) float32 logits, one update", shown))
+    fused_time = times["metricstream"]
+    results.targets.append(Target(
+        "10", f"({n}, {k}) float32 logits from numpy: one update ≤ 2.5 µs",
+        format_seconds(fused_time), fused_time <= 2.5e-6))
+    ratio = times["np.argmax + update"] / fused_time
+    results.targets.append(Target(
+        "10", f"({n}, {k}) logits: fused ≥ 1.5× faster than np.argmax + update",
+        f"{ratio:.2f}×", ratio >= 1.5))
+    if "torch logits" in times:
+        for name, numpy_time in (("torch logits", fused_time), ("torch logits (grad)", fused_time),
+                                 ("torch labels", times["labels"])):
+            allowed = 1.3 * numpy_time + 0.5e-6
+            results.targets.append(Target(
+                "10", f"{name}: ≤ 1.3× the numpy input + 0.5 µs",
+                f"{format_seconds(times[name])} (allowed {format_seconds(allowed)})",
+                times[name] <= allowed))
+    if "torchmetrics" in times:
+        ratio = times["torchmetrics"] / times["torch logits"]
+        results.targets.append(Target(
+            "10", f"({n}, {k}) torch logits: ≥ 7× faster than torchmetrics' update",
+            f"{ratio:.1f}×", ratio >= 7))
+
+
+CASES = [large_batches, parallel_threshold, small_batches, scores, training_loop, memory, views,
+         startup, threads]

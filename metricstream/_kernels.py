@@ -107,6 +107,10 @@ SCORE_TILE = 256
 # 2.0 -> 1.3 ms, (256, 1000) 82 -> 63 µs.
 TILE_MAX_CLASSES = 16
 ROW_TILE = 64
+# Calls with at most this many scores (128 KiB of float32, cache-resident in a training loop)
+# reduce the tile in place (256 x 10: 2.8 -> 1.9 µs); larger ones copy each tile first, which
+# is 2-3× faster once the scores come from memory.
+IN_PLACE_SCORES = 1 << 15
 
 # Limits of a matrix's total (see ``_dispatch``): int64 below 2^63 with a 2^-16 margin that
 # covers the rounding of float bounds; float64 finite.
@@ -607,7 +611,7 @@ def _first_nan(row, inf_key):
     return -1
 
 
-def _tile_argmax(block, scratch, values, classes, inf_key):  # pragma: no cover - overload
+def _tile_argmax(block, scratch, values, classes, inf_key, in_place):  # pragma: no cover
     """Argmax of every row of a ``(w, C)`` block into ``classes[:w]``; returns whether any score
     is NaN (the classes are then meaningless). ``scratch`` is ``(TILE_MAX_CLASSES, ROW_TILE)``
     and ``values`` ``ROW_TILE`` keys."""
@@ -657,21 +661,55 @@ def _identity(x):
     return x
 
 
+def _make_inplace_tile_argmax(key):
+    def inplace_tile_argmax(block, scratch, values, classes, inf_key):
+        # The same reduction reading the rows' columns in place: LLVM gathers the strided
+        # loads, which beats the copy while the scores are in cache (see ``IN_PLACE_SCORES``).
+        width = block.shape[0]
+        nan_seen = False
+        for j in range(width):
+            x = block[j, 0]
+            nan_seen |= _score_nan(x, inf_key)
+            values[j] = key(x)
+            classes[j] = 0
+        for c in range(1, block.shape[1]):
+            label = np.int32(c)
+            for j in range(width):
+                x = block[j, c]
+                v = key(x)
+                better = v > values[j]
+                nan_seen |= _score_nan(x, inf_key)
+                values[j] = v if better else values[j]
+                classes[j] = label if better else classes[j]
+        return nan_seen
+
+    return inplace_tile_argmax
+
+
 _plain_tile_argmax = njit(inline="always")(_make_tile_argmax(_identity))
 _half_tile_argmax = njit(inline="always")(_make_tile_argmax(_half_key))
+_plain_inplace_tile_argmax = njit(inline="always")(_make_inplace_tile_argmax(_identity))
+_half_inplace_tile_argmax = njit(inline="always")(_make_inplace_tile_argmax(_half_key))
 
 
 @overload(_tile_argmax, inline="always")
-def _tile_argmax_impl(block, scratch, values, classes, inf_key):
+def _tile_argmax_impl(block, scratch, values, classes, inf_key, in_place):
     if block.dtype == types.int16:
-        def int16_tile_argmax(block, scratch, values, classes, inf_key):
+        def int16_tile_argmax(block, scratch, values, classes, inf_key, in_place):
             if inf_key:
+                if in_place:
+                    return _half_inplace_tile_argmax(block, scratch, values, classes, inf_key)
                 return _half_tile_argmax(block, scratch, values, classes, inf_key)
             return _plain_tile_argmax(block, scratch, values, classes, inf_key)
 
         return int16_tile_argmax
-    return lambda block, scratch, values, classes, inf_key: _plain_tile_argmax(
-        block, scratch, values, classes, inf_key)
+
+    def plain_tile_argmax(block, scratch, values, classes, inf_key, in_place):
+        if in_place:
+            return _plain_inplace_tile_argmax(block, scratch, values, classes, inf_key)
+        return _plain_tile_argmax(block, scratch, values, classes, inf_key)
+
+    return plain_tile_argmax
 
 
 def _key_dtype(scores):  # pragma: no cover - replaced by the overload below
@@ -722,6 +760,7 @@ def count_argmax_rows(y_true, scores, weights, out, start, stop, sign, flags, ig
     scratch = np.empty((min(num_scores, TILE_MAX_CLASSES), ROW_TILE), dtype=key_dtype)
     values = np.empty(ROW_TILE, dtype=key_dtype)
     classes = np.empty(ROW_TILE, dtype=np.int32)
+    in_place = (stop - start) * num_scores <= IN_PLACE_SCORES
     for lo in range(start, stop, ROW_TILE):
         hi = min(lo + ROW_TILE, stop)
         n = hi - lo
@@ -730,7 +769,7 @@ def count_argmax_rows(y_true, scores, weights, out, start, stop, sign, flags, ig
         labels = y_true[lo:hi]
         nan_row = n
         if num_scores <= TILE_MAX_CLASSES:
-            if _tile_argmax(block, scratch, values, classes, inf_key):
+            if _tile_argmax(block, scratch, values, classes, inf_key, in_place):
                 for j in range(n):
                     if _first_nan(block[j], inf_key) >= 0:
                         nan_row = j

@@ -59,6 +59,22 @@ def test_row_logits_equal_argmax(dtype, num_classes, size):
     np.testing.assert_array_equal(counted(y_true, scores, num_classes, weights), expected)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("num_classes", [3, 10, 16])
+def test_long_row_logits_equal_argmax(dtype, num_classes):
+    # Past the in-cache size each tile of rows is copied before it is reduced.
+    size = 40_000
+    scores = tricky_scores(size, num_classes, dtype)
+    y_true = RNG.integers(0, num_classes, size)
+    expected = expected_from_predictions(y_true, np.argmax(scores, axis=1), num_classes)
+    np.testing.assert_array_equal(counted(y_true, scores, num_classes), expected)
+    scores[size - 700, 1] = np.nan
+    out = np.zeros((num_classes, num_classes), np.int64)
+    with pytest.raises(ValueError, match=rf"holds NaN at position \({size - 700}, 1\)"):
+        _dispatch.count_batch(out, prepare_batch(y_true, scores, None, num_classes, 1), None)
+    assert not out.any()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=lambda d: d.__name__)
 @pytest.mark.parametrize("num_classes", [2, 10, 20, 200])
 def test_first_nan_score_is_reported_after_earlier_label_errors(dtype, num_classes):
