@@ -12,6 +12,10 @@ from . import metrics
 from ._dispatch import get_num_threads, set_num_threads
 from .accumulator import ConfusionAccumulator
 from .base import Accumulator, AccumulatorGroup
+from .bootstrap import MetricInterval, bootstrap, delta_method
+from .clustered import BootstrapConfusionAccumulator
+from .multilabel import MultilabelAccumulator
+from .scores import ScoreAccumulator
 from .exceptions import UndefinedMetricWarning
 
 try:
@@ -22,9 +26,15 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 __all__ = [
     "Accumulator",
     "AccumulatorGroup",
+    "BootstrapConfusionAccumulator",
+    "MetricInterval",
+    "MultilabelAccumulator",
+    "ScoreAccumulator",
     "ConfusionAccumulator",
     "UndefinedMetricWarning",
     "__version__",
+    "bootstrap",
+    "delta_method",
     "get_num_threads",
     "metrics",
     "set_num_threads",

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from . import bootstrap as _bootstrap
 from . import metrics as _metrics
 from . import report as _report
 from ._dispatch import count_batch
@@ -301,6 +302,29 @@ class ConfusionAccumulator(Accumulator):
         return self._view(_metrics.normalize_confusion_matrix, normalize=normalize)
 
     # Every other metric method is generated below from its function in metricstream.metrics.
+
+    def bootstrap(self, metric: str | Callable[..., Any], *, n_resamples: int = 1000,
+                  confidence: float = 0.95, method: str = "percentile",
+                  seed: int | np.random.Generator | None = None,
+                  resampling: str = "multinomial", **metric_kwargs: Any) -> Any:
+        """A bootstrap confidence interval of any metric of this matrix, at read time.
+
+        ``metric`` is a method name (``"f1"``, ``"miou"``, ...), an alias (``"macro_f1"``) or a
+        function of a matrix; ``metric_kwargs`` go to it (``average="macro"``). Replicate
+        matrices are drawn from the final matrix (independent samples assumed), so the
+        interval costs nothing per update. See :func:`metricstream.bootstrap.bootstrap` for the
+        methods and the assumption, and :class:`~metricstream.BootstrapConfusionAccumulator`
+        for correlated samples (pixels of one image).
+
+        Example:
+            >>> acc = ConfusionAccumulator(2).update([0, 1] * 50, [0, 1] * 40 + [1, 0] * 10)
+            >>> result = acc.bootstrap("accuracy", n_resamples=200, seed=0)
+            >>> result.low < result.estimate == 0.8 < result.high
+            True
+        """
+        return _bootstrap.bootstrap(self, metric, n_resamples=n_resamples, confidence=confidence,
+                         method=method, seed=seed, resampling=resampling,  # type: ignore[arg-type]
+                         **metric_kwargs)
 
     def classification_report(self, digits: int = 2, labels: LabelsArg = None,
                               target_names: Sequence[str] | None = None,
