@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ._io import Coded, InputError, open_source
+from .accumulator import ConfusionAccumulator
 from .scores import ScoreAccumulator
 
 __all__ = ["ScoreReport", "add_score_arguments", "report_from_args", "score_summary",
@@ -45,6 +46,10 @@ class ScoreReport:
     rows: int = 0
     n_bins: int = 15
     top_k: tuple[int, ...] = (1, 5)
+    #: The confusion matrix of the predictions the scores make (the first argmax; for a
+    #: binary task ``score >= 0.5``, or ``>= 0`` for logits), counted in the same pass: the
+    #: report's summary when the file has no column of predicted labels.
+    confusion: ConfusionAccumulator | None = None
 
     def data(self) -> dict[str, Any]:
         """The score section as JSON-able data (None for undefined values)."""
@@ -173,6 +178,7 @@ def score_summary(
             raise InputError(f"{path}: score column {column!r} holds text.", usage=True)
     names = _class_names(scores, columns)
     acc = _accumulator(len(columns), logits, ignore, names, bins)
+    confusion = _confusion(acc, names)
     kinds = {column: "float" for column in columns}
     kinds[truth] = src.kinds[truth]
     if weight is not None:
@@ -188,11 +194,11 @@ def score_summary(
         matrix = np.column_stack([np.asarray(chunk.columns[c], dtype=dtype) for c in columns])
         values = matrix[:, 0] if acc.task == "binary" else matrix
         weights = None if weight is None else np.asarray(chunk.columns[weight], np.float64)
-        _update(acc, labels, values, weights, path, chunk.start)
+        _update(acc, labels, values, weights, path, chunk.start, confusion)
         rows += len(labels)
         if on_progress is not None:
             on_progress(chunk.position, src.progress_total, src.progress_unit)
-    return ScoreReport(acc, names, columns, rows, n_bins, tuple(top_k))
+    return ScoreReport(acc, names, columns, rows, n_bins, tuple(top_k), confusion)
 
 
 # ---------------------------------------------------------------------- command line
@@ -299,14 +305,27 @@ def _labels(values: Any, names: list[str] | None, ignore: str | None, path: Path
     return np.asarray(values)
 
 
+def _confusion(acc: ScoreAccumulator, names: list[str] | None) -> ConfusionAccumulator:
+    classes = 2 if acc.task == "binary" else acc.num_classes
+    config = acc.config()
+    return ConfusionAccumulator(classes, names if acc.task != "binary" else None,
+                                config["ignore_index"], weighted=config["weighted"])
+
+
 def _update(acc: ScoreAccumulator, labels: np.ndarray, values: np.ndarray,
-            weights: np.ndarray | None, path: Path, start: int) -> None:
+            weights: np.ndarray | None, path: Path, start: int,
+            confusion: ConfusionAccumulator) -> None:
     try:
         acc.update(labels, values, weights)
     except ValueError as error:
         sample = getattr(error, "sample", None)
         where = "" if sample is None else f"row {start + sample + 1}: "
         raise InputError(f"{path}: {where}{error}") from None
+    if acc.task == "binary":
+        cut = 0.0 if acc.config()["logits"] else 0.5
+        values = (np.asarray(values).reshape(np.shape(labels)) >= cut).astype(np.int64)
+    # Valid for the score accumulator, so valid here: the argmax is taken in the kernel.
+    confusion.update(labels, values, weights)
 
 
 def _read_npz(path: Path, member: str, truth: str | None, weight: str | None, logits: bool,
@@ -333,11 +352,13 @@ def _read_npz(path: Path, member: str, truth: str | None, weight: str | None, lo
                                             and scores.shape[1] == 1)
     classes = 1 if binary else scores.shape[1]
     acc = _accumulator(classes, logits, ignore, None, bins)
+    confusion = _confusion(acc, None)
     for lo in range(0, max(len(labels), 1), _NPZ_CHUNK):
         hi = lo + _NPZ_CHUNK
         _update(acc, labels[lo:hi], scores[lo:hi],
-                None if weights is None else weights[lo:hi], path, lo)
-    return ScoreReport(acc, None, [matches[0]], int(labels.shape[0]), n_bins, tuple(top_k))
+                None if weights is None else weights[lo:hi], path, lo, confusion)
+    return ScoreReport(acc, None, [matches[0]], int(labels.shape[0]), n_bins, tuple(top_k),
+                       confusion)
 
 
 def _float(value: Any) -> float:

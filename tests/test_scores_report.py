@@ -51,6 +51,9 @@ def test_digits_summary_equals_direct_accumulation_and_sklearn(digits, prefer_py
         skm.top_k_accuracy_score(y, scores, k=5))
     assert rows["log_loss"] == pytest.approx(skm.log_loss(y, scores.astype(np.float64)),
                                              rel=1e-6)
+    assert report.confusion is not None
+    np.testing.assert_array_equal(report.confusion.confusion_matrix(),
+                                  skm.confusion_matrix(y, scores.argmax(axis=1)))
     text = report.text()
     assert "AUROC (macro, one-vs-rest)" in text and "top-5 accuracy" in text
     assert report.markdown().startswith("| score metric | value |")
@@ -83,6 +86,8 @@ def test_single_score_column_is_binary_and_errors_name_the_file(tmp_path):
     report = score_summary(path, "score")
     assert report.accumulator.task == "binary"
     assert summary_rows(report.accumulator)["auroc"] == 0.75
+    assert report.confusion is not None
+    np.testing.assert_array_equal(report.confusion.confusion_matrix(), [[2, 0], [1, 1]])
     with pytest.raises(InputError, match="no column matches"):
         score_summary(path, "p_*")
     bad = tmp_path / "bad.csv"
