@@ -544,6 +544,8 @@ def _commit_samples(sums, weights, weighted, layout, per_sample):
     else:
         # Unweighted with F1 only (the default): no inner loop over betas.
         by_f1 = layout[8]
+        exact = 0
+        neither = 0
         for i in range(n):
             tps = sums[i, 0]
             aps = sums[i, 1]
@@ -552,14 +554,16 @@ def _commit_samples(sums, weights, weighted, layout, per_sample):
             if sums[i, 3]:
                 judged_weight += 1
                 union = aps + pps - tps
-                per_sample[EXACT] += (tps == aps) & (tps == pps)
-                per_sample[NEITHER] += union == 0
+                exact += (tps == aps) & (tps == pps)
+                neither += union == 0
                 per_sample[card_true + aps] += 1
                 per_sample[card_pred + pps] += 1
                 per_sample[by_pred + pps] += tps
                 per_sample[by_true + aps] += tps
                 per_sample[by_union + union] += tps
                 per_sample[by_f1 + aps + pps] += tps
+        per_sample[EXACT] += exact
+        per_sample[NEITHER] += neither
     per_sample[ROWS] += total_weight
     per_sample[JUDGED] += judged_weight
     per_sample[ZERO_WEIGHT] += zero_weight
