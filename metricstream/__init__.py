@@ -14,9 +14,9 @@ from .accumulator import ConfusionAccumulator
 from .base import Accumulator, AccumulatorGroup
 from .bootstrap import MetricInterval, bootstrap, delta_method
 from .clustered import BootstrapConfusionAccumulator
+from .exceptions import UndefinedMetricWarning
 from .multilabel import MultilabelAccumulator
 from .scores import ScoreAccumulator
-from .exceptions import UndefinedMetricWarning
 
 try:
     __version__ = version("metricstream")

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ._io import MAX_CLASSES, SUFFIXES, InputError, ReadResult, read_confusion
+from .bootstrap import interval_report
 
 __all__ = ["main"]
 
@@ -247,6 +248,49 @@ SECTIONS: list[Section] = [
         data=lambda r: r.accumulator.summary("dict", zero_division=r.zero_division),
     ),
 ]
+
+
+def _interval_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("intervals")
+    group.add_argument("--intervals", action="store_true",
+                       help="bootstrap confidence intervals of accuracy, balanced accuracy, macro "
+                            "F1, mIoU, MCC and kappa (rows assumed independent)")
+    group.add_argument("--resamples", type=_positive_int, default=1000, metavar="B",
+                       help="bootstrap replicates for --intervals (default: 1000)")
+    group.add_argument("--confidence", type=_confidence, default=0.95, metavar="LEVEL",
+                       help="confidence level for --intervals (default: 0.95)")
+    group.add_argument("--seed", type=int, default=0,
+                       help="random seed of --intervals, for reproducible reports (default: 0)")
+
+
+def _confidence(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}")
+    return value
+
+
+def _intervals(report: Report, kind: str) -> Any:
+    try:
+        return interval_report(report.accumulator, format=kind,
+                               n_resamples=report.args.resamples,
+                               confidence=report.args.confidence, seed=report.args.seed,
+                               digits=report.digits)
+    except ValueError as error:  # fractional weights say nothing about which samples to resample
+        _fail(f"--intervals: {str(error).replace('`source`', 'the matrix')}", EXIT_DATA)
+
+
+SECTIONS.append(Section(
+    "intervals",
+    text=lambda r: str(_intervals(r, "text")),
+    markdown=lambda r: str(_intervals(r, "markdown")),
+    data=lambda r: _intervals(r, "dict"),
+    enabled=lambda args: bool(getattr(args, "intervals", False)),
+    add_arguments=_interval_arguments,
+))
 
 
 def _sections(report: Report) -> list[Section]:

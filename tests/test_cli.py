@@ -528,3 +528,36 @@ def test_a_damaged_parquet_file_is_one_line(tmp_path):
     result = run("report", tmp_path / "p.parquet")
     assert result.returncode in (1, 2)
     assert result.stderr.startswith("metricstream: error: ") and result.stderr.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------- --intervals
+def test_intervals_section_in_text_and_json(tmp_path):
+    csv_path = DIGITS
+    text = run("report", csv_path, "--intervals", "--resamples", "300", "--seed", "1")
+    assert text.returncode == 0
+    assert "95% percentile bootstrap intervals, B=300" in text.stdout
+    data = json.loads(run("report", csv_path, "--intervals", "--resamples", "300", "--seed", "1",
+                          "--format", "json").stdout)
+    intervals = data["intervals"]["metrics"]
+    assert set(intervals) >= {"accuracy", "macro_f1", "miou", "mcc", "kappa"}
+    acc = ConfusionAccumulator.from_matrix(np.array(data["confusion_matrix"]))
+    expected = acc.bootstrap("accuracy", n_resamples=300, seed=1)
+    assert intervals["accuracy"]["low"] == pytest.approx(expected.low)
+    assert intervals["accuracy"]["high"] == pytest.approx(expected.high)
+    accuracy = intervals["accuracy"]
+    assert accuracy["low"] < data["overall"]["accuracy"] < accuracy["high"]
+
+
+def test_intervals_refuse_fractional_weights_in_one_line(tmp_path):
+    path = write_csv(tmp_path / "w.csv", ["y_true", "y_pred", "w"],
+                     [[0, 0, 0.5], [1, 1, 1.5], [1, 0, 2.0]])
+    result = run("report", path, "--weight", "w", "--intervals")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert "--intervals: the matrix holds the fractional count 0.5" in result.stderr
+
+
+def test_intervals_options_are_checked():
+    result = run("report", DIGITS, "--intervals", "--confidence", "1.5")
+    assert result.returncode == 2
+    assert "expected a number in (0, 1)" in result.stderr
