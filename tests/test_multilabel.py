@@ -17,6 +17,8 @@ from metricstream.exceptions import UndefinedMetricWarning
 from metricstream.metrics import multilabel as ml
 from metricstream.multilabel import LabelSets, MultilabelAccumulator, read_multilabel_csv
 
+from .marks import slow_beyond
+
 ZERO_DIVISIONS = ["warn", 0, 1, np.nan]
 AVERAGES = [None, "micro", "macro", "weighted", "samples"]
 TOL = dict(rtol=1e-12, atol=1e-12)
@@ -55,16 +57,18 @@ def _case(seed, n, num_labels, density=0.4, weights=None, empty_rows=0, zero_col
     return y_true, y_pred, w
 
 
+# The first six run by default and cover every kind of case (empty rows, all-zero columns,
+# L = 1, one sample, whole and fractional weights); the slow run (CI) adds the rest.
 CASES = {
-    "small": _case(0, 12, 4),
-    "dense": _case(1, 60, 7, density=0.7),
-    "sparse": _case(2, 60, 7, density=0.08),
     "empty-rows": _case(3, 40, 5, empty_rows=6),
     "zero-columns": _case(4, 40, 6, zero_columns=2),
     "one-label": _case(5, 30, 1),
     "one-sample": _case(6, 1, 5),
     "int-weights": _case(7, 50, 6, weights="int", empty_rows=4),
     "float-weights": _case(8, 50, 6, weights="float", empty_rows=4, zero_columns=1),
+    "small": _case(0, 12, 4),
+    "dense": _case(1, 60, 7, density=0.7),
+    "sparse": _case(2, 60, 7, density=0.08),
     "float-weights-sparse": _case(9, 50, 6, density=0.1, weights="float"),
 }
 
@@ -100,7 +104,7 @@ class _Padded:
         return padded
 
 
-@pytest.fixture(scope="module", params=list(CASES), ids=list(CASES))
+@pytest.fixture(scope="module", params=slow_beyond(list(CASES), 6, ids=str))
 def case(request):
     y_true, y_pred, w = CASES[request.param]
     ref = _Padded(skm) if y_true.shape[1] == 1 else skm
@@ -692,7 +696,7 @@ def _streams(draw):
     return num_labels, y_true.reshape(n, num_labels), y_pred.reshape(n, num_labels), weights, cuts
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)  # examples per run: the hypothesis profile (more in the slow run)
 @given(_streams(), st.randoms(use_true_random=False))
 def test_any_split_and_merge_order_gives_the_same_state(stream, random):
     num_labels, y_true, y_pred, weights, cuts = stream
