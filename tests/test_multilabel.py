@@ -715,3 +715,19 @@ def test_any_split_and_merge_order_gives_the_same_state(stream, random):
     assert merged == whole
     lists = [list(np.flatnonzero(r)) for r in y_true], [list(np.flatnonzero(r)) for r in y_pred]
     assert MultilabelAccumulator(num_labels, **config).update_sets(*lists, weights) == whole
+
+
+def test_group_updates_members_atomically():
+    from metricstream import AccumulatorGroup
+
+    group = AccumulatorGroup(probabilities=MultilabelAccumulator(3),
+                             logits=MultilabelAccumulator(3, threshold=0.0, cooccurrence=True))
+    group.update(np.array([[1, 0, 1]]), np.array([[0.9, -0.2, 0.4]]))
+    assert group["probabilities"].subset_accuracy() == 0.0
+    assert group["logits"].subset_accuracy() == 1.0
+    before = {name: member.state_arrays() for name, member in group.items()}
+    with pytest.raises(ValueError, match="`y_pred` holds NaN at row 0, label 1"):
+        group.update(np.array([[1, 0, 1]]), np.array([[0.9, np.nan, 0.4]]))
+    for name, member in group.items():
+        _assert_unchanged(member, before[name])
+    assert AccumulatorGroup.from_bytes(group.to_bytes()) == group
