@@ -801,8 +801,9 @@ def read_multilabel_csv(path: Any, *, num_labels: int | None = None, separator: 
 
     Each cell lists the sample's label indices separated by ``separator`` (an empty cell is the
     empty set). Labels may also be names: then ``num_labels`` is the number of distinct names
-    and the names (sorted) become ``label_names``. The file is read in one pass of bounded
-    memory per row.
+    and the names (sorted) become ``label_names``. The file is read once and its label lists
+    are held until they are counted (memory grows with the labels listed, not with L); for
+    files larger than memory, count chunks with :meth:`MultilabelAccumulator.update_sets`.
 
     Example:
         >>> import io
