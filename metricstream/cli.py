@@ -34,8 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from ._io import MAX_CLASSES, SUFFIXES, InputError, ReadResult, read_confusion
+from ._io import MAX_CLASSES, SUFFIXES, InputError, ReadResult, Selection, read_confusion
 from .bootstrap import interval_report
+from .score_report import (
+    ScoreReport,
+    add_score_arguments,
+    report_from_args,
+    write_score_plots,
+)
 
 __all__ = ["main"]
 
@@ -214,6 +220,7 @@ class Report:
     zero_division: Any
     digits: int
     args: argparse.Namespace
+    scores: ScoreReport | None = None
 
     @property
     def accumulator(self) -> Any:
@@ -293,6 +300,24 @@ SECTIONS.append(Section(
 ))
 
 
+def _score_section(report: Report, kind: str) -> Any:
+    scores = report.scores
+    assert scores is not None  # enabled only with --scores
+    if kind == "dict":
+        return scores.data()
+    return scores.text(report.digits) if kind == "text" else scores.markdown(report.digits)
+
+
+SECTIONS.append(Section(
+    "scores",
+    text=lambda r: str(_score_section(r, "text")),
+    markdown=lambda r: str(_score_section(r, "markdown")),
+    data=lambda r: _score_section(r, "dict"),
+    enabled=lambda args: getattr(args, "scores", None) is not None,
+    add_arguments=add_score_arguments,
+))
+
+
 def _sections(report: Report) -> list[Section]:
     return [section for section in SECTIONS if section.enabled(report.args)]
 
@@ -355,20 +380,47 @@ def _report(args: argparse.Namespace) -> int:
     plot = _plot_path("--plot", args.plot, "confusion_matrix.png")
     plot_per_class = _plot_path("--plot-per-class", args.plot_per_class, "per_class.png")
 
-    with _progress_bar(args.progress) as on_progress:
-        result = read_confusion(
-            args.path, truth=args.truth, pred=args.pred, weight=args.weight, classes=classes,
-            ignore=args.ignore, labels=args.labels, delimiter=delimiter, header=args.header,
-            prefer_pyarrow=args.reader != "python", max_classes=args.max_classes,
-            on_progress=on_progress,
-        )
+    # With --scores and no --pred, the summary is the confusion matrix of the scores' argmax,
+    # counted in the same pass (a file of probabilities has no column of predicted labels).
+    scores = report_from_args(args)
+    if scores is not None and args.pred is None and scores.confusion is not None:
+        result = ReadResult(
+            accumulator=scores.confusion,
+            selection=Selection(truth=args.truth or "y_true", pred=f"argmax of {args.scores!r}",
+                                weight=args.weight),
+            num_rows=scores.rows, mode="index", path=Path(args.path))
+    else:
+        result = _read(args, classes, delimiter)
     for note in result.notes:
         print(f"{PROG}: warning: {note}", file=sys.stderr)
     acc = result.accumulator
     default_digits = 2 if args.format == "sklearn" else 4
     report = Report(result, _ZERO_DIVISION[args.zero_division],
-                    default_digits if args.digits is None else args.digits, args)
+                    default_digits if args.digits is None else args.digits, args, scores)
+    _print_report(args, report)
+    if plot is not None:
+        _save_plot(plot, acc.plot(normalize=args.normalize))
+    if plot_per_class is not None:
+        _save_plot(plot_per_class, acc.plot_per_class())
+    if scores is not None:
+        for written in write_score_plots(scores, args):
+            print(f"{PROG}: wrote {written}", file=sys.stderr)
+    return EXIT_OK
 
+
+def _read(args: argparse.Namespace, classes: list[str] | None, delimiter: str | None
+          ) -> ReadResult:
+    with _progress_bar(args.progress) as on_progress:
+        return read_confusion(
+            args.path, truth=args.truth, pred=args.pred, weight=args.weight, classes=classes,
+            ignore=args.ignore, labels=args.labels, delimiter=delimiter, header=args.header,
+            prefer_pyarrow=args.reader != "python", max_classes=args.max_classes,
+            on_progress=on_progress,
+        )
+
+
+def _print_report(args: argparse.Namespace, report: Report) -> None:
+    result, acc = report.result, report.accumulator
     with _warnings_to_stderr():
         if args.format == "json":
             sys.stdout.write(_json_text(_report_data(report)))
@@ -388,11 +440,6 @@ def _report(args: argparse.Namespace) -> int:
             _write(args.json, _json_text(_report_data(report)))
         if args.markdown is not None:
             _write(args.markdown, _report_text(report, "markdown") + "\n")
-    if plot is not None:
-        _save_plot(plot, acc.plot(normalize=args.normalize))
-    if plot_per_class is not None:
-        _save_plot(plot_per_class, acc.plot_per_class())
-    return EXIT_OK
 
 
 # Formats matplotlib writes (its default backends); anything else is refused before reading.

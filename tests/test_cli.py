@@ -561,3 +561,43 @@ def test_intervals_options_are_checked():
     result = run("report", DIGITS, "--intervals", "--confidence", "1.5")
     assert result.returncode == 2
     assert "expected a number in (0, 1)" in result.stderr
+
+
+# ---------------------------------------------------------------------------- --scores
+SCORES = EXAMPLES / "digits_scores.csv"
+
+
+def _digits_scores() -> tuple[np.ndarray, np.ndarray]:
+    table = np.loadtxt(SCORES, delimiter=",", skiprows=1)
+    return table[:, 0].astype(np.int64), table[:, 1:].astype(np.float32)
+
+
+def test_scores_section_equals_scikit_learn(tmp_path):
+    y_true, probabilities = _digits_scores()
+    result = run("report", SCORES, "--scores", "p_*", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    expected = skm.roc_auc_score(y_true, probabilities.astype(np.float64), multi_class="ovr")
+    assert data["scores"]["auroc_macro"] == pytest.approx(expected, abs=1e-5)
+    # without --pred, the summary is the confusion matrix of the scores' argmax
+    argmax = probabilities.argmax(axis=1)
+    np.testing.assert_array_equal(data["confusion_matrix"],
+                                  skm.confusion_matrix(y_true, argmax, labels=range(10)))
+    text = run("report", SCORES, "--scores", "p_*")
+    assert "AUROC (macro, one-vs-rest)" in text.stdout
+    assert "prediction \"argmax of 'p_*'\"" in text.stdout or "argmax of 'p_*'" in text.stdout
+
+
+def test_score_plots_are_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    roc, calibration = tmp_path / "roc.png", tmp_path / "calibration.png"
+    result = run("report", SCORES, "--scores", "p_*", "--plot-roc", roc,
+                 "--plot-calibration", calibration)
+    assert result.returncode == 0, result.stderr
+    assert roc.stat().st_size > 0 and calibration.stat().st_size > 0
+
+
+def test_score_plot_without_scores_is_a_usage_error():
+    result = run("report", DIGITS, "--plot-roc", "roc.png")
+    assert result.returncode == 2
+    assert "needs `--scores`" in result.stderr
