@@ -28,7 +28,7 @@ nowhere but in ``num_rows``. Without masked entries every number equals scikit-l
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -793,6 +793,9 @@ def _dense_error(status: int, row: int, batch: _DenseBatch, ignore_index: int | 
 
 
 # ---------------------------------------------------------------------------- file input
+_CSV_CHUNK_ROWS = 65_536
+
+
 def read_multilabel_csv(path: Any, *, num_labels: int | None = None, separator: str = "|",
                         true_column: str = "y_true", pred_column: str = "y_pred",
                         weight_column: str | None = None, delimiter: str = ","
@@ -801,9 +804,12 @@ def read_multilabel_csv(path: Any, *, num_labels: int | None = None, separator: 
 
     Each cell lists the sample's label indices separated by ``separator`` (an empty cell is the
     empty set). Labels may also be names: then ``num_labels`` is the number of distinct names
-    and the names (sorted) become ``label_names``. The file is read once and its label lists
-    are held until they are counted (memory grows with the labels listed, not with L); for
-    files larger than memory, count chunks with :meth:`MultilabelAccumulator.update_sets`.
+    and the names (sorted) become ``label_names``. ``weight_column`` names a column of sample
+    weights (fractional weights make the accumulator ``weighted``).
+
+    The file is read twice — once for the label vocabulary and the kind of weights, once to
+    count in chunks of 65,536 rows — so memory is bounded by the vocabulary and one chunk,
+    whatever the file's length (a stream that cannot seek is held in memory instead).
 
     Example:
         >>> import io
@@ -812,8 +818,53 @@ def read_multilabel_csv(path: Any, *, num_labels: int | None = None, separator: 
         >>> acc.subset_accuracy(), acc.num_samples
         (0.3333333333333333, 3)
     """
+    columns = (true_column, pred_column, weight_column)
+    held: list[tuple[list[str], list[str], float]] | None = None
+    seekable = not hasattr(path, "read") or (hasattr(path, "seekable") and path.seekable())
+    tokens: set[str] = set()
+    fractional = False
+    if seekable:
+        start = path.tell() if hasattr(path, "read") else 0
+        for true, pred, weight in _csv_rows(path, columns, separator, delimiter):
+            tokens.update(true)
+            tokens.update(pred)
+            fractional |= weight != int(weight)
+        if hasattr(path, "read"):
+            path.seek(start)
+    else:
+        held = list(_csv_rows(path, columns, separator, delimiter))
+        for true, pred, weight in held:
+            tokens.update(true)
+            tokens.update(pred)
+            fractional |= weight != int(weight)
+    names: list[str] | None = None
+    if all(token.lstrip("-").isdigit() for token in tokens):
+        index = {token: int(token) for token in tokens}
+        size = num_labels if num_labels is not None else (max(index.values(), default=-1) + 1)
+    else:
+        names = sorted(tokens)
+        index = {name: position for position, name in enumerate(names)}
+        size = len(names) if num_labels is None else num_labels
+    acc = MultilabelAccumulator(max(size, 1), names if names and len(names) == size else None,
+                                weighted=fractional)
+    rows = held if held is not None else _csv_rows(path, columns, separator, delimiter)
+    chunk: list[tuple[list[str], list[str], float]] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == _CSV_CHUNK_ROWS:
+            _count_csv_chunk(acc, chunk, index, weight_column is not None)
+            chunk = []
+    _count_csv_chunk(acc, chunk, index, weight_column is not None)
+    return acc
+
+
+def _csv_rows(path: Any, columns: tuple[str, str, str | None], separator: str,
+              delimiter: str) -> Iterator[tuple[list[str], list[str], float]]:
+    """``(true labels, predicted labels, weight)`` of each row, with the file's line numbers
+    in errors."""
     import csv
 
+    true_column, pred_column, weight_column = columns
     opened = None
     if hasattr(path, "read"):
         handle = path
@@ -826,33 +877,32 @@ def read_multilabel_csv(path: Any, *, num_labels: int | None = None, separator: 
             if column not in fields:
                 raise ValueError(f"the file has no column {column!r}; its columns are "
                                  f"{fields}.")
-        true_sets: list[list[str]] = []
-        pred_sets: list[list[str]] = []
-        weights: list[float] = []
         for row in reader:
-            true_sets.append(_split(row[true_column], separator))
-            pred_sets.append(_split(row[pred_column], separator))
+            weight = 1.0
             if weight_column:
-                weights.append(float(row[weight_column]))
+                cell = row[weight_column]
+                try:
+                    weight = float(cell)
+                except (TypeError, ValueError):
+                    raise ValueError(f"line {reader.line_num}: weight {cell!r} is not a "
+                                     "number.") from None
+                if not (np.isfinite(weight) and weight >= 0):
+                    raise ValueError(f"line {reader.line_num}: weight {cell!r} must be finite "
+                                     "and non-negative.")
+            yield (_split(row[true_column], separator), _split(row[pred_column], separator),
+                   weight)
     finally:
         if opened is not None:
             opened.close()
-    tokens = {token for sets in (true_sets, pred_sets) for labels in sets for token in labels}
-    names: list[str] | None = None
-    if all(token.lstrip("-").isdigit() for token in tokens):
-        index = {token: int(token) for token in tokens}
-        size = num_labels if num_labels is not None else (max(index.values(), default=-1) + 1)
-    else:
-        names = sorted(tokens)
-        index = {name: position for position, name in enumerate(names)}
-        size = len(names) if num_labels is None else num_labels
-    weighted = bool(weights) and any(w != int(w) for w in weights)
-    acc = MultilabelAccumulator(max(size, 1), names if names and len(names) == size else None,
-                                weighted=weighted)
-    acc.update_sets([[index[t] for t in labels] for labels in true_sets],
-                    [[index[t] for t in labels] for labels in pred_sets],
-                    np.asarray(weights) if weight_column else None)
-    return acc
+
+
+def _count_csv_chunk(acc: MultilabelAccumulator, chunk: list[tuple[list[str], list[str], float]],
+                     index: dict[str, int], weighted: bool) -> None:
+    if not chunk:
+        return
+    acc.update_sets([[index[t] for t in true] for true, _, _ in chunk],
+                    [[index[t] for t in pred] for _, pred, _ in chunk],
+                    np.array([w for _, _, w in chunk]) if weighted else None)
 
 
 def read_multilabel_npz(path: Any, *, threshold: float = 0.5, weighted: bool | None = None

@@ -665,6 +665,25 @@ def test_csv_reader(tmp_path):
                        zero_division=0))
     with pytest.raises(ValueError, match="the file has no column 'truth'"):
         read_multilabel_csv(path, true_column="truth")
+    path.write_text("y_true,y_pred,w\n1,1,1\n0,0,heavy\n")
+    with pytest.raises(ValueError, match="line 3: weight 'heavy' is not a number"):
+        read_multilabel_csv(path, weight_column="w")
+
+
+def test_csv_reader_counts_in_chunks(tmp_path, monkeypatch):
+    import metricstream.multilabel as module
+
+    monkeypatch.setattr(module, "_CSV_CHUNK_ROWS", 7)
+    y_true, y_pred, _ = CASES["sparse"]
+    lines = ["y_true,y_pred"] + [
+        "|".join(map(str, np.flatnonzero(t))) + "," + "|".join(map(str, np.flatnonzero(p)))
+        for t, p in zip(y_true, y_pred, strict=True)]
+    path = tmp_path / "tags.csv"
+    path.write_text("\n".join(lines) + "\n")
+    acc = read_multilabel_csv(path, num_labels=7)
+    assert acc == MultilabelAccumulator(7).update(y_true, y_pred)
+    with open(path, newline="") as handle:
+        assert read_multilabel_csv(handle, num_labels=7) == acc
 
 
 def test_npz_reader(tmp_path):
