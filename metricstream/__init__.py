@@ -15,7 +15,12 @@ from .base import Accumulator, AccumulatorGroup
 from .bootstrap import MetricInterval, bootstrap, delta_method
 from .clustered import BootstrapConfusionAccumulator
 from .exceptions import UndefinedMetricWarning
-from .multilabel import MultilabelAccumulator
+from .multilabel import (
+    LabelSets,
+    MultilabelAccumulator,
+    read_multilabel_csv,
+    read_multilabel_npz,
+)
 from .scores import ScoreAccumulator
 
 try:
@@ -28,6 +33,7 @@ __all__ = [
     "AccumulatorGroup",
     "BootstrapConfusionAccumulator",
     "MetricInterval",
+    "LabelSets",
     "MultilabelAccumulator",
     "ScoreAccumulator",
     "ConfusionAccumulator",
@@ -37,5 +43,7 @@ __all__ = [
     "delta_method",
     "get_num_threads",
     "metrics",
+    "read_multilabel_csv",
+    "read_multilabel_npz",
     "set_num_threads",
 ]

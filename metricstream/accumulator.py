@@ -447,7 +447,7 @@ def _metric_method(function: Callable[..., Any]) -> Callable[..., Any]:
 
     It carries the function's signature (less the matrix) and docstring (formula, 0/0 rule), so
     ``help(acc.f1)`` says what ``help(metricstream.metrics.f1)`` says and the two cannot drift.
-    Class names given in ``labels`` are translated to indices.
+    Class names given in ``labels`` or ``pos_label`` are translated to indices.
     """
     signature = inspect.signature(function)
     parameters = list(signature.parameters.values())
@@ -456,9 +456,13 @@ def _metric_method(function: Callable[..., Any]) -> Callable[..., Any]:
     # The view cache skips results that may warn; it must see the default "warn" too.
     defaults = {} if zero_division is None else {"zero_division": zero_division.default}
 
+    takes_pos_label = "pos_label" in signature.parameters
+
     def method(self: ConfusionAccumulator, *args: Any, **kwargs: Any) -> Any:
         if takes_labels and "labels" in kwargs:
             kwargs["labels"] = self._labels(kwargs["labels"])
+        if takes_pos_label and isinstance(kwargs.get("pos_label"), str):
+            (kwargs["pos_label"],) = self._labels([kwargs["pos_label"]])  # a class name
         if defaults and "zero_division" not in kwargs:
             kwargs.update(defaults)
         return self._view(function, *args, **kwargs)

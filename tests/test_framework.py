@@ -47,6 +47,16 @@ def test_undefined_metric_warning_points_at_the_callers_line():
     assert {os.path.basename(w.filename) for w in caught} == {"test_framework.py"}
 
 
+def test_class_names_work_as_pos_label_and_labels():
+    acc = ConfusionAccumulator(2, class_names=["ham", "spam"]).update([0, 1, 1, 0], [0, 1, 0, 0])
+    assert acc.precision(average="binary", pos_label="spam") == acc.precision(
+        average="binary", pos_label=1) == 1.0
+    assert acc.recall(average="binary", pos_label="ham") == 1.0
+    assert acc.f1(labels=["spam"]).tolist() == acc.f1(labels=[1]).tolist()
+    with pytest.raises(ValueError, match=r"unknown class name 'eggs'"):
+        acc.precision(average="binary", pos_label="eggs")
+
+
 def test_matthews_default_is_silent_zero_as_scikit_learn():
     acc = ConfusionAccumulator(2).update([0, 0], [0, 0])
     with warnings.catch_warnings():

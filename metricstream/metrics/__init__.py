@@ -18,6 +18,13 @@ module                    metrics
                           coefficient (multiclass R_K and one-vs-rest)
 ``information``           mutual information, normalized MI, adjusted Rand index
 ``intervals``             confidence intervals (Wilson, normal, Agresti–Coull; kappa)
+``curves``                ROC and precision-recall curves, AUROC, average precision, operating
+                          points (of score histograms: :class:`~metricstream.ScoreAccumulator`)
+``calibration``           expected/maximum calibration error, reliability diagram
+``topk``                  top-k accuracy and per-class top-k recall
+``multilabel``            label- and example-based multilabel metrics (``average="samples"``,
+                          subset accuracy, Hamming/zero-one loss, report) of ``MultilabelCounts``
+``batched``               the common metrics of B confusion matrices at once (bootstrap)
 ``_zero_division``        the 0/0 rule shared by all of them
 ``_selection``            ``labels``, ``average`` and ``ignore_absent``, shared by all of them
 ========================  =============================================
@@ -28,6 +35,7 @@ left out of averages); ``ignore_absent=True`` leaves classes absent from both tr
 prediction out of averages (the segmentation convention).
 """
 
+from . import multilabel
 from .accuracy import accuracy, balanced_accuracy, hamming_loss, ovr_accuracy, zero_one_loss
 from .agreement import (
     cohen_kappa,
@@ -36,6 +44,7 @@ from .agreement import (
     ovr_matthews_corrcoef,
     scott_pi,
 )
+from .calibration import ReliabilityDiagram, calibration_error, reliability_diagram
 from .counts import (
     ClassCounts,
     false_negatives,
@@ -46,6 +55,18 @@ from .counts import (
     support,
     true_negatives,
     true_positives,
+)
+from .curves import (
+    Bounded,
+    OperatingPoint,
+    auroc,
+    auroc_bounds,
+    average_precision,
+    average_precision_bounds,
+    confusion_at,
+    operating_point,
+    precision_recall_curve,
+    roc_curve,
 )
 from .information import adjusted_rand_index, mutual_information, normalized_mutual_information
 from .intervals import (
@@ -74,9 +95,26 @@ from .rates import (
     prevalence,
     specificity,
 )
+from .topk import top_k_accuracy, top_k_recall
 
 __all__ = [
+    "Bounded",
     "ClassCounts",
+    "OperatingPoint",
+    "ReliabilityDiagram",
+    "auroc",
+    "auroc_bounds",
+    "average_precision",
+    "average_precision_bounds",
+    "calibration_error",
+    "confusion_at",
+    "multilabel",
+    "operating_point",
+    "precision_recall_curve",
+    "reliability_diagram",
+    "roc_curve",
+    "top_k_accuracy",
+    "top_k_recall",
     "accuracy",
     "accuracy_interval",
     "adjusted_rand_index",
