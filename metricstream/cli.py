@@ -36,6 +36,7 @@ import numpy as np
 
 from ._io import MAX_CLASSES, SUFFIXES, InputError, ReadResult, Selection, read_confusion
 from .bootstrap import interval_report
+from .multilabel import read_multilabel_csv, read_multilabel_npz
 from .score_report import (
     ScoreReport,
     add_score_arguments,
@@ -128,6 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"read at most K classes: integer labels must be below K and at "
                              f"most K distinct names are read (default {MAX_CLASSES}; the "
                              f"matrix takes 8·K² bytes)")
+
+    multilabel = report.add_argument_group("multilabel")
+    multilabel.add_argument("--multilabel", action="store_true",
+                            help="the file holds multilabel predictions: a CSV whose truth and "
+                                 "prediction cells list labels separated by '|' (e.g. '0|3', "
+                                 "indices or names; empty = no label), or an .npz with (N, L) "
+                                 "y_true and y_pred members (0/1 or scores)")
+    multilabel.add_argument("--threshold", type=float, default=0.5, metavar="T",
+                            help="with --multilabel and .npz scores: positive where score >= T "
+                                 "(default 0.5)")
 
     reading = report.add_argument_group("reading")
     reading.add_argument("--delimiter", metavar="CHAR",
@@ -352,6 +363,8 @@ def _json_text(data: dict) -> str:
 
 
 def _report(args: argparse.Namespace) -> int:
+    if args.multilabel:
+        return _multilabel_report(args)
     plots = [p for p in (args.plot, args.plot_per_class) if p is not None]
     if plots and importlib.util.find_spec("matplotlib") is None:
         _fail("writing plots needs matplotlib, which is not installed; install it with "
@@ -440,6 +453,66 @@ def _print_report(args: argparse.Namespace, report: Report) -> None:
             _write(args.json, _json_text(_report_data(report)))
         if args.markdown is not None:
             _write(args.markdown, _report_text(report, "markdown") + "\n")
+
+
+def _multilabel_report(args: argparse.Namespace) -> int:
+    """``--multilabel``: scikit-learn's multilabel report, subset accuracy and Hamming loss."""
+    unsupported = [option for option, value in (
+        ("--scores", getattr(args, "scores", None)), ("--intervals", args.intervals),
+        ("--plot", args.plot), ("--plot-per-class", args.plot_per_class),
+        ("--classes", args.classes), ("--ignore", args.ignore)) if value]
+    if unsupported:
+        _fail(f"`--multilabel` does not combine with {', '.join(unsupported)} yet.", EXIT_USAGE)
+    path = Path(args.path)
+    if not path.is_file():
+        _fail(f"{path}: no such file.", EXIT_USAGE)
+    zero_division = _ZERO_DIVISION[args.zero_division]
+    digits = (2 if args.format == "sklearn" else 4) if args.digits is None else args.digits
+    try:
+        if path.suffix == ".npz":
+            acc = read_multilabel_npz(path, threshold=args.threshold)
+        else:
+            delimiter = {"\\t": "\t", "tab": "\t"}.get(args.delimiter or "", args.delimiter)
+            acc = read_multilabel_csv(
+                path, true_column=args.truth or "y_true", pred_column=args.pred or "y_pred",
+                weight_column=args.weight,
+                delimiter=delimiter or ("\t" if path.suffix == ".tsv" else ","))
+    except (ValueError, TypeError, KeyError, OSError, UnicodeDecodeError) as error:
+        _fail(f"{path}: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
+              EXIT_DATA)
+    names = acc.config().get("label_names")
+    header = (f"{path}: {acc.num_samples:,} samples, {acc.num_labels} labels (multilabel)")
+    with _warnings_to_stderr():
+        report = "" if args.format == "json" else acc.classification_report(
+            target_names=names, digits=digits, zero_division=zero_division)
+        overall = {"subset_accuracy": acc.subset_accuracy(zero_division=zero_division),
+                   "hamming_loss": acc.hamming_loss(zero_division=zero_division)}
+        if args.format in ("json",) or args.json is not None:
+            data = {"num_samples": acc.num_samples, "num_labels": acc.num_labels,
+                    "label_names": names, **overall,
+                    "report": acc.classification_report(target_names=names, output_dict=True,
+                                                        zero_division=zero_division)}
+            text = json.dumps(data, indent=2, allow_nan=False, default=_json_default) + "\n"
+            if args.json is not None:
+                _write(args.json, text)
+    lines = [f"{name.replace('_', ' '):>15}  {value:.{digits}f}" for name, value in overall.items()]
+    if args.format == "json":
+        sys.stdout.write(text)
+    elif args.format == "sklearn":
+        print(header, file=sys.stderr)
+        sys.stdout.write(str(report))
+    elif args.format == "markdown":
+        sys.stdout.write("\n".join(f"- {line}" for line in lines) + "\n\n```text\n"
+                         + str(report) + "```\n")
+    else:
+        sys.stdout.write(header + "\n\n" + "\n".join(lines) + "\n\n" + str(report))
+    return EXIT_OK
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 # Formats matplotlib writes (its default backends); anything else is refused before reading.

@@ -601,3 +601,52 @@ def test_score_plot_without_scores_is_a_usage_error():
     result = run("report", DIGITS, "--plot-roc", "roc.png")
     assert result.returncode == 2
     assert "needs `--scores`" in result.stderr
+
+
+# ---------------------------------------------------------------------------- --multilabel
+def _multilabel_data(seed: int = 0, n: int = 200, labels: int = 5):
+    rng = np.random.default_rng(seed)
+    y_true = (rng.random((n, labels)) < 0.3).astype(int)
+    y_pred = np.where(rng.random((n, labels)) < 0.8, y_true, 1 - y_true)
+    return y_true, y_pred
+
+
+def _label_cells(rows: np.ndarray) -> list[str]:
+    return ["|".join(str(j) for j in np.flatnonzero(row)) for row in rows]
+
+
+def test_multilabel_csv_report_equals_scikit_learn(tmp_path):
+    y_true, y_pred = _multilabel_data()
+    path = write_csv(tmp_path / "tags.csv", ["y_true", "y_pred"],
+                     zip(_label_cells(y_true), _label_cells(y_pred), strict=True))
+    result = run("report", path, "--multilabel", "--format", "sklearn", "--zero-division", "0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == skm.classification_report(y_true, y_pred, zero_division=0)
+    data = json.loads(run("report", path, "--multilabel", "--format", "json",
+                          "--zero-division", "0").stdout)
+    assert data["subset_accuracy"] == skm.accuracy_score(y_true, y_pred)
+    assert data["hamming_loss"] == pytest.approx(skm.hamming_loss(y_true, y_pred), abs=1e-15)
+    assert data["report"]["samples avg"]["f1-score"] == pytest.approx(
+        skm.f1_score(y_true, y_pred, average="samples", zero_division=0), abs=1e-12)
+
+
+def test_multilabel_npz_scores_with_threshold(tmp_path):
+    y_true, _ = _multilabel_data(1)
+    scores = np.random.default_rng(2).random(y_true.shape).astype(np.float32)
+    path = tmp_path / "tags.npz"
+    np.savez(path, y_true=y_true, y_pred=scores, label_names=np.array(list("abcde")))
+    result = run("report", path, "--multilabel", "--threshold", "0.7", "--format", "sklearn",
+                 "--zero-division", "0")
+    assert result.returncode == 0, result.stderr
+    expected = skm.classification_report(y_true, (scores >= 0.7).astype(int),
+                                         target_names=list("abcde"), zero_division=0)
+    assert result.stdout == expected
+
+
+def test_multilabel_errors_are_one_line(tmp_path):
+    path = write_csv(tmp_path / "bad.csv", ["truth", "guess"], [["0", "1"]])
+    result = run("report", path, "--multilabel")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "bad.csv" in result.stderr
+    result = run("report", path, "--multilabel", "--intervals")
+    assert result.returncode == 2 and "does not combine with --intervals" in result.stderr
