@@ -160,6 +160,10 @@ def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None,
         new_total = float(exact)
     elif batch.weights is None:
         new_total = total + batch.size
+    elif batch.weights.size >= out.size:
+        # Summing the K² cells is cheaper than another pass over the weights (10^7 weights:
+        # 10 ms, doubling a weighted update's time).
+        new_total = _kernels.matrix_total(out)
     else:
         # Float rounding of the sum stays far inside the margin of the limits.
         new_total = total + float(np.sum(batch.weights, dtype=np.float64))
