@@ -112,7 +112,7 @@ def render(results: suite.Results, quick: bool, elapsed: float) -> str:
         "",
     ]
     lines += comparison_tables(results.rows)
-    lines += ["Targets of issue 3:", ""]
+    lines += ["Targets:", ""]
     lines += targets_table(results.targets)
     compile_times = results.extra.get("compile")
     if compile_times:

@@ -1,4 +1,4 @@
-"""The benchmark cases of issue 3, each checked for equal results before it is timed.
+"""The benchmark cases, each checked for equal results before it is timed.
 
 Every case returns rows for the comparison table (times and ratios, medians of interleaved
 repeats) and targets (name, measured value, PASS/FAIL). Ratios are "alternative time /
