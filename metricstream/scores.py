@@ -203,6 +203,19 @@ class ScoreAccumulator(Accumulator):
         if task == "multiclass":
             arrays["ranks"] = ((2, classes, classes), count)
         super().__init__(arrays)
+        self._fast_args = self._make_fast_args()
+
+    def _make_fast_args(self) -> tuple[Any, ...] | None:
+        """The state arrays and fixed kernel arguments of the small-batch multiclass path of
+        :meth:`update` (None when it does not apply), keyed by the state mapping they belong
+        to."""
+        if self._task != "multiclass" or self._weighted:
+            return None
+        a = self._arrays
+        return (a, a["curves"], a["inexact"], a["ranks"], a["calibration"], a["confidence"],
+                a["losses"], self._thresholds, self._shift,
+                _k.HAS_IGNORE if self._ignore_index is not None else 0,
+                -1 if self._ignore_index is None else self._ignore_index)
 
     # ------------------------------------------------------------------ configuration
     def config(self) -> dict[str, Any]:
@@ -270,6 +283,48 @@ class ScoreAccumulator(Accumulator):
         return int(_k.bin_index(value, self._shift, self._thresholds, self._logits))
 
     # ------------------------------------------------------------------ counting
+    def update(self, y_true: Any, y_pred: Any, weights: Any = None) -> ScoreAccumulator:
+        """Count a batch and return ``self``; on error nothing is counted.
+
+        Args:
+            y_true: labels (multiclass, integers in ``[0, num_classes)`` or ``ignore_index``)
+                or 0/1 targets (binary, multilabel).
+            y_pred: scores: probabilities in ``[0, 1]``, or logits with ``logits=True``; for
+                multiclass and multilabel with the classes on ``class_axis``.
+            weights: optional non-negative finite weights, one per sample (whole numbers
+                unless ``weighted``).
+
+        Raises:
+            TypeError: non-numeric input.
+            ValueError: mismatched shapes, a bad label, target, score or weight (the message
+                names the argument, the value and its position); the state is unchanged.
+        """
+        # Fast path of the training-loop call (numpy (N,) integer labels, C-contiguous (N, C)
+        # float32/float64 scores, at most one validation chunk, no weights): one kernel call
+        # with arguments prepared at construction. The general path costs about 3 us more.
+        fast = self._fast_args
+        if (fast is not None and weights is None and type(y_pred) is np.ndarray
+                and type(y_true) is np.ndarray and y_pred.ndim == 2 and y_true.ndim == 1):
+            rows, classes = y_pred.shape
+            eps = _EPS.get(y_pred.dtype)
+            if (eps is not None and classes == self._num_classes and rows == y_true.shape[0]
+                    and 0 < rows <= _CHUNK_ROWS and y_true.dtype.kind in "iu"
+                    and y_true.dtype.isnative and y_pred.flags.c_contiguous
+                    and fast[0] is self._arrays):
+                with self._lock:
+                    status, position, _ = _k.count_multiclass(
+                        y_true, y_pred, None, fast[1], fast[2], fast[3], fast[4], fast[5],
+                        fast[6], fast[7], fast[8], 0, rows, _CHUNK_ROWS, 1, fast[9], fast[10],
+                        None if self._logits else eps)
+                    if status == _k.OK:
+                        self._changed()
+                        return self
+                # Rows are validated before any is counted: the state is unchanged.
+                raise self._error(status, position, _Batch(
+                    y_true, y_pred, None, None if self._logits else eps, y_pred.shape, 1,
+                    y_true.shape, float(rows)))
+        return super().update(y_true, y_pred, weights)
+
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> _Batch:
         # Fast path for the training-loop case (numpy (N,) labels and C-contiguous (N, C)
         # float scores): the general path below costs about 4 us of a 256x10 update.
