@@ -589,3 +589,45 @@ def test_weighted_large_batch_failure_changes_nothing():
                                   np.r_[scores[:50, j], scores[:, j]],
                                   sample_weight=np.r_[weights[:50], weights])
         assert bound.lower[j] <= exact <= bound.upper[j]
+
+
+@pytest.mark.parametrize("config", [dict(), dict(logits=True), dict(ignore_index=-1),
+                                    dict(thresholds=np.linspace(0, 1, 11))],
+                         ids=["probabilities", "logits", "ignore", "thresholds"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_batch_fast_path_equals_general_path(config, dtype):
+    """numpy (N,) labels with C-contiguous (N, C) scores take one kernel call; lists,
+    non-contiguous scores and int32 labels take the general path: same state, bit for bit,
+    and the same errors."""
+    y, logits, probabilities = multiclass_data(3, n=700)
+    scores = (logits if config.get("logits") else probabilities).astype(dtype)
+    if "ignore_index" in config:
+        y = y.copy()
+        y[::7] = -1
+    fast = ScoreAccumulator("multiclass", 5, **config)
+    general = ScoreAccumulator("multiclass", 5, **config)
+    for lo in range(0, 700, 256):
+        fast.update(y[lo:lo + 256], scores[lo:lo + 256])
+        general.update(y[lo:lo + 256].tolist(), np.asfortranarray(scores[lo:lo + 256]))
+    assert state_bytes(fast) == state_bytes(general)
+    bad = scores[:256].copy()
+    bad[200, 2] = np.nan
+    before = state_bytes(fast)
+    messages = []
+    for acc, batch in ((fast, bad), (general, np.asfortranarray(bad))):
+        with pytest.raises(ValueError) as error:
+            acc.update(y[:256], batch)
+        messages.append(str(error.value))
+    assert messages[0] == messages[1] and "position (200, 2)" in messages[0]
+    assert state_bytes(fast) == before
+    labels = y[:256].copy()
+    labels[100] = 9
+    with pytest.raises(ValueError, match="label 9 at position 100"):
+        fast.update(labels, scores[:256])
+    assert state_bytes(fast) == before
+    # A copy and a pickled round trip count into their own arrays, not the original's.
+    twin = pickle.loads(pickle.dumps(fast))
+    twin.update(y[:256], scores[:256])
+    copy = fast.copy().update(y[:256], scores[:256])
+    assert state_bytes(fast) == before
+    assert state_bytes(twin) == state_bytes(copy) != before
