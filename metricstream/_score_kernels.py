@@ -230,6 +230,35 @@ def _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
     return not bad
 
 
+@njit(inline="always")
+def _negatives(scores, i, c0, c1, st, count_ties, curves, exact_count, w, top, arg, brier,
+               shift, low, base, last, thresholds, logits):
+    """Count the scores of classes ``[c0, c1)`` of row ``i`` (all negatives of that row) and
+    return ``(greater, tied, top, arg, brier)`` updated: the scores above the true class's
+    ``st``, those equal to it (when ``count_ties``), the running first max and argmax, and
+    the Brier sum of squares (probabilities)."""
+    greater = 0
+    tied = 0
+    for c in range(c0, c1):
+        v = scores[i, c]
+        b, exact = _bin_of(v, shift, low, base, last, thresholds, logits)
+        curves[c, b, 0] += w
+        if exact:
+            exact_count[c] += 1
+        # Branch-free: with labels that a model often gets wrong these comparisons are
+        # unpredictable (measured, 10^6 x 10 with random labels: 134 -> 86 ms).
+        greater += np.int64(v > st)
+        if count_ties:
+            tied += np.int64(v == st)
+        higher = v > top
+        arg = c if higher else arg
+        top = v if higher else top
+        if not logits:
+            d = np.float64(v)
+            brier += d * d
+    return greater, tied, top, arg, brier
+
+
 @_kernel
 def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts,
                      cal_conf, sums, thresholds, shift, start, stop, chunk, sign, flags,
@@ -262,6 +291,10 @@ def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts
     low = (np.uint32(1) << ushift) - np.uint32(1)
     base, last = probability_key_layout(shift)
     softmax = np.empty(num_classes if logits else 0)
+    # Exact scores per class, counted in a register-cheap branch that float32 probabilities
+    # (almost all inexact) never take; inexact = counted rows - exact, per chunk (measured,
+    # 256x10: one read-modify-write per score less, 13.9 -> 12.9 us).
+    exact_count = np.zeros(num_classes, np.int64)
     brier_sum = 0.0
     log_sum = 0.0
     for lo in range(start, stop, chunk):
@@ -274,37 +307,41 @@ def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts
                     sums[0] += brier_sum
                     sums[1] += log_sum
                     return status, position, lo
+        counted = 0
+        for c in range(num_classes):
+            exact_count[c] = 0
         for i in range(lo, hi):
             t = labels[i]
             if has_ignore and t == ignore_index:
                 continue
+            counted += 1
             ti = np.int64(t)
             if weights is None:
                 w = sign
             else:
                 w = weights[i] * sign
             st = scores[i, ti]
-            greater = 0
-            tied_after = 0
+            # The classes before the true one, the true one, the classes after it: the
+            # negatives need no "is this the true class" selects (measured, 256x10:
+            # 12.9 -> 11.6 us), and the additions keep the class order.
             top = scores[i, 0]
-            arg = 0
-            brier = 0.0
-            for c in range(num_classes):
-                v = scores[i, c]
-                b, exact = _bin_of(v, ushift, low, base, last, thresholds, logits)
-                curves[c, b, 1 if c == ti else 0] += w
-                if not exact:
-                    inexact[c] += sign
-                # Branch-free: with labels that a model often gets wrong these comparisons
-                # are unpredictable (measured, 10^6 x 10 with random labels: 134 -> 86 ms).
-                greater += np.int64(v > st)
-                tied_after += np.int64((v == st) & (c > ti))
-                higher = v > top
-                arg = c if higher else arg
-                top = v if higher else top
-                if not logits:
-                    d = np.float64(v) - (1.0 if c == ti else 0.0)
-                    brier += d * d
+            greater, _, top, arg, brier = _negatives(
+                scores, i, 0, ti, st, False, curves, exact_count, w, top, 0, 0.0, ushift, low,
+                base, last, thresholds, logits)
+            b, exact = _bin_of(st, ushift, low, base, last, thresholds, logits)
+            curves[ti, b, 1] += w
+            if exact:
+                exact_count[ti] += 1
+            higher = st > top
+            arg = ti if higher else arg
+            top = st if higher else top
+            if not logits:
+                d = np.float64(st) - 1.0
+                brier += d * d
+            greater_after, tied_after, top, arg, brier = _negatives(
+                scores, i, ti + 1, num_classes, st, True, curves, exact_count, w, top, arg,
+                brier, ushift, low, base, last, thresholds, logits)
+            greater += greater_after
             ranks[0, ti, greater + tied_after] += w
             ranks[1, ti, greater] += w
             if logits:
@@ -330,6 +367,8 @@ def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts
             cal_conf[f] += wf * conf
             brier_sum += wf * brier
             log_sum += wf * loss
+        for c in range(num_classes):
+            inexact[c] += sign * (counted - exact_count[c])
     sums[0] += brier_sum
     sums[1] += log_sum
     return OK, 0, stop
