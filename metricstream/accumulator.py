@@ -118,10 +118,15 @@ class ConfusionAccumulator(Accumulator):
         super().__init__({"matrix": ((self._num_classes, self._num_classes), dtype)})
         # The live matrix, aliased for the update hot path (the base owns it in `_arrays`).
         self._matrix = self._arrays["matrix"]
+        # An upper bound of the matrix's total, so that the overflow check of an update is O(1):
+        # kept by `update`, and "unknown" (NaN: the kernel sums the matrix once) after any other
+        # change (merge, reset, sync, restore), all of which go through `_changed`.
+        self._total_bound = math.nan
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._matrix = self._arrays["matrix"]
+        self._total_bound = math.nan
 
     # ------------------------------------------------------------------ configuration
     def config(self) -> dict[str, Any]:
@@ -218,8 +223,9 @@ class ConfusionAccumulator(Accumulator):
         """
         batch = self._prepare(y_true, y_pred, weights)
         with self._lock:
-            count_batch(self._matrix, batch, self._ignore_index)
+            bound = count_batch(self._matrix, batch, self._ignore_index, self._total_bound)
             self._changed()
+            self._total_bound = bound
         return self
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> Batch:
@@ -229,7 +235,11 @@ class ConfusionAccumulator(Accumulator):
                              threshold=self._threshold)
 
     def _count(self, arrays: dict[str, np.ndarray], batch: Batch) -> None:
-        count_batch(arrays["matrix"], batch, self._ignore_index)
+        count_batch(arrays["matrix"], batch, self._ignore_index, math.nan)
+
+    def _changed(self) -> None:
+        super()._changed()
+        self._total_bound = math.nan
 
     # ------------------------------------------------------------------ constructors
     @classmethod

@@ -53,6 +53,7 @@ _allocation_budget: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 )
 
 _INT64_MAX = np.iinfo(np.int64).max
+_TOTAL_LIMIT = 2.0**63 - 2.0**20
 _STATE_DTYPES = (np.dtype(np.int64), np.dtype(np.float64))
 ArraySpec = tuple[tuple[int, ...], Any]
 
@@ -477,6 +478,13 @@ def _checked_sums(current: Mapping[str, np.ndarray], incoming: Mapping[str, np.n
             with np.errstate(over="ignore"):
                 total = array + other
             wrapped = total < array
+            # The array's own total must stay an int64 too (N of a confusion matrix): a float64
+            # sum is exact to 2**53 and within a few ulps beyond, so keep a margin below 2**63.
+            if not wrapped.any() and float(total.sum(dtype=np.float64)) >= _TOTAL_LIMIT:
+                raise ValueError(
+                    f"merging would take the total of {what} state {name!r} to 2**63 or more, "
+                    f"beyond int64; nothing was merged."
+                )
             if wrapped.any():
                 where = tuple(int(i) for i in np.argwhere(wrapped)[0])
                 raise ValueError(

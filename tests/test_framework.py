@@ -281,3 +281,27 @@ def test_every_module_imports_alone(module):
 
     subprocess.run([sys.executable, "-c", f"import metricstream.{module}"], check=True)
     assert metricstream.__name__ == "metricstream"
+
+
+def test_merge_refuses_a_total_beyond_int64_even_when_no_cell_wraps():
+    half = ConfusionAccumulator.from_matrix(np.array([[2**62, 0], [0, 0]]))
+    other = ConfusionAccumulator.from_matrix(np.array([[0, 0], [0, 2**62]]))
+    with pytest.raises(ValueError, match=r"total of .* to 2\*\*63 or more"):
+        half.merge(other)
+    assert half.matrix[1, 1] == 0
+
+
+def test_update_after_merge_near_the_limit_still_refuses_to_wrap():
+    """The O(1) overflow bound of updates is recomputed after merges, resets and restores."""
+    acc = ConfusionAccumulator(2).update([0], [0])
+    near = 2**63 - 2**21
+    acc.merge(ConfusionAccumulator.from_matrix(np.array([[0, 0], [0, near]])))
+    ones = np.ones(2**21, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"overflow|2\*\*63|int64"):
+        acc.update(ones, ones)
+    assert acc.matrix[1, 1] == near
+    restored = ConfusionAccumulator.from_bytes(acc.to_bytes())
+    with pytest.raises(ValueError, match=r"overflow|2\*\*63|int64"):
+        restored.update(ones, ones)
+    acc.reset().update([1] * 20, [1] * 20)
+    assert acc.num_samples == 20
