@@ -78,3 +78,15 @@ def test_every_docs_page_is_linked_from_the_index():
     linked = {t for t in LINK.findall(index)}
     unlinked = [p.name for p in DOCS if p.name != "index.md" and p.name not in linked]
     assert not unlinked, f"docs/index.md does not link {unlinked}"
+
+
+def test_readme_command_line_output_is_real(capsys, monkeypatch):
+    """The README's `metricstream report` transcript is what the command prints today."""
+    cli = pytest.importorskip("metricstream.cli")
+    text = README.read_text(encoding="utf-8")
+    command = "$ metricstream report examples/data/digits_predictions.csv\n"
+    shown = text.split(command, 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli.main(["report", "examples/data/digits_predictions.csv", "--no-progress"]) == 0
+    assert capsys.readouterr().out.strip() == shown.strip()
