@@ -474,7 +474,7 @@ def _metric_method(function: Callable[..., Any]) -> Callable[..., Any]:
         if takes_labels and "labels" in kwargs:
             kwargs["labels"] = self._labels(kwargs["labels"])
         if takes_pos_label and isinstance(kwargs.get("pos_label"), str):
-            (kwargs["pos_label"],) = self._labels([kwargs["pos_label"]])  # a class name
+            kwargs["pos_label"] = _single(self._labels([kwargs["pos_label"]]))  # a class name
         if defaults and "zero_division" not in kwargs:
             kwargs.update(defaults)
         return self._view(function, *args, **kwargs)
@@ -487,6 +487,11 @@ def _metric_method(function: Callable[..., Any]) -> Callable[..., Any]:
         parameters=[self_parameter, *parameters[1:]])
     method.__doc__ = _method_doc(function)
     return method
+
+
+def _single(indices: tuple[int, ...] | None) -> int:
+    assert indices is not None and len(indices) == 1
+    return indices[0]
 
 
 def _method_doc(function: Callable[..., Any]) -> str:

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -291,7 +291,7 @@ def _confidence(text: str) -> float:
     return value
 
 
-def _intervals(report: Report, kind: str) -> Any:
+def _intervals(report: Report, kind: Literal["dict", "text", "markdown"]) -> Any:
     try:
         return interval_report(report.accumulator, format=kind,
                                n_resamples=report.args.resamples,

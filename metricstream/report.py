@@ -364,7 +364,7 @@ def _summary(matrix_or_counts: MatrixLike, class_names: Sequence[str] | None,
     keys = list(columns)
     per_class = [dict(zip(keys, row, strict=True)) for row in zip(*columns.values(), strict=True)]
     weighted = counts.matrix.dtype.kind == "f"
-    data = {
+    data: dict[str, Any] = {
         "num_classes": k,
         "num_samples": _json_number(counts.total),
         "overall": {key: _json_float(value) for key, value in overall.items()},
