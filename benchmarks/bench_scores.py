@@ -277,7 +277,8 @@ def bench_update(classes: int, repeats: int) -> dict[str, float]:
 
 
 def single_calls(candidates: dict[str, Callable[[], object]], calls: int,
-                 block: int = 100) -> dict[str, float]:
+                 block: int = 100, clock: Callable[[], float] = time.thread_time
+                 ) -> dict[str, float]:
     """Median seconds of single calls, each candidate called ``block`` times in a row, the
     candidates taking turns block by block.
 
@@ -292,7 +293,6 @@ def single_calls(candidates: dict[str, Callable[[], object]], calls: int,
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     for function in candidates.values():
         function()
-    clock = time.thread_time
     for _ in range(max(1, calls // block)):
         for name, function in candidates.items():
             for _ in range(block):
@@ -316,13 +316,19 @@ def cold_update(update: Callable[[], object], calls: int = 200) -> float:
 
 
 def bench_large(repeats: int, rows: int = 1_000_000, classes: int = 10) -> dict[str, float]:
+    """CPU time of the calling thread, then wall time (process-wide CPU time equals the
+    thread's: counting runs on the calling thread)."""
     y, scores = _batch(rows, classes, seed=1)
     acc = ScoreAccumulator("multiclass", classes)
-    return single_calls({
+    candidates: dict[str, Callable[[], object]] = {
         "metricstream update": lambda: acc.update(y, scores),
         "read-only pass (np.max)": lambda: np.max(scores),
         "read-only pass (np.sum)": lambda: np.sum(scores),
-    }, calls=3 * repeats, block=1)
+    }
+    result = single_calls(candidates, calls=3 * repeats, block=1)
+    wall = single_calls(candidates, calls=3 * repeats, block=1, clock=time.perf_counter)
+    result.update({f"{name}, wall": seconds for name, seconds in wall.items()})
+    return result
 
 
 def bench_memory(total_scores: float) -> tuple[float, float]:
@@ -381,7 +387,10 @@ def _print_times(title: str, times: dict[str, float], mine: str) -> None:
         base = times[reference]
         ratio = "" if name == reference else f"  ({seconds / base:,.0f}x metricstream)"
         if name.startswith("read-only"):
-            ratio = f"  (metricstream = {times[mine] / seconds:.2f}x this)"
+            own = f"{mine}, wall" if name.endswith(", wall") else mine
+            ratio = f"  (metricstream = {times[own] / seconds:.2f}x this)"
+        elif name == f"{mine}, wall":
+            ratio = ""
         print(f"  {name:48} {_format(seconds):>10}{ratio}")
 
 
