@@ -36,7 +36,15 @@ before ``counted_until`` were counted and the caller undoes them (see
 
 Speed notes (2-core AMD EPYC, 256x10 float32): reading the float bits through an intrinsic
 bitcast is twice as fast as through a scratch buffer, and a 2-D ``(N, C)`` loop is 5x faster
-than a general ``(A, C, R)`` one, so other layouts are transposed by the caller.
+than a general ``(A, C, R)`` one, so other layouts are transposed by the caller. The
+multiclass kernel spends about 4 ns a score: 1.2 ns is the scattered increment itself (a
+loop doing nothing else takes that), the rest the bin, rank, argmax and Brier terms of the
+score and the per-row calibration, log loss and rank counts. Measured and not kept (each
+bit-identical, none faster): bins of a block computed first in a vectorised branch-free loop
+and then scattered; per-row statistics computed column by column; software prefetch of the
+next rows' histogram cells; branch-free bins inside the row loop (30% slower: the branches
+are predictable); two threads on private histograms (on this shared 2-core machine, 15% more
+CPU time and no wall-clock gain at load 6).
 """
 
 from __future__ import annotations
