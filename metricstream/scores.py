@@ -206,13 +206,13 @@ class ScoreAccumulator(Accumulator):
         self._fast_args = self._make_fast_args()
 
     def _make_fast_args(self) -> tuple[Any, ...] | None:
-        """The state arrays and fixed kernel arguments of the small-batch multiclass path of
+        """The state arrays and fixed kernel arguments of the small-batch path of
         :meth:`update` (None when it does not apply), keyed by the state mapping they belong
         to."""
-        if self._task != "multiclass" or self._weighted:
+        if self._task == "multilabel" or self._weighted:
             return None
         a = self._arrays
-        return (a, a["curves"], a["inexact"], a["ranks"], a["calibration"], a["confidence"],
+        return (a, a["curves"], a["inexact"], a.get("ranks"), a["calibration"], a["confidence"],
                 a["losses"], self._thresholds, self._shift,
                 _k.HAS_IGNORE if self._ignore_index is not None else 0,
                 -1 if self._ignore_index is None else self._ignore_index)
@@ -300,11 +300,17 @@ class ScoreAccumulator(Accumulator):
                 names the argument, the value and its position); the state is unchanged.
         """
         # Fast path of the training-loop call (numpy (N,) integer labels, C-contiguous (N, C)
-        # float32/float64 scores, at most one validation chunk, no weights): one kernel call
-        # with arguments prepared at construction. The general path costs about 3 us more.
+        # float32/float64 scores, or (N,) targets and scores for binary; at most one
+        # validation chunk, no weights): one kernel call with arguments prepared at
+        # construction. The general path costs about 3 us more.
         fast = self._fast_args
         if (fast is not None and weights is None and type(y_pred) is np.ndarray
-                and type(y_true) is np.ndarray and y_pred.ndim == 2 and y_true.ndim == 1):
+                and type(y_true) is np.ndarray and y_pred.ndim == 1 and y_true.ndim == 1
+                and self._task == "binary"):
+            return self._update_binary(y_true, y_pred, fast)
+        if (fast is not None and weights is None and type(y_pred) is np.ndarray
+                and type(y_true) is np.ndarray and y_pred.ndim == 2 and y_true.ndim == 1
+                and self._task == "multiclass"):
             rows, classes = y_pred.shape
             eps = _EPS.get(y_pred.dtype)
             if (eps is not None and classes == self._num_classes and rows == y_true.shape[0]
@@ -324,6 +330,32 @@ class ScoreAccumulator(Accumulator):
                     y_true, y_pred, None, None if self._logits else eps, y_pred.shape, 1,
                     y_true.shape, float(rows)))
         return super().update(y_true, y_pred, weights)
+
+    def _update_binary(self, y_true: np.ndarray, y_pred: np.ndarray, fast: tuple[Any, ...]
+                       ) -> ScoreAccumulator:
+        """The small-batch binary path of :meth:`update`: numpy (N,) integer targets and
+        contiguous (N,) float32/float64 scores in one kernel call; anything else goes the
+        general way."""
+        rows = y_pred.shape[0]
+        eps = _EPS.get(y_pred.dtype)
+        if not (eps is not None and rows == y_true.shape[0] and 0 < rows <= _CHUNK_ROWS
+                and y_true.dtype.kind in "iu" and y_true.dtype.isnative
+                and y_pred.flags.c_contiguous and y_true.flags.c_contiguous
+                and fast[0] is self._arrays):
+            return super().update(y_true, y_pred)
+        targets = y_true.reshape(-1, 1)
+        scores = y_pred.reshape(-1, 1)
+        eps_or_logits = None if self._logits else eps
+        with self._lock:
+            status, position, _ = _k.count_elementwise(
+                targets, scores, None, fast[1], fast[2], fast[4], fast[5], fast[6], fast[7],
+                fast[8], 0, rows, _CHUNK_ROWS, 1, fast[9], fast[10], eps_or_logits)
+            if status == _k.OK:
+                self._changed()
+                return self
+        # Rows are validated before any is counted: the state is unchanged.
+        raise self._error(status, position, _Batch(targets, scores, None, eps_or_logits,
+                                                   y_pred.shape, 1, y_true.shape, float(rows)))
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> _Batch:
         # Fast path for the training-loop case (numpy (N,) labels and C-contiguous (N, C)

@@ -631,3 +631,37 @@ def test_small_batch_fast_path_equals_general_path(config, dtype):
     copy = fast.copy().update(y[:256], scores[:256])
     assert state_bytes(fast) == before
     assert state_bytes(twin) == state_bytes(copy) != before
+
+
+@pytest.mark.parametrize("config", [dict(), dict(logits=True), dict(ignore_index=-1)],
+                         ids=["probabilities", "logits", "ignore"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_binary_fast_path_equals_general_path(config, dtype):
+    """numpy (N,) targets and scores take one kernel call; lists and strided arrays take the
+    general path: same state, bit for bit, and the same errors, state unchanged."""
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 2, 900)
+    logits = rng.normal(size=900) + 1.5 * y
+    scores = (logits if config.get("logits") else 1 / (1 + np.exp(-logits))).astype(dtype)
+    if "ignore_index" in config:
+        y[::9] = -1
+    fast = ScoreAccumulator("binary", **config)
+    general = ScoreAccumulator("binary", **config)
+    for lo in range(0, 900, 256):
+        fast.update(y[lo:lo + 256], scores[lo:lo + 256])
+        general.update(y[lo:lo + 256].tolist(), np.repeat(scores[lo:lo + 256], 2)[::2])
+    assert state_bytes(fast) == state_bytes(general)
+    before = state_bytes(fast)
+    bad = scores[:256].copy()
+    bad[17] = np.nan
+    messages = []
+    for acc, batch in ((fast, bad), (general, np.repeat(bad, 2)[::2])):
+        with pytest.raises(ValueError) as error:
+            acc.update(y[:256], batch)
+        messages.append(str(error.value))
+    assert messages[0] == messages[1] and "position 17" in messages[0]
+    targets = y[:256].copy()
+    targets[30] = 2
+    with pytest.raises(ValueError, match="holds 2 at position 30, but targets must be 0 or 1"):
+        fast.update(targets, scores[:256])
+    assert state_bytes(fast) == before
