@@ -12,7 +12,7 @@ from . import metrics
 from ._dispatch import get_num_threads, set_num_threads
 from .accumulator import ConfusionAccumulator
 from .base import Accumulator, AccumulatorGroup
-from .bootstrap import MetricInterval, bootstrap, delta_method
+from .bootstrap import MetricInterval
 from .clustered import BootstrapConfusionAccumulator
 from .exceptions import UndefinedMetricWarning
 from .multilabel import (
@@ -39,8 +39,6 @@ __all__ = [
     "ConfusionAccumulator",
     "UndefinedMetricWarning",
     "__version__",
-    "bootstrap",
-    "delta_method",
     "get_num_threads",
     "metrics",
     "read_multilabel_csv",
