@@ -41,8 +41,10 @@ def machine_description() -> str:
             versions.append(f"{package} {importlib.metadata.version(package)}")
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{package} not installed")
-    return (f"{cpu}, {os.cpu_count()} cores{memory}; {platform.system()} {platform.release()}; "
-            f"Python {platform.python_version()}; " + ", ".join(versions))
+    return (
+        f"{cpu}, {os.cpu_count()} cores{memory}; {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}; " + ", ".join(versions)
+    )
 
 
 def _cell(seconds: float | None, reference: float) -> str:
@@ -74,8 +76,7 @@ def comparison_tables(rows: list[suite.Row]) -> list[str]:
 def targets_table(targets: list[suite.Target]) -> list[str]:
     lines = ["| # | target | measured | result |", "|---|---|---|---|"]
     for target in targets:
-        lines.append(f"| {target.number} | {target.text} | {target.measured} | "
-                     f"{target.verdict} |")
+        lines.append(f"| {target.number} | {target.text} | {target.measured} | {target.verdict} |")
     return lines + [""]
 
 
@@ -121,7 +122,9 @@ def render(results: suite.Results, quick: bool, elapsed: float) -> str:
             "the package, or in the user's cache directory when the package directory is "
             "read-only). The first-ever update of a kind costs one compilation: "
             + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in compile_times.items())
-            + " on this machine; later processes load the cached machine code.", ""]
+            + " on this machine; later processes load the cached machine code.",
+            "",
+        ]
     lines += [
         "Notes: narrow (uint8) labels are limited by the scattered increments (about one "
         "increment per cycle per core), not by memory: the read-only loop reads their 20 MB in "
@@ -129,14 +132,25 @@ def render(results: suite.Results, quick: bool, elapsed: float) -> str:
         "of which one core already draws on this virtual machine, so the second thread adds "
         "less there than on cache-resident data (see the threshold table). Two-thread results "
         "move from run to run with the other jobs sharing the two cores; single-thread kernel "
-        "costs are in the comments of `metricstream/_kernels.py`.", ""]
+        "costs are in the comments of `metricstream/_kernels.py`.",
+        "",
+    ]
     if "threshold" in results.extra:
-        lines += ["Serial versus two threads for one update, int64 labels, K=10 (sets "
-                  "`PARALLEL_MIN_LABELS`):", ""]
+        lines += [
+            "Serial versus two threads for one update, int64 labels, K=10 (sets "
+            "`PARALLEL_MIN_LABELS`):",
+            "",
+        ]
         lines += threshold_table(results.extra["threshold"])
-    lines += ["Reproduce:", "", "```bash", "pip install -e \".[test]\" torchmetrics "
-              "boost-histogram   # the last two are optional competitors",
-              command, "```"]
+    lines += [
+        "Reproduce:",
+        "",
+        "```bash",
+        'pip install -e ".[test]" torchmetrics '
+        "boost-histogram   # the last two are optional competitors",
+        command,
+        "```",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -151,12 +165,20 @@ def update_readme(markdown: str, readme: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--quick", action="store_true",
-                        help="smaller inputs and fewer repeats (a minute or two)")
-    parser.add_argument("--no-readme", action="store_true",
-                        help="do not rewrite the README's benchmark section (a full run does)")
-    parser.add_argument("--only", nargs="+", choices=[case.__name__ for case in suite.CASES],
-                        help="run only these cases (README untouched)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller inputs and fewer repeats (a minute or two)"
+    )
+    parser.add_argument(
+        "--no-readme",
+        action="store_true",
+        help="do not rewrite the README's benchmark section (a full run does)",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=[case.__name__ for case in suite.CASES],
+        help="run only these cases (README untouched)",
+    )
     args = parser.parse_args(argv)
 
     results = suite.Results()

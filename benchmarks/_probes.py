@@ -40,10 +40,10 @@ def memory(method: str, num_labels: int, num_classes: int) -> dict:
         def run():
             accumulator.update(y_true, y_pred)
     else:
-        np.bincount(num_classes * y_true[:1000] + y_pred[:1000], minlength=num_classes ** 2)
+        np.bincount(num_classes * y_true[:1000] + y_pred[:1000], minlength=num_classes**2)
 
         def run():
-            np.bincount(num_classes * y_true + y_pred, minlength=num_classes ** 2)
+            np.bincount(num_classes * y_true + y_pred, minlength=num_classes**2)
 
     rss_before = _rss_bytes()
     peak_before = _peak_rss_bytes()
@@ -56,10 +56,15 @@ def memory(method: str, num_labels: int, num_classes: int) -> dict:
     peak_after = _peak_rss_bytes()
     # Growth of the peak resident set above what was resident just before the call (0 when the
     # call never went above the earlier peak, which the inputs' creation set).
-    rss_growth = max(0, peak_after - max(rss_before, peak_before)) if peak_after > peak_before \
-        else 0
-    return {"traced_peak": traced_peak, "rss_growth": rss_growth, "seconds": elapsed,
-            "input_bytes": int(y_true.nbytes + y_pred.nbytes)}
+    rss_growth = (
+        max(0, peak_after - max(rss_before, peak_before)) if peak_after > peak_before else 0
+    )
+    return {
+        "traced_peak": traced_peak,
+        "rss_growth": rss_growth,
+        "seconds": elapsed,
+        "input_bytes": int(y_true.nbytes + y_pred.nbytes),
+    }
 
 
 def startup() -> dict:
@@ -71,11 +76,17 @@ def startup() -> dict:
     from metricstream import _kernels
 
     imported = time.perf_counter()
-    dispatchers = [getattr(_kernels, name) for name in dir(_kernels)
-                   if hasattr(getattr(_kernels, name), "signatures")]
+    dispatchers = [
+        getattr(_kernels, name)
+        for name in dir(_kernels)
+        if hasattr(getattr(_kernels, name), "signatures")
+    ]
     compiled_at_import = sum(len(d.signatures) for d in dispatchers)
-    heavy = sorted(m for m in ("torch", "torchmetrics", "boost_histogram", "sklearn", "pandas")
-                   if m in sys.modules)
+    heavy = sorted(
+        m
+        for m in ("torch", "torchmetrics", "boost_histogram", "sklearn", "pandas")
+        if m in sys.modules
+    )
     accumulator = metricstream.ConfusionAccumulator(10, ignore_index=-100)
     accumulator.update(np.arange(256) % 10, np.arange(256) % 7)
     done = time.perf_counter()
@@ -83,10 +94,15 @@ def startup() -> dict:
     stats = [d.stats for d in dispatchers]
     cache_hits = sum(sum(s.cache_hits.values()) for s in stats)
     cache_misses = sum(sum(s.cache_misses.values()) for s in stats)
-    return {"import_seconds": imported - start, "first_update_seconds": done - imported,
-            "compiled_at_import": compiled_at_import, "heavy_modules": heavy,
-            "cache_hits": cache_hits, "cache_misses": cache_misses,
-            "package_dir": os.path.dirname(metricstream.__file__)}
+    return {
+        "import_seconds": imported - start,
+        "first_update_seconds": done - imported,
+        "compiled_at_import": compiled_at_import,
+        "heavy_modules": heavy,
+        "cache_hits": cache_hits,
+        "cache_misses": cache_misses,
+        "package_dir": os.path.dirname(metricstream.__file__),
+    }
 
 
 def compile_all() -> dict:
@@ -98,10 +114,11 @@ def compile_all() -> dict:
     timings = {}
     cases = {
         "int64 labels": (np.arange(256) % 10, np.arange(256) % 7),
-        "uint8 labels": ((np.arange(256) % 10).astype(np.uint8),
-                         (np.arange(256) % 7).astype(np.uint8)),
-        "float32 (N, C) scores": (np.arange(256) % 10,
-                                  np.ones((256, 10), dtype=np.float32)),
+        "uint8 labels": (
+            (np.arange(256) % 10).astype(np.uint8),
+            (np.arange(256) % 7).astype(np.uint8),
+        ),
+        "float32 (N, C) scores": (np.arange(256) % 10, np.ones((256, 10), dtype=np.float32)),
     }
     for name, (y_true, y_pred) in cases.items():
         start = time.perf_counter()

@@ -25,8 +25,9 @@ def _calibrate(function: Callable[[], object], min_sample: float) -> int:
         number = max(number * 2, int(number * min_sample / max(elapsed, 1e-9) * 1.2))
 
 
-def interleaved(candidates: dict[str, Callable[[], object]], repeats: int,
-                min_sample: float = 0.0) -> dict[str, float]:
+def interleaved(
+    candidates: dict[str, Callable[[], object]], repeats: int, min_sample: float = 0.0
+) -> dict[str, float]:
     """Median seconds per call of each candidate, timed round-robin over ``repeats`` rounds."""
     numbers = {}
     for name, function in candidates.items():

@@ -59,10 +59,16 @@ def read_time(repeats: int) -> None:
     print("1. read-time bootstrap of macro F1 (percentile), vs numpy drawing the replicates")
     print("   (wall time, median of interleaved repeats; CPU time of the same calls beside it:")
     print("    on a loaded machine the wall time includes waiting for a core)")
-    print(f"{'K':>5} {'N':>9} {'B':>5} {'nnz':>6} {'metricstream':>13} {'CPU':>10} "
-          f"{'numpy draws':>12} {'ratio':>6} {'target':>7}")
-    for k, n, b, target in [(10, 20_000, 1000, 10e-3), (10, 1_000_000, 1000, 10e-3),
-                            (1000, 50_000, 200, 2.0), (1000, 1_000_000, 200, 2.0)]:
+    print(
+        f"{'K':>5} {'N':>9} {'B':>5} {'nnz':>6} {'metricstream':>13} {'CPU':>10} "
+        f"{'numpy draws':>12} {'ratio':>6} {'target':>7}"
+    )
+    for k, n, b, target in [
+        (10, 20_000, 1000, 10e-3),
+        (10, 1_000_000, 1000, 10e-3),
+        (1000, 50_000, 200, 2.0),
+        (1000, 1_000_000, 200, 2.0),
+    ]:
         matrix = realistic_matrix(k, n)
         flat = matrix.reshape(-1)
         p = flat / flat.sum()
@@ -72,8 +78,9 @@ def read_time(repeats: int) -> None:
         def read(m: np.ndarray = matrix, b: int = b) -> object:
             return bootstrap(m, "macro_f1", n_resamples=b, seed=1)
 
-        def numpy_draws(n: int = total, p: np.ndarray = p, b: int = b,
-                        generator: np.random.Generator = rng) -> object:
+        def numpy_draws(
+            n: int = total, p: np.ndarray = p, b: int = b, generator: np.random.Generator = rng
+        ) -> object:
             return generator.multinomial(n, p, size=b)
 
         candidates = {"metricstream": read, "numpy": numpy_draws}
@@ -86,9 +93,11 @@ def read_time(repeats: int) -> None:
             read()
             cpu.append(time.process_time() - start)
         verdict = "ok" if ours <= target else "MISSED"
-        print(f"{k:>5} {n:>9,} {b:>5} {np.count_nonzero(flat):>6} {format_seconds(ours):>13} "
-              f"{format_seconds(float(np.median(cpu))):>10} {format_seconds(theirs):>12} "
-              f"{theirs / ours:>5.1f}x {verdict:>7}")
+        print(
+            f"{k:>5} {n:>9,} {b:>5} {np.count_nonzero(flat):>6} {format_seconds(ours):>13} "
+            f"{format_seconds(float(np.median(cpu))):>10} {format_seconds(theirs):>12} "
+            f"{theirs / ours:>5.1f}x {verdict:>7}"
+        )
 
 
 @njit(cache=True)
@@ -112,16 +121,31 @@ def samplers(repeats: int) -> None:
     print("\n2. exact samplers, ns per variate (200,000 draws), vs numba's np.random")
     print(f"{'distribution':>24} {'metricstream':>13} {'numba':>8} {'ratio':>6}")
     cases = [
-        ("Binomial(20, 0.2)", lambda: kernels.binomial_draws(20, 0.2, 1, size),
-         lambda: _numba_binomial(20, 0.2, size)),
-        ("Binomial(10^4, 0.3)", lambda: kernels.binomial_draws(10_000, 0.3, 1, size),
-         lambda: _numba_binomial(10_000, 0.3, size)),
-        ("Binomial(10^6, 0.01)", lambda: kernels.binomial_draws(1_000_000, 0.01, 1, size),
-         lambda: _numba_binomial(1_000_000, 0.01, size)),
-        ("Poisson(3)", lambda: kernels.poisson_draws(3.0, 1, size),
-         lambda: _numba_poisson(3.0, size)),
-        ("Poisson(1000)", lambda: kernels.poisson_draws(1000.0, 1, size),
-         lambda: _numba_poisson(1000.0, size)),
+        (
+            "Binomial(20, 0.2)",
+            lambda: kernels.binomial_draws(20, 0.2, 1, size),
+            lambda: _numba_binomial(20, 0.2, size),
+        ),
+        (
+            "Binomial(10^4, 0.3)",
+            lambda: kernels.binomial_draws(10_000, 0.3, 1, size),
+            lambda: _numba_binomial(10_000, 0.3, size),
+        ),
+        (
+            "Binomial(10^6, 0.01)",
+            lambda: kernels.binomial_draws(1_000_000, 0.01, 1, size),
+            lambda: _numba_binomial(1_000_000, 0.01, size),
+        ),
+        (
+            "Poisson(3)",
+            lambda: kernels.poisson_draws(3.0, 1, size),
+            lambda: _numba_poisson(3.0, size),
+        ),
+        (
+            "Poisson(1000)",
+            lambda: kernels.poisson_draws(1000.0, 1, size),
+            lambda: _numba_poisson(1000.0, size),
+        ),
     ]
     for name, ours, theirs in cases:
         times = interleaved({"ours": ours, "numba": theirs}, repeats)
@@ -141,20 +165,30 @@ def clustered_update(repeats: int) -> None:
     masks_true = np.stack([np.roll(truth, shift, axis=0) for shift in range(8)])
     masks_pred = np.stack([np.roll(pred, shift, axis=0) for shift in range(8)])
     ids = np.arange(8)
-    times = interleaved({
-        "plain": lambda: plain.update(truth, pred),
-        "clustered": lambda: clustered.update(truth, pred),
-        "plain x8": lambda: plain.update(masks_true, masks_pred),
-        "ids x8": lambda: per_item.update(masks_true, masks_pred, cluster_ids=ids),
-    }, repeats * 4, min_sample=0.01)
-    print(f"\n3. clustered update of 256×256 masks, K={k}, B={b} "
-          f"(state {clustered.state_nbytes / 2**10:.0f} KiB)")
+    times = interleaved(
+        {
+            "plain": lambda: plain.update(truth, pred),
+            "clustered": lambda: clustered.update(truth, pred),
+            "plain x8": lambda: plain.update(masks_true, masks_pred),
+            "ids x8": lambda: per_item.update(masks_true, masks_pred, cluster_ids=ids),
+        },
+        repeats * 4,
+        min_sample=0.01,
+    )
+    print(
+        f"\n3. clustered update of 256×256 masks, K={k}, B={b} "
+        f"(state {clustered.state_nbytes / 2**10:.0f} KiB)"
+    )
     print(f"{'one mask, plain':>28} {format_seconds(times['plain']):>10}")
-    print(f"{'one mask, one cluster':>28} {format_seconds(times['clustered']):>10} "
-          f"{times['clustered'] / times['plain']:>5.2f}x (target ≤ 2x)")
+    print(
+        f"{'one mask, one cluster':>28} {format_seconds(times['clustered']):>10} "
+        f"{times['clustered'] / times['plain']:>5.2f}x (target ≤ 2x)"
+    )
     print(f"{'8 masks, plain':>28} {format_seconds(times['plain x8']):>10}")
-    print(f"{'8 masks, cluster_ids=arange(8)':>28} {format_seconds(times['ids x8']):>10} "
-          f"{times['ids x8'] / times['plain x8']:>5.2f}x")
+    print(
+        f"{'8 masks, cluster_ids=arange(8)':>28} {format_seconds(times['ids x8']):>10} "
+        f"{times['ids x8'] / times['plain x8']:>5.2f}x"
+    )
 
 
 def torchmetrics_epoch(bootstraps: int, repeats: int) -> None:
@@ -169,7 +203,7 @@ def torchmetrics_epoch(bootstraps: int, repeats: int) -> None:
     rng = np.random.default_rng(0)
     y_true = rng.integers(0, k, n)
     y_pred = np.where(rng.random(n) < 0.8, y_true, rng.integers(0, k, n))
-    batches = [(y_true[i:i + batch], y_pred[i:i + batch]) for i in range(0, n, batch)]
+    batches = [(y_true[i : i + batch], y_pred[i : i + batch]) for i in range(0, n, batch)]
     torch_batches = [(torch.from_numpy(t), torch.from_numpy(p)) for t, p in batches]
 
     def ours() -> tuple[float, float, float]:
@@ -181,9 +215,12 @@ def torchmetrics_epoch(bootstraps: int, repeats: int) -> None:
 
     def theirs() -> tuple[float, float, float]:
         torch.manual_seed(0)
-        wrapped = BootStrapper(MulticlassF1Score(num_classes=k, average="macro"),
-                               num_bootstraps=bootstraps, quantile=torch.tensor([0.025, 0.975]),
-                               sampling_strategy="multinomial")
+        wrapped = BootStrapper(
+            MulticlassF1Score(num_classes=k, average="macro"),
+            num_bootstraps=bootstraps,
+            quantile=torch.tensor([0.025, 0.975]),
+            sampling_strategy="multinomial",
+        )
         for t, p in torch_batches:
             wrapped.update(p, t)
         out = wrapped.compute()
@@ -209,24 +246,36 @@ def torchmetrics_epoch(bootstraps: int, repeats: int) -> None:
     cpu["torchmetrics"].append(time.process_time() - start_cpu)
     mine, other = float(np.median(wall["metricstream"])), wall["torchmetrics"][0]
     mine_cpu, other_cpu = float(np.median(cpu["metricstream"])), cpu["torchmetrics"][0]
-    print(f"\n4. one epoch (20,000 samples, 256-sample batches, K={k}) with a B={bootstraps} "
-          f"bootstrap of macro F1 = {estimate:.4f}")
+    print(
+        f"\n4. one epoch (20,000 samples, 256-sample batches, K={k}) with a B={bootstraps} "
+        f"bootstrap of macro F1 = {estimate:.4f}"
+    )
     print(f"{'':>14} {'wall':>10} {'CPU':>10} {'95% width':>10} {'SE':>8}")
-    print(f"{'metricstream':>14} {format_seconds(mine):>10} {format_seconds(mine_cpu):>10} "
-          f"{width:>10.4f} {se:>8.4f}")
-    print(f"{'torchmetrics':>14} {format_seconds(other):>10} {format_seconds(other_cpu):>10} "
-          f"{their_width:>10.4f} {their_se:>8.4f}")
-    print(f"metricstream is {other / mine:,.0f}x faster in wall time, {other_cpu / mine_cpu:,.0f}x "
-          f"in CPU time (target ≥ 1,000x); the widths differ by "
-          f"{abs(width - their_width) / their_width:.1%} (Monte-Carlo noise of a B={bootstraps} "
-          f"width is about {1 / np.sqrt(bootstraps) * 100 * 1.5:.0f}%)")
+    print(
+        f"{'metricstream':>14} {format_seconds(mine):>10} {format_seconds(mine_cpu):>10} "
+        f"{width:>10.4f} {se:>8.4f}"
+    )
+    print(
+        f"{'torchmetrics':>14} {format_seconds(other):>10} {format_seconds(other_cpu):>10} "
+        f"{their_width:>10.4f} {their_se:>8.4f}"
+    )
+    print(
+        f"metricstream is {other / mine:,.0f}x faster in wall time, {other_cpu / mine_cpu:,.0f}x "
+        f"in CPU time (target ≥ 1,000x); the widths differ by "
+        f"{abs(width - their_width) / their_width:.1%} (Monte-Carlo noise of a B={bootstraps} "
+        f"width is about {1 / np.sqrt(bootstraps) * 100 * 1.5:.0f}%)"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="bootstrap interval benchmarks")
     parser.add_argument("--quick", action="store_true", help="fewer repeats, B=20 for torch")
-    parser.add_argument("--torch-bootstraps", type=int, default=None,
-                        help="B for the torchmetrics comparison (default 200, 20 with --quick)")
+    parser.add_argument(
+        "--torch-bootstraps",
+        type=int,
+        default=None,
+        help="B for the torchmetrics comparison (default 200, 20 with --quick)",
+    )
     args = parser.parse_args(argv)
     repeats = 3 if args.quick else 9
     bootstraps = args.torch_bootstraps or (20 if args.quick else 200)

@@ -49,8 +49,11 @@ def write_csv(path: Path, num_rows: int, seed: int = 0) -> None:
     import pyarrow.csv as pacsv
 
     rng = np.random.default_rng(seed)
-    with pacsv.CSVWriter(path, pa.schema([("y_true", pa.int64()), ("y_pred", pa.int64())]),
-                         write_options=pacsv.WriteOptions(quoting_style="none")) as writer:
+    with pacsv.CSVWriter(
+        path,
+        pa.schema([("y_true", pa.int64()), ("y_pred", pa.int64())]),
+        write_options=pacsv.WriteOptions(quoting_style="none"),
+    ) as writer:
         for start in range(0, num_rows, 1 << 21):
             size = min(1 << 21, num_rows - start)
             y_true = rng.integers(0, NUM_CLASSES, size)
@@ -107,8 +110,9 @@ def check_equal(path: Path) -> None:
     table = pyarrow_read(path)
     y_true = table.column("y_true").to_numpy()
     y_pred = table.column("y_pred").to_numpy()
-    expected = np.bincount(NUM_CLASSES * y_true + y_pred,
-                           minlength=NUM_CLASSES ** 2).reshape(NUM_CLASSES, NUM_CLASSES)
+    expected = np.bincount(NUM_CLASSES * y_true + y_pred, minlength=NUM_CLASSES**2).reshape(
+        NUM_CLASSES, NUM_CLASSES
+    )
     matrix = report_work(path)
     if not np.array_equal(matrix, expected):
         raise SystemExit("metricstream's matrix differs from np.bincount over pyarrow's table")
@@ -118,17 +122,20 @@ def run_process(args: list[str]) -> tuple[float, int]:
     """Wall time and peak resident memory (bytes) of one fresh Python process (Linux)."""
     # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across exec, so a child would
     # report at least the (large) peak of this parent process.
-    probe = ("import runpy, sys\n"
-             "sys.argv = sys.argv[1:]\n"
-             "try:\n"
-             "    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
-             "except SystemExit as exit:\n"
-             "    assert not exit.code, exit.code\n"
-             "status = open('/proc/self/status').read()\n"
-             "print(status.split('VmHWM:')[1].split()[0], file=sys.stderr)\n")
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = sys.argv[1:]\n"
+        "try:\n"
+        "    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+        "except SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        "status = open('/proc/self/status').read()\n"
+        "print(status.split('VmHWM:')[1].split()[0], file=sys.stderr)\n"
+    )
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *args], capture_output=True, text=True, check=False
+    )
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{done.stderr}")
@@ -139,8 +146,9 @@ READ_MODULE = "benchmarks.bench_csv"  # `python -m benchmarks.bench_csv --read F
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_csv",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_csv", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--rows", type=float, default=10_000_000, help="rows of the CSV")
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds (medians)")
     parser.add_argument("--read", type=Path, help=argparse.SUPPRESS)  # the pyarrow-only process
@@ -161,25 +169,32 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(path, num_rows)
         write_csv(small, max(num_rows // 10, 1))
         size = path.stat().st_size
-        print(f"CSV: {num_rows:,} rows of 2 integer columns, {NUM_CLASSES} classes, "
-              f"{size / 1e6:.0f} MB (written in {time.perf_counter() - start:.1f} s); "
-              f"pyarrow {pyarrow.__version__}, numpy {np.__version__}")
+        print(
+            f"CSV: {num_rows:,} rows of 2 integer columns, {NUM_CLASSES} classes, "
+            f"{size / 1e6:.0f} MB (written in {time.perf_counter() - start:.1f} s); "
+            f"pyarrow {pyarrow.__version__}, numpy {np.__version__}"
+        )
         check_equal(path)
         print("check: metricstream's matrix == np.bincount over pyarrow's table")
 
         print(f"\nin process, median of {args.rounds} interleaved rounds:")
-        samples = interleaved({
-            "pyarrow.csv.read_csv (read only)": lambda: pyarrow_read(path),
-            "pyarrow open_csv stream (read only)": lambda: pyarrow_stream(path),
-            "metricstream report (read + count + summary)": lambda: report_work(path),
-        }, args.rounds)
+        samples = interleaved(
+            {
+                "pyarrow.csv.read_csv (read only)": lambda: pyarrow_read(path),
+                "pyarrow open_csv stream (read only)": lambda: pyarrow_stream(path),
+                "metricstream report (read + count + summary)": lambda: report_work(path),
+            },
+            args.rounds,
+        )
         medians = {name: statistics.median(values) for name, values in samples.items()}
         base = medians["pyarrow.csv.read_csv (read only)"]
         width = max(len(name) for name in medians)
         for name, seconds in medians.items():
             rate = num_rows / seconds / 1e6
-            print(f"  {name:<{width}}  {seconds:7.3f} s  {rate:6.1f} M rows/s  "
-                  f"{seconds / base:5.2f}x read_csv")
+            print(
+                f"  {name:<{width}}  {seconds:7.3f} s  {rate:6.1f} M rows/s  "
+                f"{seconds / base:5.2f}x read_csv"
+            )
         ratio = medians["metricstream report (read + count + summary)"] / base
 
         cli = ["metricstream", "report", str(path), "--format", "json"]
@@ -193,25 +208,42 @@ def main(argv: list[str] | None = None) -> int:
                 seconds, peak = run_process(command)
                 times[key].append(seconds)
                 peaks[key].append(peak)
-        peaks["cli_small"].append(run_process(["metricstream", "report", str(small),
-                                               "--format", "json"])[1])
+        peaks["cli_small"].append(
+            run_process(["metricstream", "report", str(small), "--format", "json"])[1]
+        )
         cli_median, read_median = (statistics.median(times[k]) for k in ("cli", "read"))
         print(f"\ncommand line, fresh processes, median of {rounds}:")
-        print(f"  python -c 'pyarrow.csv.read_csv(FILE)'               {read_median:7.3f} s  "
-              f"peak {max(peaks['read']) / 2**20:5.0f} MiB")
-        print(f"  python -m metricstream report FILE --format json     {cli_median:7.3f} s  "
-              f"peak {max(peaks['cli']) / 2**20:5.0f} MiB "
-              f"({max(peaks['cli_small']) / 2**20:.0f} MiB on a file 10x smaller)")
+        print(
+            f"  python -c 'pyarrow.csv.read_csv(FILE)'               {read_median:7.3f} s  "
+            f"peak {max(peaks['read']) / 2**20:5.0f} MiB"
+        )
+        print(
+            f"  python -m metricstream report FILE --format json     {cli_median:7.3f} s  "
+            f"peak {max(peaks['cli']) / 2**20:5.0f} MiB "
+            f"({max(peaks['cli_small']) / 2**20:.0f} MiB on a file 10x smaller)"
+        )
         cli_ratio = cli_median / read_median
 
     verdict = "meets" if ratio <= TARGET_RATIO else "MISSES"
-    print(f"\nratio report / pyarrow read: {ratio:.2f}x in process, {cli_ratio:.2f}x as commands "
-          f"({verdict} the target of at most {TARGET_RATIO:.0f}x in process)")
-    print(json.dumps({"rows": num_rows, "in_process_seconds": medians, "ratio": ratio,
-                      "cli_seconds": cli_median, "read_process_seconds": read_median,
-                      "cli_ratio": cli_ratio, "cli_peak_bytes": max(peaks["cli"]),
-                      "cli_small_peak_bytes": max(peaks["cli_small"]),
-                      "read_peak_bytes": max(peaks["read"])}))
+    print(
+        f"\nratio report / pyarrow read: {ratio:.2f}x in process, {cli_ratio:.2f}x as commands "
+        f"({verdict} the target of at most {TARGET_RATIO:.0f}x in process)"
+    )
+    print(
+        json.dumps(
+            {
+                "rows": num_rows,
+                "in_process_seconds": medians,
+                "ratio": ratio,
+                "cli_seconds": cli_median,
+                "read_process_seconds": read_median,
+                "cli_ratio": cli_ratio,
+                "cli_peak_bytes": max(peaks["cli"]),
+                "cli_small_peak_bytes": max(peaks["cli_small"]),
+                "read_peak_bytes": max(peaks["read"]),
+            }
+        )
+    )
     return 0 if ratio <= TARGET_RATIO else 1
 
 

@@ -55,10 +55,11 @@ def _torchmetrics_case(y_true: np.ndarray, y_pred: np.ndarray, acc: MultilabelAc
     except ImportError:
         return None
     torch.set_num_threads(1)
-    target, preds = torch.from_numpy(y_true.astype(np.int64)), torch.from_numpy(
-        y_pred.astype(np.int64))
-    metric = MultilabelStatScores(num_labels=y_true.shape[1], average=None,
-                                  validate_args=False)
+    target, preds = (
+        torch.from_numpy(y_true.astype(np.int64)),
+        torch.from_numpy(y_pred.astype(np.int64)),
+    )
+    metric = MultilabelStatScores(num_labels=y_true.shape[1], average=None, validate_args=False)
     metric.update(preds, target)
     tp = metric.compute()[:, 0].numpy()
     assert np.array_equal(tp, acc.multilabel_confusion_matrix()[:, 1, 1]), "torchmetrics TP"
@@ -66,24 +67,25 @@ def _torchmetrics_case(y_true: np.ndarray, y_pred: np.ndarray, acc: MultilabelAc
     return lambda: metric.update(preds, target)
 
 
-def update_case(rng: np.random.Generator, num_labels: int, target: str,
-                repeats: int) -> list[str]:
+def update_case(rng: np.random.Generator, num_labels: int, target: str, repeats: int) -> list[str]:
     import sklearn.metrics as skm
 
     y_true, y_pred = _batch(rng, 256, num_labels)
-    logits = np.where(y_pred, 1.0, -1.0).astype(np.float32) * rng.random(y_pred.shape,
-                                                                         np.float32)
+    logits = np.where(y_pred, 1.0, -1.0).astype(np.float32) * rng.random(y_pred.shape, np.float32)
     acc = MultilabelAccumulator(num_labels).update(y_true, y_pred)
     fused = MultilabelAccumulator(num_labels, threshold=0.0).update(y_true, logits)
-    assert np.array_equal(acc.multilabel_confusion_matrix(),
-                          fused.multilabel_confusion_matrix()), "fused threshold"
-    assert np.array_equal(acc.multilabel_confusion_matrix(),
-                          skm.multilabel_confusion_matrix(y_true, y_pred)), "scikit-learn"
+    assert np.array_equal(acc.multilabel_confusion_matrix(), fused.multilabel_confusion_matrix()), (
+        "fused threshold"
+    )
+    assert np.array_equal(
+        acc.multilabel_confusion_matrix(), skm.multilabel_confusion_matrix(y_true, y_pred)
+    ), "scikit-learn"
     candidates = {
         "metricstream indicator": lambda: acc.update(y_true, y_pred),
         "metricstream logits (fused threshold)": lambda: fused.update(y_true, logits),
-        "scikit-learn multilabel_confusion_matrix":
-            lambda: skm.multilabel_confusion_matrix(y_true, y_pred),
+        "scikit-learn multilabel_confusion_matrix": lambda: skm.multilabel_confusion_matrix(
+            y_true, y_pred
+        ),
     }
     torch_update = _torchmetrics_case(y_true, y_pred, acc)
     if torch_update is not None:
@@ -98,8 +100,9 @@ def update_case(rng: np.random.Generator, num_labels: int, target: str,
 
 def update_cases(repeats: int) -> list[str]:
     rng = np.random.default_rng(0)
-    return (update_case(rng, 20, "≤ 3 µs, ≥ 40× torchmetrics", repeats)
-            + update_case(rng, 1000, "≤ 60 µs, ≥ 150× torchmetrics", repeats))
+    return update_case(rng, 20, "≤ 3 µs, ≥ 40× torchmetrics", repeats) + update_case(
+        rng, 1000, "≤ 60 µs, ≥ 150× torchmetrics", repeats
+    )
 
 
 def large_case(repeats: int, n: int) -> list[str]:
@@ -108,28 +111,34 @@ def large_case(repeats: int, n: int) -> list[str]:
     acc = MultilabelAccumulator(100)
     _read_only_pass(y_true, y_pred)
     acc.update(y_true[:10], y_pred[:10])
-    times = interleaved({
-        "read-only pass": lambda: _read_only_pass(y_true, y_pred),
-        "metricstream update": lambda: acc.reset().update(y_true, y_pred),
-    }, repeats)
+    times = interleaved(
+        {
+            "read-only pass": lambda: _read_only_pass(y_true, y_pred),
+            "metricstream update": lambda: acc.reset().update(y_true, y_pred),
+        },
+        repeats,
+    )
     assert acc.num_samples == n
     ratio = times["metricstream update"] / times["read-only pass"]
-    return [f"{n}×100 indicator rows (target: within 2× of a read-only pass):",
-            f"  read-only pass        {format_seconds(times['read-only pass']):>10s}",
-            f"  metricstream update   {format_seconds(times['metricstream update']):>10s}  "
-            f"{ratio:.2f}× the read-only pass"]
+    return [
+        f"{n}×100 indicator rows (target: within 2× of a read-only pass):",
+        f"  read-only pass        {format_seconds(times['read-only pass']):>10s}",
+        f"  metricstream update   {format_seconds(times['metricstream update']):>10s}  "
+        f"{ratio:.2f}× the read-only pass",
+    ]
 
 
 def sets_case(repeats: int) -> list[str]:
     rng = np.random.default_rng(2)
     num_labels = 100_000
-    lists = [[list(rng.choice(num_labels, 5, replace=False)) for _ in range(256)]
-             for _ in range(2)]
+    lists = [[list(rng.choice(num_labels, 5, replace=False)) for _ in range(256)] for _ in range(2)]
     true, pred = LabelSets.from_lists(lists[0]), LabelSets.from_lists(lists[1])
     acc = MultilabelAccumulator(num_labels).update(true, pred)
     times = interleaved({"label sets": lambda: acc.update(true, pred)}, repeats, 0.02)
-    return [f"256 samples × ~5 labels of L = {num_labels} as CSR label sets: "
-            f"{format_seconds(times['label sets'])} per update"]
+    return [
+        f"256 samples × ~5 labels of L = {num_labels} as CSR label sets: "
+        f"{format_seconds(times['label sets'])} per update"
+    ]
 
 
 def memory_lines() -> list[str]:

@@ -49,10 +49,21 @@ import time
 from pathlib import Path
 
 COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
-    "all_gather_object", "broadcast",
-    "broadcast_object_list", "reduce", "gather", "scatter", "reduce_scatter",
-    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier",
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "all_gather_object",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
 )
 
 
@@ -90,13 +101,20 @@ def worker(rank: int, world: int, port: int, num_classes: int, repeats: int, out
     from metricstream.distributed import all_reduce
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=120),
+    )
     k = num_classes
     rng = np.random.default_rng(rank)
     local = rng.integers(0, 1000, size=(k, k), dtype=np.int64)
-    expected = sum(np.random.default_rng(r).integers(0, 1000, size=(k, k), dtype=np.int64)
-                   for r in range(world))
+    expected = sum(
+        np.random.default_rng(r).integers(0, 1000, size=(k, k), dtype=np.int64)
+        for r in range(world)
+    )
     acc = ConfusionAccumulator.from_matrix(local)
 
     try:
@@ -173,17 +191,29 @@ def worker(rank: int, world: int, port: int, num_classes: int, repeats: int, out
                 times[name].append(elapsed)
     group_times, group_counts = _group_worker(rank, world, repeats, warmup)
     if rank == 0:
-        Path(out).write_text(json.dumps({"times": times, "counts": counts,
-                                         "group_times": group_times,
-                                         "group_counts": group_counts}))
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "times": times,
+                    "counts": counts,
+                    "group_times": group_times,
+                    "group_counts": group_counts,
+                }
+            )
+        )
     dist.barrier()
     dist.destroy_process_group()
 
 
 # (name, K, weighted, ignore_index) of the six group members.
-GROUP_MEMBERS = [("k1000", 1000, False, None), ("k100_weighted", 100, True, None),
-                 ("k100_ignore", 100, False, 0), ("k10", 10, False, None),
-                 ("binary", 2, False, None), ("k10_weighted", 10, True, None)]
+GROUP_MEMBERS = [
+    ("k1000", 1000, False, None),
+    ("k100_weighted", 100, True, None),
+    ("k100_ignore", 100, False, 0),
+    ("k10", 10, False, None),
+    ("binary", 2, False, None),
+    ("k10_weighted", 10, True, None),
+]
 
 
 def _member_states(rank: int):
@@ -209,14 +239,17 @@ def _group_worker(rank: int, world: int, repeats: int, warmup: int) -> tuple[dic
 
     local = _member_states(rank)
     expected = {name: sum(_member_states(r)[name] for r in range(world)) for name in local}
-    group = AccumulatorGroup({
-        name: ConfusionAccumulator.from_matrix(local[name], ignore_index=ignore,
-                                               weighted=weighted)
-        for name, _, weighted, ignore in GROUP_MEMBERS})
+    group = AccumulatorGroup(
+        {
+            name: ConfusionAccumulator.from_matrix(
+                local[name], ignore_index=ignore, weighted=weighted
+            )
+            for name, _, weighted, ignore in GROUP_MEMBERS
+        }
+    )
     ints = np.concatenate([local[n].ravel() for n, _, w, _ in GROUP_MEMBERS if not w])
     floats = np.concatenate([local[n].ravel() for n, _, w, _ in GROUP_MEMBERS if w])
-    expected_ints = np.concatenate([expected[n].ravel() for n, _, w, _ in GROUP_MEMBERS
-                                    if not w])
+    expected_ints = np.concatenate([expected[n].ravel() for n, _, w, _ in GROUP_MEMBERS if not w])
 
     def matrices(target):
         return {name: target[name].matrix for name in target}
@@ -242,8 +275,11 @@ def _group_worker(rank: int, world: int, repeats: int, warmup: int) -> tuple[dic
         elapsed = time.perf_counter() - start
         return elapsed, matrices(synced)
 
-    variants = {"raw 2× all_reduce": run_raw, "metricstream group (in place)": run_inplace,
-                "metricstream group (copy)": run_copy}
+    variants = {
+        "raw 2× all_reduce": run_raw,
+        "metricstream group (in place)": run_inplace,
+        "metricstream group (copy)": run_copy,
+    }
     try:
         from torchmetrics import MetricCollection
         from torchmetrics.classification import MulticlassConfusionMatrix
@@ -251,8 +287,12 @@ def _group_worker(rank: int, world: int, repeats: int, warmup: int) -> tuple[dic
         MetricCollection = None
     if MetricCollection is not None:
         collection = MetricCollection(
-            {name: MulticlassConfusionMatrix(num_classes=k, ignore_index=ignore)
-             for name, k, _, ignore in GROUP_MEMBERS}, compute_groups=False)
+            {
+                name: MulticlassConfusionMatrix(num_classes=k, ignore_index=ignore)
+                for name, k, _, ignore in GROUP_MEMBERS
+            },
+            compute_groups=False,
+        )
         for name, metric in collection.items(keep_base=True, copy_state=False):
             metric.confmat = torch.from_numpy(local[name].copy())
 
@@ -260,8 +300,10 @@ def _group_worker(rank: int, world: int, repeats: int, warmup: int) -> tuple[dic
             start = time.perf_counter()
             for metric in collection.values(copy_state=False):
                 metric.sync(should_sync=True, distributed_available=lambda: True)
-            synced = {name: metric.confmat.clone().numpy()
-                      for name, metric in collection.items(keep_base=True, copy_state=False)}
+            synced = {
+                name: metric.confmat.clone().numpy()
+                for name, metric in collection.items(keep_base=True, copy_state=False)
+            }
             for metric in collection.values(copy_state=False):
                 metric.unsync()
             elapsed = time.perf_counter() - start
@@ -310,8 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-classes", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--worker", nargs=3, metavar=("RANK", "PORT", "OUT"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker", nargs=3, metavar=("RANK", "PORT", "OUT"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.worker:
         rank, port, out = args.worker
@@ -324,9 +367,21 @@ def main(argv: list[str] | None = None) -> int:
         port = _free_port()
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.bench_sync", "--num-classes",
-                 str(args.num_classes), "--repeats", str(args.repeats), "--world-size",
-                 str(args.world_size), "--worker", str(rank), str(port), out],
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.bench_sync",
+                    "--num-classes",
+                    str(args.num_classes),
+                    "--repeats",
+                    str(args.repeats),
+                    "--world-size",
+                    str(args.world_size),
+                    "--worker",
+                    str(rank),
+                    str(port),
+                    out,
+                ],
                 env=env,
             )
             for rank in range(args.world_size)
@@ -339,39 +394,50 @@ def main(argv: list[str] | None = None) -> int:
 
     k = args.num_classes
     load = os.getloadavg()[0]
-    print(f"sync of a K={k} int64 confusion matrix ({k * k * 8 / 1e6:.1f} MB) across "
-          f"{args.world_size} gloo ranks on 127.0.0.1; {args.repeats} interleaved repetitions, "
-          f"rank 0 wall clock; load average {load:.2f} on {os.cpu_count()} CPUs")
+    print(
+        f"sync of a K={k} int64 confusion matrix ({k * k * 8 / 1e6:.1f} MB) across "
+        f"{args.world_size} gloo ranks on 127.0.0.1; {args.repeats} interleaved repetitions, "
+        f"rank 0 wall clock; load average {load:.2f} on {os.cpu_count()} CPUs"
+    )
     _table(result["times"], result["counts"], "raw all_reduce")
     print()
-    print("sync of a group of 6 accumulators (confusion K=1000, K=100 weighted, K=100 ignoring a "
-          "label, K=10, K=2, K=10 weighted: 1,010,204 int64 + 10,100 float64 values)")
+    print(
+        "sync of a group of 6 accumulators (confusion K=1000, K=100 weighted, K=100 ignoring a "
+        "label, K=10, K=2, K=10 weighted: 1,010,204 int64 + 10,100 float64 values)"
+    )
     group_times = result["group_times"]
     _table(group_times, result["group_counts"], "raw 2× all_reduce")
-    pairs = [(name, other) for name in group_times if name.startswith("torchmetrics")
-             for other in group_times if other.startswith("metricstream")]
+    pairs = [
+        (name, other)
+        for name in group_times
+        if name.startswith("torchmetrics")
+        for other in group_times
+        if other.startswith("metricstream")
+    ]
     if pairs:
         print()
         print(f"{'paired ratio (same rounds)':<58} {'median':>7}")
         for name, other in pairs:
             ratio = statistics.median(
-                t / m for t, m in zip(group_times[name], group_times[other], strict=True))
+                t / m for t, m in zip(group_times[name], group_times[other], strict=True)
+            )
             print(f"{name + ' / ' + other:<58} {ratio:>6.2f}×")
     return 0
 
 
 def _table(times: dict[str, list[float]], counts: dict[str, list[str]], floor: str) -> None:
     raw = times[floor]
-    print(f"{'variant':<31} {'median':>9} {'min':>9} {'median/raw':>11} {'paired':>7}  "
-          f"collectives")
+    print(f"{'variant':<31} {'median':>9} {'min':>9} {'median/raw':>11} {'paired':>7}  collectives")
     for name, samples in times.items():
         median = statistics.median(samples)
         # Ratio of each repetition to the raw all_reduce of the same round: robust to drift.
         paired = statistics.median(t / r for t, r in zip(samples, raw, strict=True))
         calls = counts[name]
         summary = ", ".join(f"{calls.count(c)}× {c}" for c in dict.fromkeys(calls))
-        print(f"{name:<31} {median * 1e3:>6.2f} ms {min(samples) * 1e3:>6.2f} ms "
-              f"{median / statistics.median(raw):>10.2f}× {paired:>6.2f}×  {summary}")
+        print(
+            f"{name:<31} {median * 1e3:>6.2f} ms {min(samples) * 1e3:>6.2f} ms "
+            f"{median / statistics.median(raw):>10.2f}× {paired:>6.2f}×  {summary}"
+        )
 
 
 if __name__ == "__main__":

@@ -51,9 +51,11 @@ def _have_torch() -> bool:
     return True
 
 
-def _matrix_of(update: Callable[[ConfusionAccumulator], object], k: int,
-               make: Callable[[int], ConfusionAccumulator] = ConfusionAccumulator,
-               ) -> np.ndarray | None:
+def _matrix_of(
+    update: Callable[[ConfusionAccumulator], object],
+    k: int,
+    make: Callable[[int], ConfusionAccumulator] = ConfusionAccumulator,
+) -> np.ndarray | None:
     acc = make(k)
     try:
         update(acc)
@@ -86,16 +88,18 @@ def _case(n: int, k: int, rng: np.random.Generator, torch_ok: bool) -> tuple[dic
     logits = rng.normal(size=(n, k)).astype(np.float32)
     logits16 = logits.astype(np.float16)
     expected_labels = np.bincount(k * y_true + y_pred, minlength=k * k).reshape(k, k)
-    expected_scores = np.bincount(k * y_true + np.argmax(logits, 1),
-                                  minlength=k * k).reshape(k, k)
+    expected_scores = np.bincount(k * y_true + np.argmax(logits, 1), minlength=k * k).reshape(k, k)
     expected16 = np.bincount(k * y_true + np.argmax(logits16, 1), minlength=k * k).reshape(k, k)
 
     functions: dict[str, Candidate] = {}
     checks: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
 
-    def add(name: str, update: Callable[[ConfusionAccumulator], object],
-            expected: np.ndarray,
-            make: Callable[[int], ConfusionAccumulator] = ConfusionAccumulator) -> None:
+    def add(
+        name: str,
+        update: Callable[[ConfusionAccumulator], object],
+        expected: np.ndarray,
+        make: Callable[[int], ConfusionAccumulator] = ConfusionAccumulator,
+    ) -> None:
         got = _matrix_of(update, k, make)
         if got is None:
             return
@@ -117,8 +121,12 @@ def _case(n: int, k: int, rng: np.random.Generator, torch_ok: bool) -> tuple[dic
         expected_binary = np.bincount(2 * y_true + hard, minlength=4).reshape(2, 2)
         threshold_ok = _threshold_supported()
         if threshold_ok:
-            add("probs f32 numpy", lambda a: a.update(y_true, probabilities), expected_binary,
-                _threshold_accumulator)
+            add(
+                "probs f32 numpy",
+                lambda a: a.update(y_true, probabilities),
+                expected_binary,
+                _threshold_accumulator,
+            )
         functions["(p >= 0.5) + update"] = lambda: two_step.update(y_true, probabilities >= 0.5)
 
     if torch_ok:
@@ -130,18 +138,24 @@ def _case(n: int, k: int, rng: np.random.Generator, torch_ok: bool) -> tuple[dic
         t_grad = torch.from_numpy(logits.copy()).requires_grad_(True)
         t_bf16 = t_logits.to(torch.bfloat16)
         expected_bf16 = np.bincount(
-            k * y_true + torch.argmax(t_bf16, 1).numpy(), minlength=k * k).reshape(k, k)
+            k * y_true + torch.argmax(t_bf16, 1).numpy(), minlength=k * k
+        ).reshape(k, k)
         add("labels torch", lambda a: a.update(t_true, t_pred), expected_labels)
         add("logits f32 torch", lambda a: a.update(t_true, t_logits), expected_scores)
         add("logits f32 torch grad", lambda a: a.update(t_true, t_grad), expected_scores)
         add("logits bf16 torch", lambda a: a.update(t_true, t_bf16), expected_bf16)
         functions["torch.argmax + update bf16"] = lambda: two_step.update(
-            t_true, torch.argmax(t_bf16, 1))
+            t_true, torch.argmax(t_bf16, 1)
+        )
         if k == 2:
             t_probs = torch.from_numpy(probabilities)
             if threshold_ok:
-                add("probs f32 torch", lambda a: a.update(t_true, t_probs), expected_binary,
-                    _threshold_accumulator)
+                add(
+                    "probs f32 torch",
+                    lambda a: a.update(t_true, t_probs),
+                    expected_binary,
+                    _threshold_accumulator,
+                )
         try:
             from torchmetrics.classification import MulticlassConfusionMatrix
         except ImportError:
@@ -195,32 +209,49 @@ def _ratio(numerator: float | None, denominator: float | None) -> str:
 
 
 TABLES = [
-    ("Labels and float32 (N, C) logits from numpy: the fused argmax against `np.argmax` + "
-     "update (ratio = two-step time / fused time; > 1 means fused is faster)",
-     ["labels numpy", "logits f32 numpy", "np.argmax + update f32"],
-     [("fused speed-up", "np.argmax + update f32", "logits f32 numpy")]),
-    ("torch CPU tensors against the same numpy input (ratio = torch / numpy; 1.0× means no "
-     "conversion cost) and torchmetrics' `MulticlassConfusionMatrix.update` on the same "
-     "tensors (ratio = torchmetrics / metricstream)",
-     ["labels torch", "logits f32 torch", "logits f32 torch grad", "torchmetrics logits f32"],
-     [("labels torch/np", "labels torch", "labels numpy"),
-      ("logits torch/np", "logits f32 torch", "logits f32 numpy"),
-      ("grad/np", "logits f32 torch grad", "logits f32 numpy"),
-      ("torchmetrics/ms", "torchmetrics logits f32", "logits f32 torch")]),
-    ("Half-precision logits: float16 from numpy (against `np.argmax` + update) and bfloat16 "
-     "from torch (against `torch.argmax` + update)",
-     ["logits f16 numpy", "np.argmax + update f16", "logits bf16 torch",
-      "torch.argmax + update bf16"],
-     [("f16 speed-up", "np.argmax + update f16", "logits f16 numpy"),
-      ("bf16 speed-up", "torch.argmax + update bf16", "logits bf16 torch")]),
+    (
+        "Labels and float32 (N, C) logits from numpy: the fused argmax against `np.argmax` + "
+        "update (ratio = two-step time / fused time; > 1 means fused is faster)",
+        ["labels numpy", "logits f32 numpy", "np.argmax + update f32"],
+        [("fused speed-up", "np.argmax + update f32", "logits f32 numpy")],
+    ),
+    (
+        "torch CPU tensors against the same numpy input (ratio = torch / numpy; 1.0× means no "
+        "conversion cost) and torchmetrics' `MulticlassConfusionMatrix.update` on the same "
+        "tensors (ratio = torchmetrics / metricstream)",
+        ["labels torch", "logits f32 torch", "logits f32 torch grad", "torchmetrics logits f32"],
+        [
+            ("labels torch/np", "labels torch", "labels numpy"),
+            ("logits torch/np", "logits f32 torch", "logits f32 numpy"),
+            ("grad/np", "logits f32 torch grad", "logits f32 numpy"),
+            ("torchmetrics/ms", "torchmetrics logits f32", "logits f32 torch"),
+        ],
+    ),
+    (
+        "Half-precision logits: float16 from numpy (against `np.argmax` + update) and bfloat16 "
+        "from torch (against `torch.argmax` + update)",
+        [
+            "logits f16 numpy",
+            "np.argmax + update f16",
+            "logits bf16 torch",
+            "torch.argmax + update bf16",
+        ],
+        [
+            ("f16 speed-up", "np.argmax + update f16", "logits f16 numpy"),
+            ("bf16 speed-up", "torch.argmax + update bf16", "logits bf16 torch"),
+        ],
+    ),
 ]
 
 BINARY_TABLE = (
     "Binary probabilities of shape (N,) with `threshold=0.5` (fused compare) against "
     "`(p >= 0.5)` + update and int64 labels",
     ["probs f32 numpy", "probs f32 torch", "(p >= 0.5) + update", "labels numpy"],
-    [("vs two-step", "(p >= 0.5) + update", "probs f32 numpy"),
-     ("vs labels", "probs f32 numpy", "labels numpy")])
+    [
+        ("vs two-step", "(p >= 0.5) + update", "probs f32 numpy"),
+        ("vs labels", "probs f32 numpy", "labels numpy"),
+    ],
+)
 
 
 def render(results: dict[str, dict[str, float]]) -> str:
@@ -245,8 +276,16 @@ def render(results: dict[str, dict[str, float]]) -> str:
 
 def compare(before: dict, after: dict) -> str:
     """Before/after table: median µs of every candidate measured by both runs."""
-    names = ["labels numpy", "labels torch", "logits f32 numpy", "logits f32 torch",
-             "logits f32 torch grad", "logits f16 numpy", "logits bf16 torch", "probs f32 numpy"]
+    names = [
+        "labels numpy",
+        "labels torch",
+        "logits f32 numpy",
+        "logits f32 torch",
+        "logits f32 torch grad",
+        "logits f16 numpy",
+        "logits bf16 torch",
+        "probs f32 numpy",
+    ]
     lines = ["| N | C | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
     for key in after:
         if key not in before:
@@ -266,21 +305,25 @@ def compare(before: dict, after: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_training_loop",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_training_loop", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--quick", action="store_true", help="skip N × C > 10^7, fewer repeats")
     parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--classes", type=int, nargs="+", default=CLASSES)
     parser.add_argument("--json", type=Path, help="also write the raw medians here")
-    parser.add_argument("--compare", type=Path,
-                        help="a --json file of an earlier run: print a before/after table")
+    parser.add_argument(
+        "--compare", type=Path, help="a --json file of an earlier run: print a before/after table"
+    )
     args = parser.parse_args(argv)
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     start = time.perf_counter()
     results = sweep(args.quick, args.sizes, args.classes)
-    print(f"Load average at the start: {load}; at the end: "
-          + ", ".join(f"{v:.1f}" for v in os.getloadavg())
-          + f"; {time.perf_counter() - start:.0f} s.\n")
+    print(
+        f"Load average at the start: {load}; at the end: "
+        + ", ".join(f"{v:.1f}" for v in os.getloadavg())
+        + f"; {time.perf_counter() - start:.0f} s.\n"
+    )
     print(render(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

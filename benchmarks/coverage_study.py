@@ -53,8 +53,8 @@ METHODS = ("bootstrap percentile", "bootstrap BCa", "delta", "clustered percenti
 
 # Population: class mix, accuracy, and where errors go.
 BASE_MIX = np.array([0.4, 0.25, 0.15, 0.12, 0.08])
-MIX_CONCENTRATION = 15.0         # Dirichlet(15 * BASE_MIX) per image in the clustered scenario
-ACCURACY_BETA = (8.0, 2.0)       # mean 0.8
+MIX_CONCENTRATION = 15.0  # Dirichlet(15 * BASE_MIX) per image in the clustered scenario
+ACCURACY_BETA = (8.0, 2.0)  # mean 0.8
 _distance = np.abs(np.arange(K)[:, None] - np.arange(K)[None, :])
 Q = np.where(_distance == 0, 0.0, 1.0 / np.maximum(_distance, 1))
 Q /= Q.sum(axis=1, keepdims=True)
@@ -66,8 +66,9 @@ def population() -> np.ndarray:
     return BASE_MIX[:, None] * (mean_accuracy * np.eye(K) + (1 - mean_accuracy) * Q)
 
 
-def simulate(rng: np.random.Generator, clustered: bool, images: int, pixels: int
-             ) -> tuple[np.ndarray, np.ndarray]:
+def simulate(
+    rng: np.random.Generator, clustered: bool, images: int, pixels: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``(y_true, y_pred)`` of shape ``(images, pixels)``."""
     if clustered:
         mix = rng.dirichlet(MIX_CONCENTRATION * BASE_MIX, size=images)
@@ -75,16 +76,16 @@ def simulate(rng: np.random.Generator, clustered: bool, images: int, pixels: int
     else:
         mix = np.broadcast_to(BASE_MIX, (images, K))
         accuracy = np.full(images, ACCURACY_BETA[0] / sum(ACCURACY_BETA))
-    p = mix[:, :, None] * (accuracy[:, None, None] * np.eye(K)
-                           + (1 - accuracy[:, None, None]) * Q)
+    p = mix[:, :, None] * (accuracy[:, None, None] * np.eye(K) + (1 - accuracy[:, None, None]) * Q)
     counts = rng.multinomial(pixels, p.reshape(images, K * K))
     cells = np.repeat(np.tile(np.arange(K * K), images), counts.reshape(-1))
     cells = cells.reshape(images, pixels)
     return cells // K, cells % K
 
 
-def one_repetition(rep: int, clustered: bool, images: int, pixels: int, resamples: int,
-                   truth: dict[str, float]) -> dict[str, dict[str, tuple[bool, float]]]:
+def one_repetition(
+    rep: int, clustered: bool, images: int, pixels: int, resamples: int, truth: dict[str, float]
+) -> dict[str, dict[str, tuple[bool, float]]]:
     rng = np.random.default_rng([rep, int(clustered)])
     y_true, y_pred = simulate(rng, clustered, images, pixels)
     acc = BootstrapConfusionAccumulator(K, n_replicates=resamples, seed=rep)
@@ -93,25 +94,36 @@ def one_repetition(rep: int, clustered: bool, images: int, pixels: int, resample
     out: dict[str, dict[str, tuple[bool, float]]] = {}
     for name, (metric, kwargs, _) in METRICS.items():
         results = {
-            "bootstrap percentile": bootstrap(matrix, metric, n_resamples=resamples,
-                                              seed=rep, **kwargs),
-            "bootstrap BCa": bootstrap(matrix, metric, n_resamples=resamples, seed=rep,
-                                       method="bca", **kwargs),
+            "bootstrap percentile": bootstrap(
+                matrix, metric, n_resamples=resamples, seed=rep, **kwargs
+            ),
+            "bootstrap BCa": bootstrap(
+                matrix, metric, n_resamples=resamples, seed=rep, method="bca", **kwargs
+            ),
             "delta": delta_method(matrix, metric, **kwargs),
             "clustered percentile": acc.interval(metric, **kwargs),
         }
-        out[name] = {method: (bool(r.low <= truth[name] <= r.high), float(r.high - r.low))
-                     for method, r in results.items()}
+        out[name] = {
+            method: (bool(r.low <= truth[name] <= r.high), float(r.high - r.low))
+            for method, r in results.items()
+        }
     return out
 
 
-def run(repetitions: int, resamples: int, images: int, pixels: int, scenarios: list[str]
-        ) -> dict[str, Any]:
+def run(
+    repetitions: int, resamples: int, images: int, pixels: int, scenarios: list[str]
+) -> dict[str, Any]:
     p = population()
     truth = {name: float(fn(p)) for name, (_, _, fn) in METRICS.items()}
-    report: dict[str, Any] = {"repetitions": repetitions, "resamples": resamples,
-                              "images": images, "pixels": pixels, "truth": truth,
-                              "coverage": {}, "width": {}}
+    report: dict[str, Any] = {
+        "repetitions": repetitions,
+        "resamples": resamples,
+        "images": images,
+        "pixels": pixels,
+        "truth": truth,
+        "coverage": {},
+        "width": {},
+    }
     for scenario in scenarios:
         clustered = scenario == "clustered"
         hits = {m: {method: 0 for method in METHODS} for m in METRICS}
@@ -125,8 +137,9 @@ def run(repetitions: int, resamples: int, images: int, pixels: int, scenarios: l
                 for method, (hit, width) in by_method.items():
                     hits[name][method] += hit
                     widths[name][method] += width / repetitions
-        report["coverage"][scenario] = {m: {k: v / repetitions for k, v in row.items()}
-                                        for m, row in hits.items()}
+        report["coverage"][scenario] = {
+            m: {k: v / repetitions for k, v in row.items()} for m, row in hits.items()
+        }
         report["width"][scenario] = widths
         report.setdefault("seconds", {})[scenario] = time.perf_counter() - start
     return report
@@ -143,10 +156,12 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for scenario, rows in report["coverage"].items():
         for name, row in rows.items():
-            cells = [f"{100 * row[m]:.1f} ({report['width'][scenario][name][m]:.4f})"
-                     for m in METHODS]
-            lines.append(f"| {scenario} | {name} | {report['truth'][name]:.4f} | "
-                         + " | ".join(cells) + " |")
+            cells = [
+                f"{100 * row[m]:.1f} ({report['width'][scenario][name][m]:.4f})" for m in METHODS
+            ]
+            lines.append(
+                f"| {scenario} | {name} | {report['truth'][name]:.4f} | " + " | ".join(cells) + " |"
+            )
     return "\n".join(lines)
 
 
@@ -156,8 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--images", type=int, default=200)
     parser.add_argument("--pixels", type=int, default=256)
-    parser.add_argument("--scenarios", nargs="+", default=["i.i.d.", "clustered"],
-                        choices=["i.i.d.", "clustered"])
+    parser.add_argument(
+        "--scenarios", nargs="+", default=["i.i.d.", "clustered"], choices=["i.i.d.", "clustered"]
+    )
     parser.add_argument("--json", help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
     report = run(args.repetitions, args.resamples, args.images, args.pixels, args.scenarios)

@@ -44,8 +44,13 @@ def write_dataset(root: Path, samples: int, chunk: int) -> None:
     labels = rng.integers(0, K, size=samples, chunks=chunk)
     # Logits favour the true class; the confusions are uneven so per-class metrics differ.
     noise = rng.normal(size=(samples, K), chunks=(chunk, K)).astype(np.float32)
-    boost = da.map_blocks(lambda y: (np.eye(K, dtype=np.float32)[y] * (1.0 + 0.15 * y[:, None])),
-                          labels, new_axis=1, chunks=(labels.chunks[0], (K,)), dtype=np.float32)
+    boost = da.map_blocks(
+        lambda y: np.eye(K, dtype=np.float32)[y] * (1.0 + 0.15 * y[:, None]),
+        labels,
+        new_axis=1,
+        chunks=(labels.chunks[0], (K,)),
+        dtype=np.float32,
+    )
     logits = noise + 2.0 * boost
     da.to_npy_stack(root / "labels", labels)
     da.to_npy_stack(root / "logits", logits)
@@ -60,8 +65,9 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="dataset directory (created if missing)")
     parser.add_argument("--samples", type=int, default=2_000_000)
     parser.add_argument("--chunk", type=int, default=250_000)
-    parser.add_argument("--cluster", action="store_true",
-                        help="use a LocalCluster of 2 worker processes")
+    parser.add_argument(
+        "--cluster", action="store_true", help="use a LocalCluster of 2 worker processes"
+    )
     args = parser.parse_args()
 
     with ExitStack() as stack:
@@ -69,24 +75,35 @@ def main() -> None:
         if not (root / "labels").exists():
             start = time.perf_counter()
             write_dataset(root, args.samples, args.chunk)
-            print(f"wrote {args.samples} samples in chunks of {args.chunk} to {root} "
-                  f"({time.perf_counter() - start:.1f} s)")
+            print(
+                f"wrote {args.samples} samples in chunks of {args.chunk} to {root} "
+                f"({time.perf_counter() - start:.1f} s)"
+            )
 
         compute = {"scheduler": "threads"}
         if args.cluster:
             import distributed
 
-            cluster = stack.enter_context(distributed.LocalCluster(
-                n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=None, silence_logs=logging.ERROR))
+            cluster = stack.enter_context(
+                distributed.LocalCluster(
+                    n_workers=2,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    silence_logs=logging.ERROR,
+                )
+            )
             client = stack.enter_context(distributed.Client(cluster))
             compute = {"scheduler": client}
             print(f"LocalCluster with {len(client.scheduler_info()['workers'])} worker processes")
 
         labels = da.from_npy_stack(root / "labels")
         logits = da.from_npy_stack(root / "logits")
-        print(f"labels: {labels.shape[0]} samples in {labels.numblocks[0]} chunks; "
-              f"logits: {logits.nbytes / 1e6:.0f} MB")
+        print(
+            f"labels: {labels.shape[0]} samples in {labels.numblocks[0]} chunks; "
+            f"logits: {logits.nbytes / 1e6:.0f} MB"
+        )
 
         start = time.perf_counter()
         acc = confusion(labels, logits, K, class_axis=1, **compute)
@@ -95,24 +112,30 @@ def main() -> None:
         frame = dd.read_parquet(root / "predictions")
         start = time.perf_counter()
         from_parquet = confusion(frame["label"], frame["prediction"], K, **compute)
-        print(f"from parquet columns ({frame.npartitions} partitions): "
-              f"{time.perf_counter() - start:.2f} s")
+        print(
+            f"from parquet columns ({frame.npartitions} partitions): "
+            f"{time.perf_counter() - start:.2f} s"
+        )
 
         # Several accumulators in one pass over the chunks: a group as the template.
-        template = AccumulatorGroup(all=ConfusionAccumulator(K),
-                                    without_class_0=ConfusionAccumulator(K, ignore_index=0))
+        template = AccumulatorGroup(
+            all=ConfusionAccumulator(K), without_class_0=ConfusionAccumulator(K, ignore_index=0)
+        )
         start = time.perf_counter()
         group = accumulate(template, labels, logits, **compute)
-        print(f"a group of {len(group)} accumulators in one pass: "
-              f"{time.perf_counter() - start:.2f} s")
+        print(
+            f"a group of {len(group)} accumulators in one pass: {time.perf_counter() - start:.2f} s"
+        )
 
         in_memory = ConfusionAccumulator(K).update(*dask.compute(labels, logits))
         assert acc == from_parquet == in_memory == group["all"], "chunked results differ"
         print("equal to each other and to the in-memory result: True")
         print()
-        print(f"samples {acc.num_samples}, accuracy {acc.accuracy():.4f}, "
-              f"macro F1 {acc.f1(average='macro'):.4f}, mIoU {acc.miou():.4f}, "
-              f"kappa {acc.cohen_kappa():.4f}")
+        print(
+            f"samples {acc.num_samples}, accuracy {acc.accuracy():.4f}, "
+            f"macro F1 {acc.f1(average='macro'):.4f}, mIoU {acc.miou():.4f}, "
+            f"kappa {acc.cohen_kappa():.4f}"
+        )
         print("recall per class:", np.round(acc.recall(), 3).tolist())
 
 

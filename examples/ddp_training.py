@@ -47,8 +47,13 @@ def make_data(n: int, seed: int) -> TensorDataset:
 
 def run(rank: int, world_size: int, port: int, epochs: int) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=120),
+    )
     torch.manual_seed(0)  # same initial weights on every rank (DDP also broadcasts them)
     train, val = make_data(6000, seed=1), make_data(1001, seed=2)  # 1001: uneven shards
     sampler = DistributedSampler(train, num_replicas=world_size, rank=rank, shuffle=True)

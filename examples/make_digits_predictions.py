@@ -37,8 +37,14 @@ def main() -> None:
     confidence = model.predict_proba(x_test).max(axis=1)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     rows = np.column_stack([y_test, predicted, np.round(confidence, 4)])
-    np.savetxt(OUT, rows, delimiter=",", header="y_true,y_pred,confidence", comments="",
-               fmt=["%d", "%d", "%.4f"])
+    np.savetxt(
+        OUT,
+        rows,
+        delimiter=",",
+        header="y_true,y_pred,confidence",
+        comments="",
+        fmt=["%d", "%d", "%.4f"],
+    )
     print(f"wrote {OUT} ({len(y_test)} rows, accuracy {np.mean(predicted == y_test):.4f})")
     with open(OUT_NAMED, "w", encoding="utf-8") as file:
         file.write("y_true,y_pred,confidence\n")

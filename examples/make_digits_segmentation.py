@@ -75,12 +75,15 @@ def main() -> None:
     predicted = model.predict(features(test_scenes)).reshape(test_labels.shape).astype(np.uint8)
 
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(OUT, y_true=test_labels, y_pred=predicted,
-                        class_names=np.array(CLASS_NAMES))
+    np.savez_compressed(
+        OUT, y_true=test_labels, y_pred=predicted, class_names=np.array(CLASS_NAMES)
+    )
     valid = test_labels != VOID
     accuracy = np.mean(predicted[valid] == test_labels[valid])
-    print(f"wrote {OUT} ({test_labels.shape[0]} scenes of 16×16, {valid.sum()} labelled pixels, "
-          f"{(~valid).sum()} void; pixel accuracy {accuracy:.4f})")
+    print(
+        f"wrote {OUT} ({test_labels.shape[0]} scenes of 16×16, {valid.sum()} labelled pixels, "
+        f"{(~valid).sum()} void; pixel accuracy {accuracy:.4f})"
+    )
 
 
 if __name__ == "__main__":

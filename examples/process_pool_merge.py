@@ -75,17 +75,22 @@ def main() -> None:
         pool = stack.enter_context(ProcessPoolExecutor(max_workers=args.workers))
 
         todo = [i for i in range(args.shards) if not (out / f"shard-{i:03d}.msacc").exists()]
-        print(f"{args.shards - len(todo)} shard(s) already saved in {out}; "
-              f"evaluating {len(todo)} in {args.workers} processes")
+        print(
+            f"{args.shards - len(todo)} shard(s) already saved in {out}; "
+            f"evaluating {len(todo)} in {args.workers} processes"
+        )
         futures = [pool.submit(evaluate_shard, i, str(out)) for i in todo]
         for future in as_completed(futures):
             print(f"  saved {Path(future.result()).name}")
-        from_files = sum(ConfusionAccumulator.load(out / f"shard-{i:03d}.msacc")
-                         for i in range(args.shards))
+        from_files = sum(
+            ConfusionAccumulator.load(out / f"shard-{i:03d}.msacc") for i in range(args.shards)
+        )
 
         from_objects = sum(pool.map(evaluate_shard_to_object, range(args.shards)))
-        from_bytes = sum(ConfusionAccumulator.from_bytes(blob)
-                         for blob in pool.map(evaluate_shard_to_bytes, range(args.shards)))
+        from_bytes = sum(
+            ConfusionAccumulator.from_bytes(blob)
+            for blob in pool.map(evaluate_shard_to_bytes, range(args.shards))
+        )
 
     single = new_accumulator()
     for i in range(args.shards):
@@ -93,8 +98,10 @@ def main() -> None:
     assert from_files == from_objects == from_bytes == single, "merged results differ"
     print("files, pickled objects and bytes all equal one process counting every shard: True")
     print()
-    print(f"pixels counted {from_files.num_samples} (void pixels skipped), "
-          f"pixel accuracy {from_files.accuracy():.4f}, mIoU {from_files.miou():.4f}")
+    print(
+        f"pixels counted {from_files.num_samples} (void pixels skipped), "
+        f"pixel accuracy {from_files.accuracy():.4f}, mIoU {from_files.miou():.4f}"
+    )
     for name, iou in zip(CLASSES, from_files.jaccard(), strict=True):
         print(f"  IoU {name:<11} {iou:.4f}")
 

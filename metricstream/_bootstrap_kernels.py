@@ -64,8 +64,9 @@ INVERSION_MAX_MEAN = 10.0
 
 def _stirling_tail(k: int) -> float:
     """``log k! - [(k + 1/2) log(k + 1) - (k + 1) + log(2π)/2]`` (exact, for the table)."""
-    return math.lgamma(k + 1) - ((k + 0.5) * math.log(k + 1) - (k + 1)
-                                 + 0.5 * math.log(2 * math.pi))
+    return math.lgamma(k + 1) - (
+        (k + 0.5) * math.log(k + 1) - (k + 1) + 0.5 * math.log(2 * math.pi)
+    )
 
 
 _STIRLING_TABLE = np.array([_stirling_tail(k) for k in range(10)])
@@ -123,8 +124,9 @@ def _uniform(state):
 @_inline
 def hash_uniform(key, replicate):
     """A uniform in (0, 1) that is a pure function of ``(key, replicate)`` (uint64 each)."""
-    return (np.float64(mix64(key ^ mix64((replicate + np.uint64(1)) * _GOLDEN)) >> _S11)
-            + 0.5) * _TWO_M53
+    return (
+        np.float64(mix64(key ^ mix64((replicate + np.uint64(1)) * _GOLDEN)) >> _S11) + 0.5
+    ) * _TWO_M53
 
 
 @_inline
@@ -188,10 +190,15 @@ def _binomial_btrs(state, n, p, r):
         alpha = (2.83 + 5.1 * inv_b) * stddev
         m = math.floor((count + 1) * p)
         v = math.log(v * alpha / (a / (us * us) + b))
-        bound = ((m + 0.5) * math.log((m + 1) / (r * (count - m + 1)))
-                 + (count + 1) * math.log((count - m + 1) / (count - k + 1))
-                 + (k + 0.5) * math.log(r * (count - k + 1) / (k + 1))
-                 + _stirling(m) + _stirling(count - m) - _stirling(k) - _stirling(count - k))
+        bound = (
+            (m + 0.5) * math.log((m + 1) / (r * (count - m + 1)))
+            + (count + 1) * math.log((count - m + 1) / (count - k + 1))
+            + (k + 0.5) * math.log(r * (count - k + 1) / (k + 1))
+            + _stirling(m)
+            + _stirling(count - m)
+            - _stirling(k)
+            - _stirling(count - k)
+        )
         if v <= bound:
             return np.int64(k), state
 
@@ -288,8 +295,9 @@ def poisson(state, lam, consts):
             return np.int64(k), state
         if k < 0 or (us < 0.013 and v > us):
             continue
-        if (math.log(v) + math.log(inv_alpha) - math.log(a / (us * us) + b)
-                <= -lam + k * log_lam - math.lgamma(k + 1)):
+        if math.log(v) + math.log(inv_alpha) - math.log(
+            a / (us * us) + b
+        ) <= -lam + k * log_lam - math.lgamma(k + 1):
             return np.int64(k), state
 
 
@@ -315,9 +323,14 @@ def _draw_replicate(state, counts, total, conditional, consts, multinomial, out)
             if remaining == 0:
                 out[k] = 0
                 continue
-            x, state = binomial_prepared(state, remaining, conditional[k, 0],
-                                         conditional[k, 1] != 0, conditional[k, 2],
-                                         conditional[k, 3])
+            x, state = binomial_prepared(
+                state,
+                remaining,
+                conditional[k, 0],
+                conditional[k, 1] != 0,
+                conditional[k, 2],
+                conditional[k, 3],
+            )
             out[k] = x
             remaining -= x
         if size:
@@ -363,8 +376,15 @@ def replicate_cells(counts, seed, first, stop, multinomial):
     out = np.zeros((stop - first, counts.shape[0]), dtype=np.int64)
     seed64 = np.uint64(seed)
     for b in range(first, stop):
-        _draw_replicate(stream_state(seed64, np.uint64(b)), counts, total, conditional,
-                        consts, multinomial, out[b - first])
+        _draw_replicate(
+            stream_state(seed64, np.uint64(b)),
+            counts,
+            total,
+            conditional,
+            consts,
+            multinomial,
+            out[b - first],
+        )
     return out
 
 
@@ -390,8 +410,15 @@ def replicate_marginals(rows, cols, counts, num_classes, seed, first, stop, mult
     cells = np.zeros(size, dtype=np.int64)
     seed64 = np.uint64(seed)
     for b in range(first, stop):
-        _draw_replicate(stream_state(seed64, np.uint64(b)), counts, total, conditional,
-                        consts, multinomial, cells)
+        _draw_replicate(
+            stream_state(seed64, np.uint64(b)),
+            counts,
+            total,
+            conditional,
+            consts,
+            multinomial,
+            cells,
+        )
         i = b - first
         tpb = tp[i]
         apb = ap[i]
@@ -473,8 +500,21 @@ def add_cluster_matrix(local, key, seed, replicates, matrix, add_main, limit):
 
 
 @_kernel
-def add_clusters(y_true, y_pred, weights, cluster_ids, run_length, ignore_index, has_ignore,
-                 num_classes, seed, replicates, scratch, touched, scan):
+def add_clusters(
+    y_true,
+    y_pred,
+    weights,
+    cluster_ids,
+    run_length,
+    ignore_index,
+    has_ignore,
+    num_classes,
+    seed,
+    replicates,
+    scratch,
+    touched,
+    scan,
+):
     """Add each sample to the replicates with its cluster's Poisson(1) weight.
 
     Samples ``[i·run_length, (i+1)·run_length)`` belong to cluster ``cluster_ids[i]``.

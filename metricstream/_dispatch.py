@@ -105,8 +105,9 @@ _FAST_FLAGS = _kernels.INTEGRAL | _kernels.COMMIT
 _FLOAT_LIMIT = _kernels.FLOAT_TOTAL_LIMIT
 
 
-def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None,
-                total: float | None = None) -> float:
+def count_batch(
+    out: np.ndarray, batch: Batch, ignore_index: int | None, total: float | None = None
+) -> float:
     """Add ``batch`` to ``out`` in place, or raise and leave ``out`` unchanged.
 
     Counts never wrap: an int64 cell or the matrix total that would reach 2^63, or a float64
@@ -135,8 +136,11 @@ def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None,
         fast = size < PARALLEL_MIN_LABELS
         kernel = _kernels.count_labels
     else:
-        fast = kind == ROWS and batch.y_pred.shape[1] < NUMPY_ARGMAX_MIN_CLASSES \
+        fast = (
+            kind == ROWS
+            and batch.y_pred.shape[1] < NUMPY_ARGMAX_MIN_CLASSES
             and size * batch.y_pred.shape[1] < PARALLEL_MIN_LABELS
+        )
         kernel = _kernels.count_argmax_rows
     if fast and batch.weights is None and size <= _INT_LIMIT - total and out.dtype.kind == "i":
         if ignore_index is None:
@@ -146,8 +150,9 @@ def count_batch(out: np.ndarray, batch: Batch, ignore_index: int | None,
             flags = _FAST_FLAGS | _kernels.HAS_IGNORE | batch.flags
             ignore = ignore_index
         y_true, y_pred = batch.y_true, batch.y_pred
-        status, position, counted = kernel(y_true, y_pred, None, out, 0, size, 1, flags, ignore,
-                                           np.inf)
+        status, position, counted = kernel(
+            y_true, y_pred, None, out, 0, size, 1, flags, ignore, np.inf
+        )
         if status:
             kernel(y_true, y_pred, None, out, 0, counted, -1, flags, ignore, np.inf)
             _raise(status, position, batch, out.shape[0], ignore_index, True)
@@ -186,8 +191,9 @@ def _forget_total(key: int):
     return forget
 
 
-def _count_checked(out: np.ndarray, batch: Batch, ignore_index: int | None,
-                   total: float) -> float | None:
+def _count_checked(
+    out: np.ndarray, batch: Batch, ignore_index: int | None, total: float
+) -> float | None:
     """``count_batch`` given a bound of the current total; returns the exact new total when the
     exact path ran, else None."""
     integral = out.dtype.kind != "f"
@@ -218,19 +224,35 @@ def _count_checked(out: np.ndarray, batch: Batch, ignore_index: int | None,
         kernel = _kernels.count_argmax
         work = size * y_pred.shape[1]
 
-    if work >= PARALLEL_MIN_LABELS and _num_threads > 1 and \
-            size >= PARALLEL_MIN_LABELS_PER_CELL * out.size:
+    if (
+        work >= PARALLEL_MIN_LABELS
+        and _num_threads > 1
+        and size >= PARALLEL_MIN_LABELS_PER_CELL * out.size
+    ):
         if headroom != headroom:  # unknown total: O(K²) is small next to this batch
             headroom = (_INT_LIMIT if integral else _FLOAT_LIMIT) - _kernels.matrix_total(out)
             if weights is None and size > headroom:
                 return _count_exact(out, batch, flags, ignore, ignore_index)
-        return _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ignore,
-                               batch, ignore_index, headroom)
+        return _count_parallel(
+            kernel,
+            out,
+            y_true,
+            y_pred,
+            weights,
+            size,
+            work,
+            flags,
+            ignore,
+            batch,
+            ignore_index,
+            headroom,
+        )
 
     commit = flags | _kernels.COMMIT
     if integral:
-        status, position, counted = kernel(y_true, y_pred, weights, out, 0, size, 1, commit,
-                                           ignore, headroom)
+        status, position, counted = kernel(
+            y_true, y_pred, weights, out, 0, size, 1, commit, ignore, headroom
+        )
         if status:
             kernel(y_true, y_pred, weights, out, 0, counted, -1, commit, ignore, np.inf)
             if status == _kernels.OVER_BOUND:
@@ -240,16 +262,16 @@ def _count_checked(out: np.ndarray, batch: Batch, ignore_index: int | None,
 
     if out.size <= size:
         backup = out.copy()
-        status, position, _ = kernel(y_true, y_pred, weights, out, 0, size, 1, commit, ignore,
-                                     headroom)
+        status, position, _ = kernel(
+            y_true, y_pred, weights, out, 0, size, 1, commit, ignore, headroom
+        )
         if status:
             out[...] = backup
             if status == _kernels.OVER_BOUND:
                 return _count_exact(out, batch, flags, ignore, ignore_index)
             _raise(status, position, batch, out.shape[0], ignore_index, integral)
         return None
-    status, position, _ = kernel(y_true, y_pred, weights, out, 0, size, 1, flags, ignore,
-                                 headroom)
+    status, position, _ = kernel(y_true, y_pred, weights, out, 0, size, 1, flags, ignore, headroom)
     if status == _kernels.OVER_BOUND:
         return _count_exact(out, batch, flags, ignore, ignore_index)
     if status:
@@ -258,8 +280,9 @@ def _count_checked(out: np.ndarray, batch: Batch, ignore_index: int | None,
     return None
 
 
-def _count_wide_rows(out: np.ndarray, batch: Batch, ignore_index: int | None,
-                     total: float) -> float | None:
+def _count_wide_rows(
+    out: np.ndarray, batch: Batch, ignore_index: int | None, total: float
+) -> float | None:
     """(N, C) float scores with many classes: numpy's SIMD argmax, then the label kernel.
 
     For C >= NUMPY_ARGMAX_MIN_CLASSES ``np.argmax`` (AVX-512) is about twice as fast per score
@@ -270,16 +293,33 @@ def _count_wide_rows(out: np.ndarray, batch: Batch, ignore_index: int | None,
     scores = batch.y_pred
     predicted = np.argmax(scores, axis=1)
     row = _kernels.first_nan_pick(scores, predicted)
-    labels = Batch(batch.y_true, predicted, batch.weights, batch.label_shape, False, batch.size,
-                   batch.originals, batch.order)
+    labels = Batch(
+        batch.y_true,
+        predicted,
+        batch.weights,
+        batch.label_shape,
+        False,
+        batch.size,
+        batch.originals,
+        batch.order,
+    )
     if row >= 0:
         # A bad label or weight before the NaN row comes first in stream order.
         flags = _kernels.INTEGRAL if out.dtype.kind != "f" else 0
         if ignore_index is not None:
             flags |= _kernels.HAS_IGNORE
         status, position, _ = _kernels.count_labels(
-            labels.y_true, predicted, labels.weights, out, 0, row, 1, flags,
-            0 if ignore_index is None else ignore_index, np.inf)
+            labels.y_true,
+            predicted,
+            labels.weights,
+            out,
+            0,
+            row,
+            1,
+            flags,
+            0 if ignore_index is None else ignore_index,
+            np.inf,
+        )
         if status:
             _raise(status, position, labels, out.shape[0], ignore_index, out.dtype.kind != "f")
         column = int(np.flatnonzero(np.isnan(scores[row]))[0])
@@ -287,8 +327,14 @@ def _count_wide_rows(out: np.ndarray, batch: Batch, ignore_index: int | None,
     return _count_checked(out, labels, ignore_index, total)
 
 
-def _count_threshold(out: np.ndarray, batch: Batch, flags: int, ignore: int,
-                     ignore_index: int | None, headroom: float) -> float | None:
+def _count_threshold(
+    out: np.ndarray,
+    batch: Batch,
+    flags: int,
+    ignore: int,
+    ignore_index: int | None,
+    headroom: float,
+) -> float | None:
     """Binary scores against a threshold: one serial call (no K×K work to share)."""
     integral = out.dtype.kind != "f"
     threshold = batch.threshold
@@ -297,11 +343,13 @@ def _count_threshold(out: np.ndarray, batch: Batch, flags: int, ignore: int,
     size = batch.size
     backup = None if integral else out.copy()  # 2×2: cheaper than a dry run
     status, position, counted = _kernels.count_threshold(
-        y_true, y_pred, weights, out, 0, size, 1, commit, ignore, threshold, headroom)
+        y_true, y_pred, weights, out, 0, size, 1, commit, ignore, threshold, headroom
+    )
     if status:
         if backup is None:
-            _kernels.count_threshold(y_true, y_pred, weights, out, 0, counted, -1, commit,
-                                     ignore, threshold, np.inf)
+            _kernels.count_threshold(
+                y_true, y_pred, weights, out, 0, counted, -1, commit, ignore, threshold, np.inf
+            )
         else:
             out[...] = backup
         if status == _kernels.OVER_BOUND:
@@ -310,19 +358,33 @@ def _count_threshold(out: np.ndarray, batch: Batch, flags: int, ignore: int,
     return None
 
 
-def _call(kernel, out: np.ndarray, batch: Batch, start: int, stop: int, flags: int,
-          ignore: int):
+def _call(kernel, out: np.ndarray, batch: Batch, start: int, stop: int, flags: int, ignore: int):
     """One unbounded kernel call on ``[start, stop)`` (the exact path checks afterwards)."""
     if batch.kind == THRESHOLD:
-        return kernel(batch.y_true, batch.y_pred, batch.weights, out, start, stop, 1, flags,
-                      ignore, batch.threshold, np.inf)
-    return kernel(batch.y_true, batch.y_pred, batch.weights, out, start, stop, 1, flags, ignore,
-                  np.inf)
+        return kernel(
+            batch.y_true,
+            batch.y_pred,
+            batch.weights,
+            out,
+            start,
+            stop,
+            1,
+            flags,
+            ignore,
+            batch.threshold,
+            np.inf,
+        )
+    return kernel(
+        batch.y_true, batch.y_pred, batch.weights, out, start, stop, 1, flags, ignore, np.inf
+    )
 
 
 def _kernel_for(batch: Batch):
-    return {LABELS: _kernels.count_labels, ROWS: _kernels.count_argmax_rows,
-            THRESHOLD: _kernels.count_threshold}.get(batch.kind, _kernels.count_argmax)
+    return {
+        LABELS: _kernels.count_labels,
+        ROWS: _kernels.count_argmax_rows,
+        THRESHOLD: _kernels.count_threshold,
+    }.get(batch.kind, _kernels.count_argmax)
 
 
 def _exact_total(out: np.ndarray) -> int:
@@ -342,8 +404,9 @@ def _overflow_error(what: str) -> ValueError:
     )
 
 
-def _count_exact(out: np.ndarray, batch: Batch, flags: int, ignore: int,
-                 ignore_index: int | None) -> float:
+def _count_exact(
+    out: np.ndarray, batch: Batch, flags: int, ignore: int, ignore_index: int | None
+) -> float:
     """The slow, exact path for a batch that might overflow: count, check, restore on failure.
 
     Reached only when the current total plus a bound of the batch's weight comes near 2^63
@@ -378,13 +441,15 @@ def _count_exact(out: np.ndarray, batch: Batch, flags: int, ignore: int,
                 out[...] = backup
                 raise _overflow_error(
                     f"the count of cell (true {row}, predicted {column}) would pass 2^63 - 1 = "
-                    f"{_INT64_MAX} (int64), starting from {int(backup[row, column])}")
+                    f"{_INT64_MAX} (int64), starting from {int(backup[row, column])}"
+                )
             total = _exact_total(out)
             if total > _INT64_MAX:
                 out[...] = backup
                 raise _overflow_error(
                     f"the total count N would reach {total} or more, past 2^63 - 1 = "
-                    f"{_INT64_MAX} (int64), starting from {_exact_total(backup)}")
+                    f"{_INT64_MAX} (int64), starting from {_exact_total(backup)}"
+                )
         return _exact_total(out)
     status, position, _ = _call(kernel, out, batch, 0, size, commit, ignore)
     if status:
@@ -397,18 +462,22 @@ def _count_exact(out: np.ndarray, batch: Batch, flags: int, ignore: int,
         out[...] = backup
         if infinite.size:
             row, column = divmod(int(infinite[0]), out.shape[0])
-            what = (f"the weighted sum of cell (true {row}, predicted {column}) would become "
-                    f"infinite (float64 overflow past 1.8e308)")
+            what = (
+                f"the weighted sum of cell (true {row}, predicted {column}) would become "
+                f"infinite (float64 overflow past 1.8e308)"
+            )
         else:
             what = "the total weight N would become infinite (float64 overflow past 1.8e308)"
         raise ValueError(
             f"this update would overflow the counts: {what}. Nothing was counted (the "
-            f"accumulator is unchanged); rescale the weights.")
+            f"accumulator is unchanged); rescale the weights."
+        )
     return weight_total * (1.0 + out.size * 2.3e-16)
 
 
-def _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ignore, batch,
-                    ignore_index, headroom) -> float | None:
+def _count_parallel(
+    kernel, out, y_true, y_pred, weights, size, work, flags, ignore, batch, ignore_index, headroom
+) -> float | None:
     integral = out.dtype.kind != "f"
     commit = flags | _kernels.COMMIT
     with _pool_lock:
@@ -423,13 +492,15 @@ def _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ign
         # with OVER_BOUND and the whole batch goes to the exact path.
         chunk_headroom = headroom / num_chunks
         # Unweighted counts of fewer than 2^31 labels per thread fit int32 cells exactly.
-        private_dtype = np.int32 if (weights is None and integral
-                                     and size <= _INT32_SAFE_LABELS) else out.dtype
+        private_dtype = (
+            np.int32 if (weights is None and integral and size <= _INT32_SAFE_LABELS) else out.dtype
+        )
         # The calling thread counts into an int64 ``out`` directly (undone exactly on
         # failure); every other worker gets a private matrix.
         direct = integral
-        partials = np.zeros((num_workers - 1 if direct else num_workers,) + out.shape,
-                            dtype=private_dtype)
+        partials = np.zeros(
+            (num_workers - 1 if direct else num_workers,) + out.shape, dtype=private_dtype
+        )
         next_chunk = itertools.count()  # next() on itertools.count is atomic under the GIL
         failures: dict[int, tuple[int, int]] = {}
         first_failure = [num_chunks]
@@ -440,9 +511,18 @@ def _count_parallel(kernel, out, y_true, y_pred, weights, size, work, flags, ign
                 chunk = next(next_chunk)
                 if chunk >= num_chunks or chunk > first_failure[0]:
                     return
-                status, position, counted = kernel(y_true, y_pred, weights, target,
-                                                   bounds[chunk], bounds[chunk + 1], 1,
-                                                   commit, ignore, chunk_headroom)
+                status, position, counted = kernel(
+                    y_true,
+                    y_pred,
+                    weights,
+                    target,
+                    bounds[chunk],
+                    bounds[chunk + 1],
+                    1,
+                    commit,
+                    ignore,
+                    chunk_headroom,
+                )
                 if record is not None:
                     record.append((bounds[chunk], counted))
                 if status:
@@ -480,8 +560,9 @@ def _raise(status, position, batch: Batch, num_classes, ignore_index, integral) 
     true_array, pred_array, weight_array = batch.originals
     position = int(position)
     if status == _kernels.BAD_TRUE:
-        raise describe_label_error("y_true", true_array, position, num_classes, ignore_index,
-                                   batch.order)
+        raise describe_label_error(
+            "y_true", true_array, position, num_classes, ignore_index, batch.order
+        )
     if status == _kernels.BAD_PRED:
         raise describe_label_error("y_pred", pred_array, position, num_classes, None, batch.order)
     if status == _kernels.BAD_WEIGHT:

@@ -214,7 +214,11 @@ def _shared_order(arrays: list[np.ndarray]) -> Order:
 
 
 def prepare_batch(
-    y_true: Any, y_pred: Any, weights: Any, num_classes: int, class_axis: int,
+    y_true: Any,
+    y_pred: Any,
+    weights: Any,
+    num_classes: int,
+    class_axis: int,
     threshold: float | None = None,
 ) -> Batch:
     """Convert and shape-check one ``update`` call's inputs.
@@ -233,18 +237,38 @@ def prepare_batch(
             y_true = _tensor_values(y_true)
         if type(y_pred) is tensor:
             y_pred = _tensor_values(y_pred)
-    if weights is None and type(y_true) is np.ndarray and type(y_pred) is np.ndarray \
-            and y_true.ndim == 1 and y_true.dtype.kind in "iu" and y_true.dtype.isnative:
-        if (y_pred.shape == y_true.shape and y_pred.dtype.kind in "iu"
-                and y_pred.dtype.isnative):
-            return Batch(y_true, y_pred, None, y_true.shape, False, y_true.size,
-                         (y_true, y_pred, None), "C")
-        if (threshold is None and y_pred.ndim == 2 and y_pred.shape[0] == y_true.shape[0]
-                and y_pred.shape[1] == num_classes and (class_axis == 1 or class_axis == -1)
-                and (y_pred.dtype == np.float32 or y_pred.dtype == np.float64)
-                and y_pred.flags.c_contiguous):
-            return Batch(y_true, y_pred, None, y_true.shape, True, y_true.size,
-                         (y_true, y_pred, None), "C", ROWS)
+    if (
+        weights is None
+        and type(y_true) is np.ndarray
+        and type(y_pred) is np.ndarray
+        and y_true.ndim == 1
+        and y_true.dtype.kind in "iu"
+        and y_true.dtype.isnative
+    ):
+        if y_pred.shape == y_true.shape and y_pred.dtype.kind in "iu" and y_pred.dtype.isnative:
+            return Batch(
+                y_true, y_pred, None, y_true.shape, False, y_true.size, (y_true, y_pred, None), "C"
+            )
+        if (
+            threshold is None
+            and y_pred.ndim == 2
+            and y_pred.shape[0] == y_true.shape[0]
+            and y_pred.shape[1] == num_classes
+            and (class_axis == 1 or class_axis == -1)
+            and (y_pred.dtype == np.float32 or y_pred.dtype == np.float64)
+            and y_pred.flags.c_contiguous
+        ):
+            return Batch(
+                y_true,
+                y_pred,
+                None,
+                y_true.shape,
+                True,
+                y_true.size,
+                (y_true, y_pred, None),
+                "C",
+                ROWS,
+            )
     true_array, true_mark = _convert(y_true, "y_true")
     pred_array, pred_mark = _convert(y_pred, "y_pred")
     weight_array = None
@@ -262,10 +286,14 @@ def prepare_batch(
             f"give one weight per label."
         )
 
-    if threshold is not None and (pred_array.dtype.kind == "f" or pred_mark & (_HALF | _BFLOAT16)) \
-            and pred_array.shape in (label_shape, label_shape + (1,)):
-        return _threshold_batch(true_array, pred_array, pred_mark, weight_array, num_classes,
-                                threshold)
+    if (
+        threshold is not None
+        and (pred_array.dtype.kind == "f" or pred_mark & (_HALF | _BFLOAT16))
+        and pred_array.shape in (label_shape, label_shape + (1,))
+    ):
+        return _threshold_batch(
+            true_array, pred_array, pred_mark, weight_array, num_classes, threshold
+        )
 
     if pred_array.shape == label_shape:
         if pred_mark & (_HALF | _BFLOAT16):
@@ -363,8 +391,9 @@ def prepare_batch(
     raise ValueError(_shape_message(label_shape, pred_array, true_array, num_classes))
 
 
-def _shape_message(label_shape: tuple[int, ...], pred_array: np.ndarray,
-                   true_array: np.ndarray, num_classes: int) -> str:
+def _shape_message(
+    label_shape: tuple[int, ...], pred_array: np.ndarray, true_array: np.ndarray, num_classes: int
+) -> str:
     message = (
         f"`y_true` has shape {label_shape} and `y_pred` has shape {pred_array.shape}; `y_pred` "
         f"must have the same shape (labels) or one more dimension holding {num_classes} class "
@@ -418,16 +447,23 @@ def _threshold_key(threshold: float, mark: int) -> float:
     return float(keys[index])
 
 
-def _threshold_batch(true_array: np.ndarray, pred_array: np.ndarray, pred_mark: int,
-                     weight_array: np.ndarray | None, num_classes: int,
-                     threshold: float) -> Batch:
+def _threshold_batch(
+    true_array: np.ndarray,
+    pred_array: np.ndarray,
+    pred_mark: int,
+    weight_array: np.ndarray | None,
+    num_classes: int,
+    threshold: float,
+) -> Batch:
     if isinstance(threshold, (bool, np.bool_)) or not isinstance(
-            threshold, (int, float, np.integer, np.floating)):
+        threshold, (int, float, np.integer, np.floating)
+    ):
         raise TypeError(f"`threshold` must be a real number, got {threshold!r}.")
     threshold = float(threshold)
     if threshold != threshold:
-        raise ValueError("`threshold` is NaN; give a number (e.g. 0.5 for probabilities, 0.0 "
-                         "for logits).")
+        raise ValueError(
+            "`threshold` is NaN; give a number (e.g. 0.5 for probabilities, 0.0 for logits)."
+        )
     if num_classes != 2:
         raise ValueError(
             f"`threshold` applies to binary tasks, but `num_classes` is {num_classes}; "
@@ -477,24 +513,37 @@ def _label_problem(value: Any, num_classes: int, ignore_index: int | None) -> st
     return f"`num_classes` is {num_classes}; {allowed}"
 
 
-def describe_label_error(name: str, array: np.ndarray, flat_index: int, num_classes: int,
-                         ignore_index: int | None, order: Order = "C") -> ValueError:
+def describe_label_error(
+    name: str,
+    array: np.ndarray,
+    flat_index: int,
+    num_classes: int,
+    ignore_index: int | None,
+    order: Order = "C",
+) -> ValueError:
     value, where = _value_at(array, flat_index, order)
-    message = (f"`{name}` holds label {value!r} at position {where}, but "
-               f"{_label_problem(value, num_classes, ignore_index)}.")
+    message = (
+        f"`{name}` holds label {value!r} at position {where}, but "
+        f"{_label_problem(value, num_classes, ignore_index)}."
+    )
     if isinstance(value, float) and not float(value).is_integer():
         if name == "y_true":
-            message += (" If `y_true` holds scores, the arguments are swapped: the order is "
-                        "`update(y_true, y_pred)` (torchmetrics' `update(preds, target)` is the "
-                        "other way round).")
+            message += (
+                " If `y_true` holds scores, the arguments are swapped: the order is "
+                "`update(y_true, y_pred)` (torchmetrics' `update(preds, target)` is the "
+                "other way round)."
+            )
         elif num_classes == 2:
-            message += (" For binary scores or probabilities, give a `threshold` (or one "
-                        "column of scores per class).")
+            message += (
+                " For binary scores or probabilities, give a `threshold` (or one "
+                "column of scores per class)."
+            )
     return ValueError(message)
 
 
-def describe_weight_error(array: np.ndarray, flat_index: int, integral: bool,
-                          order: Order = "C") -> ValueError:
+def describe_weight_error(
+    array: np.ndarray, flat_index: int, integral: bool, order: Order = "C"
+) -> ValueError:
     value, where = _value_at(array, flat_index, order)
     if not (value >= 0 and np.isfinite(value)):
         return ValueError(

@@ -128,14 +128,21 @@ class LabelRegistry:
         ['cat', 'dog', 'hen']
     """
 
-    def __init__(self, names: Sequence[str] = (), *, frozen: bool = False,
-                 max_size: int | None = None, source: str = "`--classes`") -> None:
+    def __init__(
+        self,
+        names: Sequence[str] = (),
+        *,
+        frozen: bool = False,
+        max_size: int | None = None,
+        source: str = "`--classes`",
+    ) -> None:
         self._index: dict[str, int] = {}
         self.names: list[str] = []
         for name in names:
             if name in self._index:
-                raise InputError(f"{source} lists {name!r} twice; class names must be unique.",
-                                 usage=True)
+                raise InputError(
+                    f"{source} lists {name!r} twice; class names must be unique.", usage=True
+                )
             self._index[name] = len(self.names)
             self.names.append(name)
         self.frozen = frozen
@@ -297,8 +304,9 @@ def _compressed_errors(path: Path) -> Iterator[None]:
     try:
         yield
     except (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as error:
-        raise InputError(f"{path}: the compressed data is damaged or truncated ({error}).") \
-            from None
+        raise InputError(
+            f"{path}: the compressed data is damaged or truncated ({error})."
+        ) from None
 
 
 @contextlib.contextmanager
@@ -334,8 +342,13 @@ def _open_text(path: Path, compression: str | None) -> Iterator[tuple[Any, Any]]
             text.detach()
 
 
-def open_source(path: str | os.PathLike, *, delimiter: str | None = None, header: bool = True,
-                prefer_pyarrow: bool = True) -> Source:
+def open_source(
+    path: str | os.PathLike,
+    *,
+    delimiter: str | None = None,
+    header: bool = True,
+    prefer_pyarrow: bool = True,
+) -> Source:
     """Open ``path`` for chunked reading, choosing the reader from its suffix.
 
     Raises:
@@ -349,8 +362,11 @@ def open_source(path: str | os.PathLike, *, delimiter: str | None = None, header
         raise InputError(f"{path}: is a directory, expected a prediction file.", usage=True)
     if not path.is_file():
         # A pipe would be read twice (once for its header) and a device may never end.
-        raise InputError(f"{path}: is not a regular file (a pipe or a device); save the "
-                         f"predictions to a file first.", usage=True)
+        raise InputError(
+            f"{path}: is not a regular file (a pipe or a device); save the "
+            f"predictions to a file first.",
+            usage=True,
+        )
     options = OpenOptions(delimiter, header, prefer_pyarrow)
     suffix = path.suffix.lower()
     if suffix in COMPRESSED_SUFFIXES and Path(path.stem).suffix.lower() in CSV_DELIMITERS:
@@ -424,7 +440,8 @@ def _utf8_error(path: Path, compression: str | None = None) -> InputError:
                 byte = error.object[error.start]
                 return InputError(
                     f"{path}: line {lines} is not UTF-8 text (byte 0x{byte:02x} at offset "
-                    f"{bad:,}); save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`).")
+                    f"{bad:,}); save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)."
+                )
             if not block:
                 break
             lines += block.count(b"\n")
@@ -433,8 +450,9 @@ def _utf8_error(path: Path, compression: str | None = None) -> InputError:
 
 
 @contextlib.contextmanager
-def _text_errors(path: Path, where: Callable[[], int],
-                 compression: str | None = None) -> Iterator[None]:
+def _text_errors(
+    path: Path, where: Callable[[], int], compression: str | None = None
+) -> Iterator[None]:
     """Turn the standard library's decoding and CSV errors into one-line input errors."""
     try:
         yield
@@ -443,8 +461,10 @@ def _text_errors(path: Path, where: Callable[[], int],
     except csv.Error as error:
         message = str(error)
         if "field larger than field limit" in message:
-            message = (f"a field is longer than {csv.field_size_limit():,} characters, too long "
-                       f"for a label (a quoted field that is never closed?)")
+            message = (
+                f"a field is longer than {csv.field_size_limit():,} characters, too long "
+                f"for a label (a quoted field that is never closed?)"
+            )
         raise InputError(f"{path}: line {where()}: {message}.") from None
 
 
@@ -457,8 +477,10 @@ def _bounded_lines(file: Any, path: Path) -> Iterator[str]:
             return
         number += 1
         if len(line) >= MAX_RECORD_BYTES and not line.endswith(("\n", "\r")):
-            raise InputError(f"{path}: line {number} is longer than {MAX_RECORD_BYTES >> 20} Mi "
-                             f"characters; a table of labels has no lines this long.")
+            raise InputError(
+                f"{path}: line {number} is longer than {MAX_RECORD_BYTES >> 20} Mi "
+                f"characters; a table of labels has no lines this long."
+            )
         yield line
 
 
@@ -480,12 +502,20 @@ def _open_csv_stdlib(path: Path, sep: str, header: bool, compression: str | None
     def read(selected: list[str], as_kinds: dict[str, str]) -> Iterator[Chunk]:
         yield from _read_csv_stdlib(path, sep, header, columns, selected, as_kinds, compression)
 
-    return Source(path, columns, kinds, None, path.stat().st_size, "B", read, header=header,
-                  text=True)
+    return Source(
+        path, columns, kinds, None, path.stat().st_size, "B", read, header=header, text=True
+    )
 
 
-def _read_csv_stdlib(path: Path, sep: str, header: bool, columns: list[str], selected: list[str],
-                     kinds: dict[str, str], compression: str | None = None) -> Iterator[Chunk]:
+def _read_csv_stdlib(
+    path: Path,
+    sep: str,
+    header: bool,
+    columns: list[str],
+    selected: list[str],
+    kinds: dict[str, str],
+    compression: str | None = None,
+) -> Iterator[Chunk]:
     width = len(columns)
     positions = [columns.index(name) for name in selected]
     with _open_text(path, compression) as (file, raw):
@@ -561,18 +591,26 @@ def _open_csv_arrow(path: Path, sep: str, header: bool, compression: str | None 
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    read_options = pacsv.ReadOptions(block_size=CSV_PEEK_BYTES,
-                                     autogenerate_column_names=not header)
+    read_options = pacsv.ReadOptions(
+        block_size=CSV_PEEK_BYTES, autogenerate_column_names=not header
+    )
     parse_options = pacsv.ParseOptions(delimiter=sep)
     try:
-        with _open_bytes(path, compression) as (stream, _), \
-                pacsv.open_csv(stream, read_options=read_options, parse_options=parse_options,
-                               convert_options=_arrow_convert_options()) as peek:
+        with (
+            _open_bytes(path, compression) as (stream, _),
+            pacsv.open_csv(
+                stream,
+                read_options=read_options,
+                parse_options=parse_options,
+                convert_options=_arrow_convert_options(),
+            ) as peek,
+        ):
             schema = peek.schema
     except pa.ArrowInvalid as error:
         if "Empty CSV file" in str(error):
-            raise InputError(f"{path}: the file is empty; expected a header line and rows.") \
-                from None
+            raise InputError(
+                f"{path}: the file is empty; expected a header line and rows."
+            ) from None
         # The first block does not parse: let the standard library say where.
         return _open_csv_stdlib(path, sep, header, compression)
     try:
@@ -583,8 +621,12 @@ def _open_csv_arrow(path: Path, sep: str, header: bool, compression: str | None 
 
     def read(selected: list[str], as_kinds: dict[str, str]) -> Iterator[Chunk]:
         types = {
-            name: {"int": pa.int64(), "float": pa.float64(), "weight": pa.float64(),
-                   "str": pa.dictionary(pa.int32(), pa.string())}[as_kinds[name]]
+            name: {
+                "int": pa.int64(),
+                "float": pa.float64(),
+                "weight": pa.float64(),
+                "str": pa.dictionary(pa.int32(), pa.string()),
+            }[as_kinds[name]]
             for name in selected
         }
         try:
@@ -592,13 +634,13 @@ def _open_csv_arrow(path: Path, sep: str, header: bool, compression: str | None 
         except pa.ArrowInvalid as error:
             # pyarrow names neither the row nor the column of a parse or conversion error; re-read
             # with the standard library, which does (this costs time only on the error path).
-            for _ in _read_csv_stdlib(path, sep, header, columns, selected, as_kinds,
-                                      compression):
+            for _ in _read_csv_stdlib(path, sep, header, columns, selected, as_kinds, compression):
                 pass
             raise InputError(f"{path}: {str(error).splitlines()[0]}") from None
 
-    return Source(path, columns, kinds, None, path.stat().st_size, "B", read, header=header,
-                  text=True)
+    return Source(
+        path, columns, kinds, None, path.stat().st_size, "B", read, header=header, text=True
+    )
 
 
 def _arrow_convert_options(**kwargs: Any) -> Any:
@@ -609,9 +651,15 @@ def _arrow_convert_options(**kwargs: Any) -> Any:
     return pacsv.ConvertOptions(null_values=[""], strings_can_be_null=False, **kwargs)
 
 
-def _read_csv_arrow(path: Path, sep: str, header: bool, columns: list[str],
-                    selected: list[str], types: dict[str, Any],
-                    compression: str | None = None) -> Iterator[Chunk]:
+def _read_csv_arrow(
+    path: Path,
+    sep: str,
+    header: bool,
+    columns: list[str],
+    selected: list[str],
+    types: dict[str, Any],
+    compression: str | None = None,
+) -> Iterator[Chunk]:
     """Parse the file in byte ranges of about ``CSV_BLOCK_BYTES``, each cut after a whole record.
 
     Why not ``pyarrow.csv.open_csv``: measured on 10 to 30 million rows, its multi-threaded
@@ -643,7 +691,8 @@ def _read_csv_arrow(path: Path, sep: str, header: bool, columns: list[str],
                     raise InputError(
                         f"{path}: row {start + 1} is longer than {MAX_RECORD_BYTES >> 20} MiB "
                         f"(a quoted field that is never closed?); a table of labels has no "
-                        f"rows this long.")
+                        f"rows this long."
+                    )
                 buffer.extend(bytes(min(len(buffer), MAX_RECORD_BYTES - len(buffer))))
                 filled = end
                 continue
@@ -652,21 +701,28 @@ def _read_csv_arrow(path: Path, sep: str, header: bool, columns: list[str],
             filled = end - cut
             if data.strip():
                 try:
-                    table = pacsv.read_csv(pa.py_buffer(data), read_options=read_options,
-                                           parse_options=parse_options,
-                                           convert_options=convert_options)
+                    table = pacsv.read_csv(
+                        pa.py_buffer(data),
+                        read_options=read_options,
+                        parse_options=parse_options,
+                        convert_options=convert_options,
+                    )
                 except pa.ArrowInvalid as error:
                     if "straddl" not in str(error):
                         raise
                     # a record longer than a parse block (up to MAX_RECORD_BYTES): one block
-                    long_options = pacsv.ReadOptions(column_names=columns,
-                                                     block_size=len(data) + 1)
-                    table = pacsv.read_csv(pa.py_buffer(data), read_options=long_options,
-                                           parse_options=parse_options,
-                                           convert_options=convert_options)
+                    long_options = pacsv.ReadOptions(column_names=columns, block_size=len(data) + 1)
+                    table = pacsv.read_csv(
+                        pa.py_buffer(data),
+                        read_options=long_options,
+                        parse_options=parse_options,
+                        convert_options=convert_options,
+                    )
                 for batch in table.to_batches():
-                    chunk = {name: _from_arrow(batch.column(i), path, name, start)
-                             for i, name in enumerate(batch.schema.names)}
+                    chunk = {
+                        name: _from_arrow(batch.column(i), path, name, start)
+                        for i, name in enumerate(batch.schema.names)
+                    }
                     # progress in bytes of the file (of compressed bytes read, if compressed)
                     yield Chunk(start, chunk, raw.tell() - (filled if raw is file else 0))
                     start += batch.num_rows
@@ -688,8 +744,7 @@ def _records_pattern(sep: str) -> re.Pattern[bytes]:
     # the quoted loop is unrolled (runs of non-quotes, then ""), 4x faster than byte by byte:
     # measured 60 MB/s on fully quoted rows, 30 MB/s on unquoted rows with stray quotes
     quoted = rb'"[^"]*+(?:""[^"]*+)*+"'
-    field = (rb"(?:" + quoted + rb"[^" + d + rb"\r\n]*+|[^\"" + d + rb"\r\n][^" + d
-             + rb"\r\n]*+|)")
+    field = rb"(?:" + quoted + rb"[^" + d + rb"\r\n]*+|[^\"" + d + rb"\r\n][^" + d + rb"\r\n]*+|)"
     record = field + rb"(?:" + d + field + rb")*+(?:\r\n|\n|\r)"
     return re.compile(rb"(?:" + record + rb")*+")
 
@@ -730,8 +785,9 @@ def _arrow_numbers(array: Any) -> np.ndarray:
     ``Array.to_numpy`` would do the same, but it imports pandas (0.1 s and 40 MB) to do it.
     """
     dtype = np.dtype(_ARROW_FLOATS.get(str(array.type), str(array.type)))
-    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array),
-                         offset=array.offset * dtype.itemsize)
+    return np.frombuffer(
+        array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize
+    )
 
 
 # ---------------------------------------------------------------------- Parquet
@@ -747,14 +803,17 @@ def _open_parquet(path: Path, options: OpenOptions) -> Source:
     try:
         file = pq.ParquetFile(path)
     except damaged as error:
-        raise InputError(f"{path}: not a readable Parquet file "
-                         f"({' '.join(str(error).split())}).") from None
+        raise InputError(
+            f"{path}: not a readable Parquet file ({' '.join(str(error).split())})."
+        ) from None
     try:
         schema = file.schema_arrow
         columns = list(schema.names)
     except damaged as error:
-        raise InputError(f"{path}: the schema of the Parquet file cannot be read "
-                         f"({' '.join(str(error).split())}).") from None
+        raise InputError(
+            f"{path}: the schema of the Parquet file cannot be read "
+            f"({' '.join(str(error).split())})."
+        ) from None
     kinds = {name: _arrow_kind(schema.field(name).type) for name in columns}
 
     def read(selected: list[str], as_kinds: dict[str, str]) -> Iterator[Chunk]:
@@ -767,8 +826,10 @@ def _open_parquet(path: Path, options: OpenOptions) -> Source:
                 batch = next(batches, None)
             except damaged as error:
                 # a damaged page or row group, found only when it is decoded
-                raise InputError(f"{path}: rows after row {start:,} cannot be read (damaged "
-                                 f"Parquet data: {str(error).splitlines()[0]}).") from None
+                raise InputError(
+                    f"{path}: rows after row {start:,} cannot be read (damaged "
+                    f"Parquet data: {str(error).splitlines()[0]})."
+                ) from None
             if batch is None:
                 return
             chunk = {}
@@ -795,8 +856,9 @@ def _numpy_kind(dtype: np.dtype) -> str:
 def _numpy_column(values: np.ndarray, kind: str) -> Any:
     if kind == "str" or values.dtype.kind not in "biuf":
         dictionary, codes = np.unique(values, return_inverse=True)
-        return Coded(codes.reshape(-1), [str(v.item() if hasattr(v, "item") else v)
-                                         for v in dictionary])
+        return Coded(
+            codes.reshape(-1), [str(v.item() if hasattr(v, "item") else v) for v in dictionary]
+        )
     return np.ascontiguousarray(values)
 
 
@@ -821,7 +883,9 @@ def _open_npy(path: Path, options: OpenOptions) -> Source:
         raise InputError(
             f"{path}: holds an array of shape {array.shape}; a .npy file must be a structured "
             f"array (fields are columns) or 2-D (N, C) with one column per field. Save masks as "
-            f"a .npz file with `y_true` and `y_pred` arrays instead.", usage=True)
+            f"a .npz file with `y_true` and `y_pred` arrays instead.",
+            usage=True,
+        )
     rows = array.shape[0]
 
     def read(selected: list[str], as_kinds: dict[str, str]) -> Iterator[Chunk]:
@@ -837,8 +901,14 @@ def _open_npy(path: Path, options: OpenOptions) -> Source:
 
 
 # Errors that a damaged zip member raises while it is read (a bad CRC only at its end).
-_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError,
-               NotImplementedError)  # an unsupported compression method or zip version
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    OSError,
+    ValueError,
+    NotImplementedError,
+)  # an unsupported compression method or zip version
 # The most bytes of a ``class_names`` member read (names are small; the header is not trusted).
 MAX_CLASS_NAMES_BYTES = 64 << 20
 
@@ -864,8 +934,16 @@ class _MemberReader:
     decompressed to a temporary file and read through a memory map (bounded memory either way).
     """
 
-    def __init__(self, path: Path, archive: zipfile.ZipFile, column: str, shape: tuple[int, ...],
-                 fortran: bool, dtype: np.dtype, order: str) -> None:
+    def __init__(
+        self,
+        path: Path,
+        archive: zipfile.ZipFile,
+        column: str,
+        shape: tuple[int, ...],
+        fortran: bool,
+        dtype: np.dtype,
+        order: str,
+    ) -> None:
         self.path, self.member, self.shape, self.dtype = path, column + ".npy", shape, dtype
         self.size = math.prod(shape)
         self.file = archive.open(self.member)
@@ -889,13 +967,16 @@ class _MemberReader:
         except InputError:
             raise
         except _ZIP_ERRORS as error:
-            raise InputError(f"{self.path}: member {self.member!r} is damaged and cannot be "
-                             f"read ({error}).") from None
+            raise InputError(
+                f"{self.path}: member {self.member!r} is damaged and cannot be read ({error})."
+            ) from None
 
     def _short(self, elements: int) -> InputError:
-        return InputError(f"{self.path}: member {self.member!r} ends after {elements:,} elements, "
-                          f"but its header announces shape {self.shape} ({self.size:,} "
-                          f"elements); the file is truncated or damaged.")
+        return InputError(
+            f"{self.path}: member {self.member!r} ends after {elements:,} elements, "
+            f"but its header announces shape {self.shape} ({self.size:,} "
+            f"elements); the file is truncated or damaged."
+        )
 
     def read(self, start: int, count: int) -> np.ndarray:
         with self._errors():
@@ -914,15 +995,21 @@ class _MemberReader:
             self.spill.close()
 
 
-def _npz_class_names(path: Path, archive: zipfile.ZipFile,
-                     header: tuple[tuple[int, ...], bool, np.dtype]) -> list[str]:
+def _npz_class_names(
+    path: Path, archive: zipfile.ZipFile, header: tuple[tuple[int, ...], bool, np.dtype]
+) -> list[str]:
     shape, _, dtype = header
     if dtype.hasobject or dtype.kind not in "biuUS":
-        raise InputError(f"{path}: member 'class_names.npy' must hold strings or numbers, got "
-                         f"dtype {dtype}.", usage=True)
+        raise InputError(
+            f"{path}: member 'class_names.npy' must hold strings or numbers, got dtype {dtype}.",
+            usage=True,
+        )
     if len(shape) != 1 or shape[0] * dtype.itemsize > MAX_CLASS_NAMES_BYTES:
-        raise InputError(f"{path}: member 'class_names.npy' must be one short list of names, "
-                         f"got shape {shape} of dtype {dtype}.", usage=True)
+        raise InputError(
+            f"{path}: member 'class_names.npy' must be one short list of names, "
+            f"got shape {shape} of dtype {dtype}.",
+            usage=True,
+        )
     reader = _MemberReader(path, archive, "class_names", shape, False, dtype, "C")
     try:
         return [str(name) for name in reader.read(0, shape[0]).tolist()]
@@ -943,11 +1030,14 @@ def _open_npz(path: Path, options: OpenOptions) -> Source:
             try:
                 headers[member[:-4]] = _npz_header(archive, member)
             except Exception as error:  # noqa: BLE001 - an untrusted header fails many ways
-                raise InputError(f"{path}: member {member!r} is not a readable numpy array "
-                                 f"({error}).") from None
+                raise InputError(
+                    f"{path}: member {member!r} is not a readable numpy array ({error})."
+                ) from None
             if math.prod(headers[member[:-4]][0]) >= 2**62:
-                raise InputError(f"{path}: member {member!r} announces shape "
-                                 f"{headers[member[:-4]][0]}, too large to be real.")
+                raise InputError(
+                    f"{path}: member {member!r} announces shape "
+                    f"{headers[member[:-4]][0]}, too large to be real."
+                )
         class_names = None
         if "class_names" in headers:
             class_names = _npz_class_names(path, archive, headers.pop("class_names"))
@@ -958,14 +1048,18 @@ def _open_npz(path: Path, options: OpenOptions) -> Source:
         shapes = {headers[name][0] for name in selected}
         if len(shapes) > 1:
             described = ", ".join(f"{name!r} {headers[name][0]}" for name in selected)
-            raise InputError(f"{path}: the selected arrays differ in shape ({described}); "
-                             f"they must have one shape.", usage=True)
+            raise InputError(
+                f"{path}: the selected arrays differ in shape ({described}); "
+                f"they must have one shape.",
+                usage=True,
+            )
         for name in selected:
             if headers[name][2].hasobject:
                 raise InputError(
                     f"{path}: member '{name}.npy' holds Python objects (dtype object), which are "
                     f"not read because loading them would run pickle; save the labels as "
-                    f"numbers or as fixed-width strings (e.g. `np.asarray(labels, dtype=str)`).")
+                    f"numbers or as fixed-width strings (e.g. `np.asarray(labels, dtype=str)`)."
+                )
         size = math.prod(headers[selected[0]][0])
         # Elements are counted in any order as long as every column uses the same one: when all
         # members are Fortran-ordered, stream them as stored; positions are then unravelled in
@@ -978,12 +1072,15 @@ def _open_npz(path: Path, options: OpenOptions) -> Source:
             try:
                 for name in selected:
                     shape, is_fortran, dtype = headers[name]
-                    readers[name] = _MemberReader(path, archive, name, shape, is_fortran, dtype,
-                                                  order)
+                    readers[name] = _MemberReader(
+                        path, archive, name, shape, is_fortran, dtype, order
+                    )
                 for start in range(0, size, CHUNK_ROWS):
                     count = min(CHUNK_ROWS, size - start)
-                    chunk = {name: _numpy_column(readers[name].read(start, count),
-                                                 as_kinds[name]) for name in selected}
+                    chunk = {
+                        name: _numpy_column(readers[name].read(start, count), as_kinds[name])
+                        for name in selected
+                    }
                     yield Chunk(start, chunk, start + count)
             finally:
                 for reader in readers.values():
@@ -991,8 +1088,7 @@ def _open_npz(path: Path, options: OpenOptions) -> Source:
 
     shape = next(iter(headers.values()))[0] if headers else None
     total = math.prod(shape) if shape is not None else 0
-    source = Source(path, columns, kinds, shape, total, "elements", read,
-                    class_names=class_names)
+    source = Source(path, columns, kinds, shape, total, "elements", read, class_names=class_names)
     return source
 
 
@@ -1010,15 +1106,18 @@ class Selection:
         return [self.truth, self.pred] + ([self.weight] if self.weight else [])
 
 
-def select_columns(source: Source, truth: str | None = None, pred: str | None = None,
-                   weight: str | None = None) -> Selection:
+def select_columns(
+    source: Source, truth: str | None = None, pred: str | None = None, weight: str | None = None
+) -> Selection:
     """Pick the columns: as given, else ``y_true``/``y_pred``, else the first two columns left."""
     available = source.columns
     for flag, name in (("--true", truth), ("--pred", pred), ("--weight", weight)):
         if name is not None and name not in available:
             raise InputError(
                 f"{source.path}: no column {name!r} (given by `{flag}`); the file's columns are "
-                f"{', '.join(repr(c) for c in available) or 'none'}.", usage=True)
+                f"{', '.join(repr(c) for c in available) or 'none'}.",
+                usage=True,
+            )
     truth = truth if truth is not None else ("y_true" if "y_true" in available else None)
     pred = pred if pred is not None else ("y_pred" if "y_pred" in available else None)
     rest = [c for c in available if c not in (truth, pred, weight)]
@@ -1029,10 +1128,13 @@ def select_columns(source: Source, truth: str | None = None, pred: str | None = 
     if truth is None or pred is None:
         raise InputError(
             f"{source.path}: needs two columns (truth and prediction), found "
-            f"{', '.join(repr(c) for c in available) or 'none'}.", usage=True)
+            f"{', '.join(repr(c) for c in available) or 'none'}.",
+            usage=True,
+        )
     if truth == pred:
-        raise InputError(f"{source.path}: the truth and prediction columns are both {truth!r}.",
-                         usage=True)
+        raise InputError(
+            f"{source.path}: the truth and prediction columns are both {truth!r}.", usage=True
+        )
     return Selection(truth, pred, weight)
 
 
@@ -1096,10 +1198,14 @@ def read_confusion(
     if labels not in ("auto", "int", "str"):
         raise InputError(f"`--labels` must be auto, int or str, got {labels!r}.", usage=True)
     if isinstance(max_classes, bool) or not isinstance(max_classes, int) or max_classes < 1:
-        raise InputError(f"`--max-classes` must be a positive whole number, got "
-                         f"{max_classes!r}.", usage=True)
-    src = source if source is not None else open_source(
-        path, delimiter=delimiter, header=header, prefer_pyarrow=prefer_pyarrow)
+        raise InputError(
+            f"`--max-classes` must be a positive whole number, got {max_classes!r}.", usage=True
+        )
+    src = (
+        source
+        if source is not None
+        else open_source(path, delimiter=delimiter, header=header, prefer_pyarrow=prefer_pyarrow)
+    )
     selection = select_columns(src, truth, pred, weight)
     classes_from = "given by `--classes`"
     if classes is None and src.class_names is not None:
@@ -1124,16 +1230,30 @@ def read_confusion(
             if labels == "int" and src.text:
                 kind = "int"  # a value that is not an integer is then reported by its row
             elif kind == "str":
-                raise InputError(f"{src.path}: column {column!r} holds text, but `--labels int` "
-                                 f"asks for integer labels.", usage=True)
+                raise InputError(
+                    f"{src.path}: column {column!r} holds text, but `--labels int` "
+                    f"asks for integer labels.",
+                    usage=True,
+                )
             read_kinds[column] = kind
     if selection.weight is not None:
         if src.kinds[selection.weight] == "str" and not src.text:
-            raise InputError(f"{src.path}: weight column {selection.weight!r} holds text; weights "
-                             f"must be numbers.", usage=True)
+            raise InputError(
+                f"{src.path}: weight column {selection.weight!r} holds text; weights "
+                f"must be numbers.",
+                usage=True,
+            )
         read_kinds[selection.weight] = "weight"
-    builder = _Builder(src, selection, mode, classes, ignore, max_classes=max_classes,
-                       classes_from=classes_from, index_columns=index_columns)
+    builder = _Builder(
+        src,
+        selection,
+        mode,
+        classes,
+        ignore,
+        max_classes=max_classes,
+        classes_from=classes_from,
+        index_columns=index_columns,
+    )
     with _compressed_errors(src.path):
         for chunk in src.read(selection.names, read_kinds):
             builder.add(chunk)
@@ -1149,18 +1269,29 @@ def _parse_ignore(ignore: str) -> int | None:
     except ValueError:
         return None
     if not _INT64.min <= value <= _INT64.max:
-        raise InputError(f"`--ignore` is {ignore}, outside the range of 64-bit integer labels "
-                         f"[{_INT64.min}, {_INT64.max}].", usage=True)
+        raise InputError(
+            f"`--ignore` is {ignore}, outside the range of 64-bit integer labels "
+            f"[{_INT64.min}, {_INT64.max}].",
+            usage=True,
+        )
     return value
 
 
 class _Builder:
     """Feeds chunks to an accumulator, growing it when new classes appear."""
 
-    def __init__(self, source: Source, selection: Selection, mode: str,
-                 classes: Sequence[str] | None, ignore: str | None, *,
-                 max_classes: int = MAX_CLASSES, classes_from: str = "given by `--classes`",
-                 index_columns: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        source: Source,
+        selection: Selection,
+        mode: str,
+        classes: Sequence[str] | None,
+        ignore: str | None,
+        *,
+        max_classes: int = MAX_CLASSES,
+        classes_from: str = "given by `--classes`",
+        index_columns: set[str] | None = None,
+    ) -> None:
         self.source = source
         self.selection = selection
         self.mode = mode
@@ -1175,33 +1306,43 @@ class _Builder:
         self.ignore = ignore
         self.ignored_rows = 0
         self.fixed = self.classes is not None
-        what = "`--classes`" if classes_from.endswith("`--classes`") else \
-            "the file's `class_names` member"
+        what = (
+            "`--classes`"
+            if classes_from.endswith("`--classes`")
+            else "the file's `class_names` member"
+        )
         if self.fixed and not self.classes:
             raise InputError(f"{what} is empty.", usage=True)
         if self.classes is not None and len(set(self.classes)) != len(self.classes):
             twice = next(n for n in self.classes if self.classes.count(n) > 1)
-            raise InputError(f"{what} lists {twice!r} twice; class names must be unique.",
-                             usage=True)
+            raise InputError(
+                f"{what} lists {twice!r} twice; class names must be unique.", usage=True
+            )
         if self.classes is not None and len(self.classes) > max_classes:
-            raise InputError(f"{what} holds {len(self.classes):,} classes, over the limit of "
-                             f"{max_classes:,}; {_classes_option(len(self.classes))}.",
-                             usage=True)
+            raise InputError(
+                f"{what} holds {len(self.classes):,} classes, over the limit of "
+                f"{max_classes:,}; {_classes_option(len(self.classes))}.",
+                usage=True,
+            )
         # the ignored truth label as an integer, for columns of numbers
         self.ignore_int = None if ignore is None else _parse_ignore(ignore)
         if mode == "names":
-            self.registry = LabelRegistry(self.classes or (), frozen=self.fixed,
-                                          max_size=None if self.fixed else max_classes)
+            self.registry = LabelRegistry(
+                self.classes or (), frozen=self.fixed, max_size=None if self.fixed else max_classes
+            )
             self.ignore_index: int | None = _IGNORED
         else:
             if ignore is not None and self.ignore_int is None:
                 raise InputError(
                     f"`--ignore` is {ignore!r}, but the labels are integers; give an "
-                    f"integer (e.g. 255) or pass `--labels str`.", usage=True)
+                    f"integer (e.g. 255) or pass `--labels str`.",
+                    usage=True,
+                )
             self.ignore_index = self.ignore_int
         size = len(self.classes) if self.classes else 1
-        self.acc = ConfusionAccumulator(size, ignore_index=self.ignore_index,
-                                        weighted=self.weighted)
+        self.acc = ConfusionAccumulator(
+            size, ignore_index=self.ignore_index, weighted=self.weighted
+        )
 
     # -- growth
     def _grow(self, num_classes: int) -> None:
@@ -1214,11 +1355,14 @@ class _Builder:
         try:
             matrix = np.zeros((size, size), dtype=old.dtype)
             matrix[:k, :k] = old
-            self.acc = ConfusionAccumulator.from_matrix(matrix, ignore_index=self.ignore_index,
-                                                        weighted=self.weighted)
+            self.acc = ConfusionAccumulator.from_matrix(
+                matrix, ignore_index=self.ignore_index, weighted=self.weighted
+            )
         except MemoryError:
-            raise InputError(f"{self.source.path}: not enough memory for a {size:,}×{size:,} "
-                             f"confusion matrix ({8 * size * size / 2**30:.1f} GiB).") from None
+            raise InputError(
+                f"{self.source.path}: not enough memory for a {size:,}×{size:,} "
+                f"confusion matrix ({8 * size * size / 2**30:.1f} GiB)."
+            ) from None
         self.growths += 1
 
     def _fail(self, column: str, flat_index: int, message: str) -> InputError:
@@ -1245,9 +1389,11 @@ class _Builder:
                 assert sel.weight is not None
                 bad = np.flatnonzero(~(np.isfinite(w) & (w >= 0)))
                 if bad.size:
-                    raise self._fail(sel.weight, chunk.start + int(bad[0]),
-                                     f"weight {w[bad[0]].item()!r} is not a finite "
-                                     f"non-negative number.") from None
+                    raise self._fail(
+                        sel.weight,
+                        chunk.start + int(bad[0]),
+                        f"weight {w[bad[0]].item()!r} is not a finite non-negative number.",
+                    ) from None
             if not self.fixed and self.mode == "index":
                 kept = t if self.ignore_index is None else t[t != self.ignore_index]
                 top = max(int(kept.max()) if kept.size else 0, int(p.max()) if p.size else 0)
@@ -1278,12 +1424,14 @@ class _Builder:
             row = int(np.flatnonzero(column.codes == code)[0])
             limit = self.max_classes
             raise self._fail(
-                name, start + row,
+                name,
+                start + row,
                 f"{error.name!r} is distinct label number {limit + 1:,}, over the limit of "
                 f"{limit:,} classes (a {limit:,}×{limit:,} matrix takes "
                 f"{8 * limit * limit / 2**20:,.0f} MiB, and every new class makes it larger); "
                 f"{_classes_option(2 * limit)}, or check that the columns are labels, not "
-                f"identifiers.") from None
+                f"identifiers.",
+            ) from None
         bad = np.flatnonzero(mapping < _IGNORED)
         if bad.size:
             rows = np.flatnonzero(np.isin(column.codes, bad))
@@ -1298,9 +1446,11 @@ class _Builder:
                 hint = ""
                 if name == self.selection.truth and self.ignore is None:
                     hint = f"; pass `--ignore {value}` if it marks rows without a label"
-                raise self._fail(name, start + row,
-                                 f"{value!r} is not one of the classes {self.classes_from} "
-                                 f"({shown}){hint}.")
+                raise self._fail(
+                    name,
+                    start + row,
+                    f"{value!r} is not one of the classes {self.classes_from} ({shown}){hint}.",
+                )
         return mapping[column.codes]
 
     def _check(self, values: np.ndarray, name: str, start: int, ignore: int | None) -> None:
@@ -1318,20 +1468,28 @@ class _Builder:
         truth = name == self.selection.truth and ignore is None
         void = f"`--ignore {value}` if it marks void pixels or rows without a label"
         if isinstance(value, float) and (value != value or value != int(value)):
-            message = (f"label {value!r} is not a whole number; integer labels must be class "
-                       f"indices 0, 1, 2, ... (pass `--labels str` to read labels as names).")
+            message = (
+                f"label {value!r} is not a whole number; integer labels must be class "
+                f"indices 0, 1, 2, ... (pass `--labels str` to read labels as names)."
+            )
         elif value < 0:
-            message = (f"label {value!r} is negative; integer labels must be class indices "
-                       f"0, 1, 2, ... (pass {void + ', or ' if truth else ''}`--labels str` "
-                       f"to read labels as names).")
+            message = (
+                f"label {value!r} is negative; integer labels must be class indices "
+                f"0, 1, 2, ... (pass {void + ', or ' if truth else ''}`--labels str` "
+                f"to read labels as names)."
+            )
         elif self.fixed:
-            message = (f"label {value!r} is not an index into the {limit} classes "
-                       f"{self.classes_from}" + (f"; pass {void}." if truth else "."))
+            message = (
+                f"label {value!r} is not an index into the {limit} classes "
+                f"{self.classes_from}" + (f"; pass {void}." if truth else ".")
+            )
         else:
-            message = (f"label {value!r} is too large to be a class index (at most {limit - 1}); "
-                       f"pass {void + ', ' if truth else ''}`--max-classes "
-                       f"{int(value) + 1}` if the file really has that many classes, or "
-                       f"`--labels str` to read labels as names.")
+            message = (
+                f"label {value!r} is too large to be a class index (at most {limit - 1}); "
+                f"pass {void + ', ' if truth else ''}`--max-classes "
+                f"{int(value) + 1}` if the file really has that many classes, or "
+                f"`--labels str` to read labels as names."
+            )
         raise self._fail(name, start + int(bad[0]), message)
 
     # -- the end
@@ -1347,12 +1505,13 @@ class _Builder:
             matrix = self.acc.matrix
         if not matrix.any():
             what = "the ignored truth label" if self.ignore is not None else "weight 0"
-            raise InputError(f"{self.source.path}: nothing to count: every one of the "
-                             f"{self.num_rows:,} rows has {what}.")
+            raise InputError(
+                f"{self.source.path}: nothing to count: every one of the "
+                f"{self.num_rows:,} rows has {what}."
+            )
         if self.mode == "names":
             assert self.registry is not None
-            order = (list(range(len(self.registry))) if self.fixed
-                     else self.registry.sorted_order())
+            order = list(range(len(self.registry))) if self.fixed else self.registry.sorted_order()
             names = [self.registry.names[i] for i in order]
             matrix = matrix[np.ix_(order, order)]
             ignore_index = None
@@ -1377,11 +1536,23 @@ class _Builder:
                 notes.append(
                     f"true label {void} is never predicted and lies far above the other labels "
                     f"({others.min()}–{others.max()}); if it marks void pixels or rows without a "
-                    f"label, pass `--ignore {void}` to leave those rows out.")
-        acc = ConfusionAccumulator.from_matrix(matrix, class_names=names,
-                                               ignore_index=ignore_index, weighted=self.weighted)
-        return ReadResult(acc, self.selection, self.num_rows, self.mode, self.source.path,
-                          self.growths, self.source.shape, self.ignore, self.ignored_rows, notes)
+                    f"label, pass `--ignore {void}` to leave those rows out."
+                )
+        acc = ConfusionAccumulator.from_matrix(
+            matrix, class_names=names, ignore_index=ignore_index, weighted=self.weighted
+        )
+        return ReadResult(
+            acc,
+            self.selection,
+            self.num_rows,
+            self.mode,
+            self.source.path,
+            self.growths,
+            self.source.shape,
+            self.ignore,
+            self.ignored_rows,
+            notes,
+        )
 
     def _void_label(self, present: np.ndarray, predicted: np.ndarray) -> int | None:
         """A true label that looks like a void marker (e.g. 255 beside classes 0-20)."""

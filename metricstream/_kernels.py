@@ -122,6 +122,7 @@ MAX_INTEGRAL_WEIGHT = 9.2e18
 _INT64_MAX = 2**63 - 1
 _TWO_63 = 9.223372036854775808e18
 
+
 def _kernel(function):
     """``njit(nogil=True)`` with the on-disk cache when there is somewhere to write it.
 
@@ -178,8 +179,11 @@ def _weight_bad_impl(w, integral):
 
     def float_bad(w, integral):
         # NaN fails ``w >= 0``; fractional or too large values fail only integral counting.
-        return np.uint8((not (w >= 0)) | (w == np.inf)
-                        | (integral & ((np.floor(w) != w) | (w >= MAX_INTEGRAL_WEIGHT))))
+        return np.uint8(
+            (not (w >= 0))
+            | (w == np.inf)
+            | (integral & ((np.floor(w) != w) | (w >= MAX_INTEGRAL_WEIGHT)))
+        )
 
     return float_bad
 
@@ -265,8 +269,12 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
     # bits, as any summation order does).
     stride = num_classes * num_classes + 1
     copies = 0
-    if (buffered and commit and num_classes <= SUB_HISTOGRAM_MAX_CLASSES
-            and SUB_HISTOGRAM_MIN_LABELS_PER_CELL * stride <= stop - start < 2**31):
+    if (
+        buffered
+        and commit
+        and num_classes <= SUB_HISTOGRAM_MAX_CLASSES
+        and SUB_HISTOGRAM_MIN_LABELS_PER_CELL * stride <= stop - start < 2**31
+    ):
         copies = 4 if num_classes <= 16 else 2
     sub = np.zeros(copies * stride if weights is None else 0, dtype=np.int32)
     weighted_sub = np.zeros(copies * stride if weights is not None else 0, dtype=out.dtype)
@@ -309,8 +317,9 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
                 worst = max(worst, max(kt, _label_key(pb[j], num_classes)))
         else:
             for j in range(n):
-                worst = max(worst, max(_label_key(tb[j], num_classes),
-                                       _label_key(pb[j], num_classes)))
+                worst = max(
+                    worst, max(_label_key(tb[j], num_classes), _label_key(pb[j], num_classes))
+                )
         bad_weights = np.uint8(0)
         big_weights = np.uint8(0)
         if weights is not None:
@@ -401,32 +410,33 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
                 for j in range(n):
                     t = tb[j]
                     if not _is_ignored(t, ignore_index):
-                        flat[_label_key(t, num_classes) * limit
-                             + _label_key(pb[j], num_classes)] += sign
+                        flat[
+                            _label_key(t, num_classes) * limit + _label_key(pb[j], num_classes)
+                        ] += sign
             else:
                 for j in range(n):
-                    flat[_label_key(tb[j], num_classes) * limit
-                         + _label_key(pb[j], num_classes)] += sign
+                    flat[
+                        _label_key(tb[j], num_classes) * limit + _label_key(pb[j], num_classes)
+                    ] += sign
         else:
             wb = weights[lo:hi]
             for j in range(n):
                 t = tb[j]
                 if has_ignore and _is_ignored(t, ignore_index):
                     continue
-                flat[_label_key(t, num_classes) * limit
-                     + _label_key(pb[j], num_classes)] += sign * _weight_value(wb[j], out)
+                flat[_label_key(t, num_classes) * limit + _label_key(pb[j], num_classes)] += (
+                    sign * _weight_value(wb[j], out)
+                )
     for copy in range(copies):
         if weights is None:
-            counts = sub[copy * stride:copy * stride + stride - 1]
+            counts = sub[copy * stride : copy * stride + stride - 1]
             for cell in range(stride - 1):
                 flat[cell] += sign * counts[cell]
         else:
-            sums = weighted_sub[copy * stride:copy * stride + stride - 1]
+            sums = weighted_sub[copy * stride : copy * stride + stride - 1]
             for cell in range(stride - 1):
                 flat[cell] += sign * sums[cell]
     return status, position, counted
-
-
 
 
 # ---------------------------------------------------------------------------- weight bounds
@@ -510,7 +520,7 @@ def _make_key_row_argmax(int_type, shift, mask):
             lo = min(lo, key)
         best = n
         for c0 in range(0, n, 64):
-            part = bits[c0:min(c0 + 64, n)]
+            part = bits[c0 : min(c0 + 64, n)]
             found = False
             for c in range(part.size):
                 found |= _sortable(part[c], shift, mask) == hi
@@ -544,8 +554,7 @@ def _make_packed_row_argmax(int_type, shift, mask):
 
 
 _float32_row_argmax = njit(inline="always")(_make_packed_row_argmax(np.int32, 31, 0x7FFFFFFF))
-_float64_row_argmax = njit(inline="always")(
-    _make_key_row_argmax(np.int64, 63, 0x7FFFFFFFFFFFFFFF))
+_float64_row_argmax = njit(inline="always")(_make_key_row_argmax(np.int64, 63, 0x7FFFFFFFFFFFFFFF))
 _half_row_argmax = njit(inline="always")(_make_packed_row_argmax(np.int16, 15, 0x7FFF))
 
 
@@ -577,6 +586,7 @@ def _row_argmax_impl(row, inf_key):
     if row.dtype == types.float64 and row.layout == "C":
         return lambda row, inf_key: _float64_row_argmax(row, _FLOAT64_INF_KEY)
     if row.dtype == types.int16 and row.layout == "C":
+
         def int16_row_argmax(row, inf_key):
             if inf_key:
                 return _half_row_argmax(row, inf_key)
@@ -595,6 +605,7 @@ def _score_nan_impl(x, inf_key):
     if isinstance(x, types.Float):
         return lambda x, inf_key: x != x
     if x == types.int16:
+
         def half_nan(x, inf_key):
             key = _half_key(x)
             return (inf_key != 0) & ((key > inf_key) | (key < -inf_key))
@@ -695,6 +706,7 @@ _half_inplace_tile_argmax = njit(inline="always")(_make_inplace_tile_argmax(_hal
 @overload(_tile_argmax, inline="always")
 def _tile_argmax_impl(block, scratch, values, classes, inf_key, in_place):
     if block.dtype == types.int16:
+
         def int16_tile_argmax(block, scratch, values, classes, inf_key, in_place):
             if inf_key:
                 if in_place:
@@ -733,8 +745,9 @@ def _inf_key(flags):
 
 
 @_kernel
-def count_argmax_rows(y_true, scores, weights, out, start, stop, sign, flags, ignore_index,
-                      headroom):
+def count_argmax_rows(
+    y_true, scores, weights, out, start, stop, sign, flags, ignore_index, headroom
+):
     """Count ``(y_true[i], argmax_c scores[i, c])`` for ``i`` in ``[start, stop)``.
 
     The ``(N, C)`` logits layout: ``y_true`` and ``weights`` (or None) are ``(N,)``, ``scores``
@@ -850,7 +863,7 @@ def count_argmax(y_true, scores, weights, out, start, stop, sign, flags, ignore_
             # noted here and located below (an early exit in these loops blocks vectorisation).
             values = best_value[:width]
             classes = best_class[:width]
-            first = scores[a, 0, r0:r0 + width]
+            first = scores[a, 0, r0 : r0 + width]
             nan_seen = False
             for j in range(width):
                 v = first[j]
@@ -858,7 +871,7 @@ def count_argmax(y_true, scores, weights, out, start, stop, sign, flags, ignore_
                 values[j] = v
                 classes[j] = 0
             for c in range(1, num_scores):
-                tile = scores[a, c, r0:r0 + width]
+                tile = scores[a, c, r0 : r0 + width]
                 for j in range(width):
                     v = tile[j]
                     better = v > values[j]
@@ -867,12 +880,15 @@ def count_argmax(y_true, scores, weights, out, start, stop, sign, flags, ignore_
                     classes[j] = np.int32(c) if better else classes[j]
             if nan_seen:
                 for c in range(num_scores):
-                    tile = scores[a, c, r0:r0 + width]
+                    tile = scores[a, c, r0 : r0 + width]
                     for j in range(width):
                         if tile[j] != tile[j]:
-                            return (BAD_SCORE, (a * num_scores + c) * inner + r0 + j,
-                                    a * inner + r0)
-            labels = y_true[a, r0:r0 + width]
+                            return (
+                                BAD_SCORE,
+                                (a * num_scores + c) * inner + r0 + j,
+                                a * inner + r0,
+                            )
+            labels = y_true[a, r0 : r0 + width]
             for j in range(width):
                 t = labels[j]
                 if has_ignore and _is_ignored(t, ignore_index):
@@ -910,8 +926,9 @@ def _at_least_impl(x, threshold):
 
 
 @_kernel
-def count_threshold(y_true, scores, weights, out, start, stop, sign, flags, ignore_index,
-                    threshold, headroom):
+def count_threshold(
+    y_true, scores, weights, out, start, stop, sign, flags, ignore_index, threshold, headroom
+):
     """Count ``(y_true[i], scores[i] >= threshold)`` for ``i`` in ``[start, stop)`` (binary).
 
     ``y_true``, ``scores`` (float, or int16 holding float16/bfloat16 bits with ``HALF`` or

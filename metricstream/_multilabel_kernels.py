@@ -89,6 +89,7 @@ def _positive(v, threshold):  # pragma: no cover - replaced by the overload belo
 @overload(_positive, inline="always")
 def _positive_impl(v, threshold):
     if isinstance(v, types.Float):
+
         def from_score(v, threshold):
             return np.int64(v >= threshold)
 
@@ -107,6 +108,7 @@ def _pred_bits(v):  # pragma: no cover - replaced by the overload below
 @overload(_pred_bits, inline="always")
 def _pred_bits_impl(v):
     if isinstance(v, types.Float):
+
         def score_bits(v):
             return np.uint8(v != v) * np.uint8(2)  # NaN; branch-free (vectorises)
 
@@ -147,6 +149,7 @@ def _pred_flag(v):  # pragma: no cover - replaced by the overload below
 @overload(_pred_flag, inline="always")
 def _pred_flag_impl(v):
     if isinstance(v, types.Float):
+
         def score_flag(v):
             return np.uint64(v != v) * np.uint64(2)  # NaN
 
@@ -436,8 +439,7 @@ def count_dense(y_true, y_pred, weights, threshold, flags, layout, labels, per_s
         narrow = num_labels <= 255
         for i in range(n):
             if narrow:
-                tps, aps, pps = _narrow_row(y_true[i], y_pred[i], threshold, tpl, apl, ppl,
-                                            bits)
+                tps, aps, pps = _narrow_row(y_true[i], y_pred[i], threshold, tpl, apl, ppl, bits)
             else:
                 tps, aps, pps = _wide_row(y_true[i], y_pred[i], threshold, tpl, apl, ppl, bits)
             sums[i, 0] = tps
@@ -449,15 +451,17 @@ def count_dense(y_true, y_pred, weights, threshold, flags, layout, labels, per_s
             worst |= bits[j]
         if worst > 1:
             for i in range(n):
-                status, _, _, _ = _plain_row(y_true[i], y_pred[i], threshold, one, False, tpl,
-                                             apl, ppl)
+                status, _, _, _ = _plain_row(
+                    y_true[i], y_pred[i], threshold, one, False, tpl, apl, ppl
+                )
                 if status != OK:
                     return status, i
     else:
         for i in range(n):
             wi = weights[i] if weighted else one
-            status, tps, aps, pps = _plain_row(y_true[i], y_pred[i], threshold, wi, weighted,
-                                               tpl, apl, ppl)
+            status, tps, aps, pps = _plain_row(
+                y_true[i], y_pred[i], threshold, wi, weighted, tpl, apl, ppl
+            )
             if status != OK:
                 return status, i
             sums[i, 0] = tps
@@ -474,8 +478,9 @@ def count_dense(y_true, y_pred, weights, threshold, flags, layout, labels, per_s
 
 
 @_kernel
-def count_dense_masked(y_true, y_pred, weights, threshold, mask_value, flags, layout, labels,
-                       per_sample):
+def count_dense_masked(
+    y_true, y_pred, weights, threshold, mask_value, flags, layout, labels, per_sample
+):
     """:func:`count_dense` skipping true entries equal to ``mask_value`` (``labels`` row 3
     counts them)."""
     n = y_true.shape[0]
@@ -571,8 +576,19 @@ def _commit_samples(sums, weights, weighted, layout, per_sample):
 
 
 @_kernel
-def count_sets(true_indptr, true_indices, pred_indptr, pred_indices, weights, flags, layout,
-               labels, per_sample, cooc, scratch):
+def count_sets(
+    true_indptr,
+    true_indices,
+    pred_indptr,
+    pred_indices,
+    weights,
+    flags,
+    layout,
+    labels,
+    per_sample,
+    cooc,
+    scratch,
+):
     """Count per-sample label sets (CSR: ``indices[indptr[i]:indptr[i + 1]]`` of sample ``i``).
 
     Indices are already checked to lie in ``[0, L)`` and ``indptr`` to be monotone; a label
@@ -584,8 +600,8 @@ def count_sets(true_indptr, true_indices, pred_indptr, pred_indices, weights, fl
     sums = np.empty((n, 4), dtype=np.int32)
     # ---- pass 1: validate (duplicates) and compute each sample's TP_s
     for i in range(n):
-        t = true_indices[true_indptr[i]:true_indptr[i + 1]]
-        p = pred_indices[pred_indptr[i]:pred_indptr[i + 1]]
+        t = true_indices[true_indptr[i] : true_indptr[i + 1]]
+        p = pred_indices[pred_indptr[i] : pred_indptr[i + 1]]
         status = OK
         column = -1
         for a in range(t.shape[0]):
@@ -620,8 +636,8 @@ def count_sets(true_indptr, true_indices, pred_indptr, pred_indices, weights, fl
     pp = labels[2]
     for i in range(n):
         w = weights[i] if weighted else 1
-        t = true_indices[true_indptr[i]:true_indptr[i + 1]]
-        p = pred_indices[pred_indptr[i]:pred_indptr[i + 1]]
+        t = true_indices[true_indptr[i] : true_indptr[i + 1]]
+        p = pred_indices[pred_indptr[i] : pred_indptr[i + 1]]
         for a in range(p.shape[0]):
             scratch[p[a]] = 1
             pp[p[a]] += w

@@ -62,16 +62,26 @@ def synchronize(
         local_error: Exception | None = TypeError(
             f"`acc` must be an accumulator or an AccumulatorGroup, got {type(target).__name__}."
         )
-        _check(np.array([SYNC_PROTOCOL, _ERROR_MARK, 0, 0, 0, 0], dtype=np.int64), None,
-               gather, engine, local_error)
+        _check(
+            np.array([SYNC_PROTOCOL, _ERROR_MARK, 0, 0, 0, 0], dtype=np.int64),
+            None,
+            gather,
+            engine,
+            local_error,
+        )
         raise AssertionError("unreachable")  # pragma: no cover
     try:
         work = target if inplace else target.copy()
     except Exception as error:
         # E.g. no memory for the copy on this rank: still join the check, so that the other
         # ranks raise too instead of waiting in it.
-        _check(np.array([SYNC_PROTOCOL, _ERROR_MARK, 0, 0, 0, 0], dtype=np.int64), None,
-               gather, engine, error)
+        _check(
+            np.array([SYNC_PROTOCOL, _ERROR_MARK, 0, 0, 0, 0], dtype=np.int64),
+            None,
+            gather,
+            engine,
+            error,
+        )
         raise AssertionError("unreachable") from error  # pragma: no cover
     with _exclusive(work) as arrays:
         ints = [array for array in arrays.values() if array.dtype.kind == "i"]
@@ -81,16 +91,26 @@ def synchronize(
             int_max = max((int(a.max()) for a in ints if a.size), default=0)
             float_max = max((float(a.max()) for a in floats if a.size), default=0.0)
             vector = np.array(
-                [SYNC_PROTOCOL, _digest(description), sum(a.size for a in ints),
-                 sum(a.size for a in floats), int_max,
-                 np.array(float_max, dtype=np.float64).view(np.int64)],
+                [
+                    SYNC_PROTOCOL,
+                    _digest(description),
+                    sum(a.size for a in ints),
+                    sum(a.size for a in floats),
+                    int_max,
+                    np.array(float_max, dtype=np.float64).view(np.int64),
+                ],
                 dtype=np.int64,
             )
         except Exception as error:
             # E.g. a configuration that is not JSON-able: still join the check, so that the
             # other ranks raise too instead of waiting in it forever.
-            _check(np.array([SYNC_PROTOCOL, _ERROR_MARK, 0, 0, 0, 0], dtype=np.int64), None,
-                   gather, engine, error)
+            _check(
+                np.array([SYNC_PROTOCOL, _ERROR_MARK, 0, 0, 0, 0], dtype=np.int64),
+                None,
+                gather,
+                engine,
+                error,
+            )
             raise AssertionError("unreachable") from error  # pragma: no cover
         _check(vector, description, gather, engine, None)
         for group in (ints, floats):
@@ -111,8 +131,10 @@ def _describe(target: Syncable, arrays: dict[str, np.ndarray]) -> list[Any]:
     for key, array in arrays.items():
         owner, _, name = key.rpartition("/")
         shapes.setdefault(owner, []).append([name, array.dtype.str, list(array.shape)])
-    return [[name, type(member).__name__, member.state_format, member.config(),
-             shapes.get(name, [])] for name, member in members.items()]
+    return [
+        [name, type(member).__name__, member.state_format, member.config(), shapes.get(name, [])]
+        for name, member in members.items()
+    ]
 
 
 def _digest(description: list[Any]) -> int:
@@ -121,9 +143,13 @@ def _digest(description: list[Any]) -> int:
     return int.from_bytes(digest, "little") >> 1  # 63 bits: a non-negative int64
 
 
-def _check(vector: np.ndarray, description: list[Any] | None,
-           gather: Callable[[np.ndarray], np.ndarray], engine: str,
-           local_error: Exception | None) -> None:
+def _check(
+    vector: np.ndarray,
+    description: list[Any] | None,
+    gather: Callable[[np.ndarray], np.ndarray],
+    engine: str,
+    local_error: Exception | None,
+) -> None:
     table = np.asarray(gather(vector), dtype=np.int64).reshape(-1, NUM_FIELDS)
     world_size = len(table)
     if local_error is not None:
@@ -164,8 +190,9 @@ def _check(vector: np.ndarray, description: list[Any] | None,
         )
 
 
-def _difference(description: list[Any], gather: Callable[[np.ndarray], np.ndarray],
-                world_size: int) -> str:
+def _difference(
+    description: list[Any], gather: Callable[[np.ndarray], np.ndarray], world_size: int
+) -> str:
     """Exchange every rank's description (two more all-gathers) and say what differs."""
     # Keys in each configuration's own order, so the first field reported is its first one.
     text = json.dumps(description).encode("utf-8")
@@ -181,8 +208,10 @@ def _difference(description: list[Any], gather: Callable[[np.ndarray], np.ndarra
     names = [[member[0] for member in d] for d in descriptions]
     if any(n != names[0] for n in names):
         # A single accumulator is described as one member named "" (group members have names).
-        held = [f"a single {d[0][1]}" if n == [""] else f"a group of {n!r}"
-                for n, d in zip(names, descriptions, strict=True)]
+        held = [
+            f"a single {d[0][1]}" if n == [""] else f"a group of {n!r}"
+            for n, d in zip(names, descriptions, strict=True)
+        ]
         return "the ranks hold different accumulators: " + _by_rank(held)
     for index, name in enumerate(names[0]):
         prefix = f"member {name!r}: " if name else ""
@@ -243,5 +272,5 @@ def _sum_into(arrays: list[np.ndarray], reduce_sum: Callable[[np.ndarray], np.nd
     result = np.asarray(reduce_sum(buffer)).reshape(-1)
     offset = 0
     for array in arrays:
-        array[...] = result[offset: offset + array.size].reshape(array.shape)
+        array[...] = result[offset : offset + array.size].reshape(array.shape)
         offset += array.size

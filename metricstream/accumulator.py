@@ -43,8 +43,10 @@ def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
         config = dict(state["config"])
         arrays = state["arrays"]
     else:
-        config = {key: state[key] for key in
-                  ("num_classes", "class_names", "ignore_index", "weighted", "class_axis")}
+        config = {
+            key: state[key]
+            for key in ("num_classes", "class_names", "ignore_index", "weighted", "class_axis")
+        }
         arrays = {"matrix": state["matrix"]}
     config.setdefault("threshold", None)
     return {"type": "ConfusionAccumulator", "format": 2, "config": config, "arrays": arrays}
@@ -231,8 +233,9 @@ class ConfusionAccumulator(Accumulator):
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> Batch:
         if self._threshold is None:
             return prepare_batch(y_true, y_pred, weights, self._num_classes, self._class_axis)
-        return prepare_batch(y_true, y_pred, weights, self._num_classes, self._class_axis,
-                             threshold=self._threshold)
+        return prepare_batch(
+            y_true, y_pred, weights, self._num_classes, self._class_axis, threshold=self._threshold
+        )
 
     def _count(self, arrays: dict[str, np.ndarray], batch: Batch) -> None:
         count_batch(arrays["matrix"], batch, self._ignore_index, math.nan)
@@ -262,8 +265,14 @@ class ConfusionAccumulator(Accumulator):
             >>> ConfusionAccumulator.from_batch([0, 1, 1], [0, 1, 0], num_classes=2).accuracy()
             0.6666666666666666
         """
-        acc = cls(num_classes, class_names, ignore_index, weighted=weighted,
-                  class_axis=class_axis, threshold=threshold)
+        acc = cls(
+            num_classes,
+            class_names,
+            ignore_index,
+            weighted=weighted,
+            class_axis=class_axis,
+            threshold=threshold,
+        )
         return acc.update(y_true, y_pred, weights)
 
     @classmethod
@@ -286,9 +295,7 @@ class ConfusionAccumulator(Accumulator):
             weighted = array.dtype.kind == "f" and not np.array_equal(array, np.round(array))
         acc = cls(array.shape[0], class_names, ignore_index, weighted=weighted)
         if not weighted and array.dtype.kind == "f" and not np.array_equal(array, np.round(array)):
-            raise ValueError(
-                "`matrix` holds fractional counts; pass `weighted=True` to keep them."
-            )
+            raise ValueError("`matrix` holds fractional counts; pass `weighted=True` to keep them.")
         try:
             _check_counts(array, acc._matrix)
         except ValueError as error:
@@ -313,10 +320,17 @@ class ConfusionAccumulator(Accumulator):
 
     # Every other metric method is generated below from its function in metricstream.metrics.
 
-    def bootstrap(self, metric: str | Callable[..., Any], *, n_resamples: int = 1000,
-                  confidence: float = 0.95, method: str = "percentile",
-                  seed: int | np.random.Generator | None = None,
-                  resampling: str = "multinomial", **metric_kwargs: Any) -> Any:
+    def bootstrap(
+        self,
+        metric: str | Callable[..., Any],
+        *,
+        n_resamples: int = 1000,
+        confidence: float = 0.95,
+        method: _bootstrap.Method = "percentile",
+        seed: int | np.random.Generator | None = None,
+        resampling: _bootstrap.Resampling = "multinomial",
+        **metric_kwargs: Any,
+    ) -> _bootstrap.MetricInterval:
         """A bootstrap confidence interval of any metric of this matrix, at read time.
 
         ``metric`` is a method name (``"f1"``, ``"miou"``, ...), an alias (``"macro_f1"``) or a
@@ -332,14 +346,25 @@ class ConfusionAccumulator(Accumulator):
             >>> result.low < result.estimate == 0.8 < result.high
             True
         """
-        return _bootstrap.bootstrap(self, metric, n_resamples=n_resamples, confidence=confidence,
-                         method=method, seed=seed, resampling=resampling,  # type: ignore[arg-type]
-                         **metric_kwargs)
+        return _bootstrap.bootstrap(
+            self,
+            metric,
+            n_resamples=n_resamples,
+            confidence=confidence,
+            method=method,
+            seed=seed,
+            resampling=resampling,
+            **metric_kwargs,
+        )
 
-    def classification_report(self, digits: int = 2, labels: LabelsArg = None,
-                              target_names: Sequence[str] | None = None,
-                              output_dict: bool = False,
-                              zero_division: ZeroDivision = "warn") -> str | dict:
+    def classification_report(
+        self,
+        digits: int = 2,
+        labels: LabelsArg = None,
+        target_names: Sequence[str] | None = None,
+        output_dict: bool = False,
+        zero_division: ZeroDivision = "warn",
+    ) -> str | dict:
         """scikit-learn's ``classification_report``, character for character; class names
         (if set) are the default ``target_names``. See
         :func:`metricstream.report.classification_report`."""
@@ -351,27 +376,42 @@ class ConfusionAccumulator(Accumulator):
                 # scikit-learn reports the labels seen in truth or prediction.
                 shown = np.flatnonzero(counts.actual_positives + counts.predicted_positives)
             target_names = [self._class_names[i] for i in shown]
-        report = self._view(_report.classification_report, digits=digits, labels=indices,
-                            target_names=None if target_names is None else tuple(target_names),
-                            output_dict=output_dict, zero_division=zero_division)
+        report = self._view(
+            _report.classification_report,
+            digits=digits,
+            labels=indices,
+            target_names=None if target_names is None else tuple(target_names),
+            output_dict=output_dict,
+            zero_division=zero_division,
+        )
         return copy.deepcopy(report)  # a cached dict must not be mutated by the caller
 
-    def summary(self, format: str = "dict", *, zero_division: ZeroDivision = "warn",
-                digits: int = 4) -> dict | str:
+    def summary(
+        self, format: str = "dict", *, zero_division: ZeroDivision = "warn", digits: int = 4
+    ) -> dict | str:
         """Overall and per-class metrics: ``format="dict"`` (JSON-ready), ``"text"`` or
         ``"markdown"``; see :func:`metricstream.report.summary`. ``digits`` applies to text
         and markdown."""
         if format == "dict":
             # Built afresh, not cached: a deep copy of a cached dict holding the K×K matrix as
             # lists costs more than building it (0.75 s against 0.03 s at K=1000).
-            return _report.summary(self._view_source(), class_names=self._class_names,
-                                   zero_division=zero_division)
+            return _report.summary(
+                self._view_source(), class_names=self._class_names, zero_division=zero_division
+            )
         if format == "text":
-            return self._view(_report.summary_text, class_names=self._class_names,
-                              zero_division=zero_division, digits=digits)
+            return self._view(
+                _report.summary_text,
+                class_names=self._class_names,
+                zero_division=zero_division,
+                digits=digits,
+            )
         if format == "markdown":
-            return self._view(_report.summary_markdown, class_names=self._class_names,
-                              zero_division=zero_division, digits=digits)
+            return self._view(
+                _report.summary_markdown,
+                class_names=self._class_names,
+                zero_division=zero_division,
+                digits=digits,
+            )
         raise ValueError(f"`format` must be 'dict', 'text' or 'markdown', got {format!r}.")
 
     def _repr_html_(self) -> str:
@@ -380,9 +420,14 @@ class ConfusionAccumulator(Accumulator):
 
     # ------------------------------------------------------------------ plots
     # Thin wrappers around metricstream.plotting (matplotlib is optional and imported there).
-    def plot(self, normalize: Normalize = None, ax: Any = None,
-             class_names: Sequence[str] | None = None, annotate: bool | None = None,
-             **kwargs: Any) -> Any:
+    def plot(
+        self,
+        normalize: Normalize = None,
+        ax: Any = None,
+        class_names: Sequence[str] | None = None,
+        annotate: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Draw the matrix as a heatmap with a colour bar and return the matplotlib ``Axes``.
 
         ``normalize`` is None (counts), "true", "pred" or "all"; ``class_names`` default to the
@@ -394,12 +439,21 @@ class ConfusionAccumulator(Accumulator):
         from . import plotting
 
         return plotting.plot_confusion_matrix(
-            self.matrix, normalize=normalize, ax=ax, annotate=annotate,
-            class_names=class_names if class_names is not None else self._class_names, **kwargs)
+            self.matrix,
+            normalize=normalize,
+            ax=ax,
+            annotate=annotate,
+            class_names=class_names if class_names is not None else self._class_names,
+            **kwargs,
+        )
 
-    def plot_per_class(self, metrics: Sequence[str] = ("precision", "recall", "f1", "iou"),
-                       ax: Any = None, class_names: Sequence[str] | None = None,
-                       **kwargs: Any) -> Any:
+    def plot_per_class(
+        self,
+        metrics: Sequence[str] = ("precision", "recall", "f1", "iou"),
+        ax: Any = None,
+        class_names: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Grouped bars of per-class precision, recall, F1 and IoU; returns the ``Axes``.
 
         See :func:`metricstream.plotting.plot_per_class`.
@@ -407,8 +461,12 @@ class ConfusionAccumulator(Accumulator):
         from . import plotting
 
         return plotting.plot_per_class(
-            self.matrix, metrics=metrics, ax=ax,
-            class_names=class_names if class_names is not None else self._class_names, **kwargs)
+            self.matrix,
+            metrics=metrics,
+            ax=ax,
+            class_names=class_names if class_names is not None else self._class_names,
+            **kwargs,
+        )
 
     # ------------------------------------------------------------------ internals
     def _view_source(self) -> ClassCounts:
@@ -420,8 +478,11 @@ class ConfusionAccumulator(Accumulator):
                 matrix = self._matrix.copy()
             matrix.flags.writeable = False
             counts = ClassCounts.from_matrix(matrix, validate=False)
-            for array in (counts.true_positives, counts.actual_positives,
-                          counts.predicted_positives):
+            for array in (
+                counts.true_positives,
+                counts.actual_positives,
+                counts.predicted_positives,
+            ):
                 array.flags.writeable = False
             if version == self._version:
                 self._views[_COUNTS_KEY] = counts
@@ -436,8 +497,11 @@ class ConfusionAccumulator(Accumulator):
         for position, label in enumerate(labels):  # type: ignore[union-attr]
             if isinstance(label, str):
                 if self._class_names is None or label not in self._class_names:
-                    known = "this accumulator has no `class_names`" if self._class_names is None \
+                    known = (
+                        "this accumulator has no `class_names`"
+                        if self._class_names is None
                         else f"known names: {list(self._class_names)}"
+                    )
                     raise ValueError(
                         f"`labels` holds unknown class name {label!r} at position {position}; "
                         f"{known}."
@@ -484,7 +548,8 @@ def _metric_method(function: Callable[..., Any]) -> Callable[..., Any]:
     method.__qualname__ = f"ConfusionAccumulator.{name}"
     self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     method.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[self_parameter, *parameters[1:]])
+        parameters=[self_parameter, *parameters[1:]]
+    )
     method.__doc__ = _method_doc(function)
     return method
 
@@ -504,24 +569,59 @@ def _method_doc(function: Callable[..., Any]) -> str:
             break
         kept.append(line)
     body = "\n".join(kept).rstrip()
-    return (f"{body}\n\nComputed from this accumulator's matrix: the same as "
-            f"``metricstream.metrics.{function.__name__}(acc.matrix, ...)``.")
+    return (
+        f"{body}\n\nComputed from this accumulator's matrix: the same as "
+        f"``metricstream.metrics.{function.__name__}(acc.matrix, ...)``."
+    )
 
 
 _METRIC_METHODS = (
-    "true_positives", "false_positives", "false_negatives", "true_negatives", "support",
-    "predicted_positives", "prevalence",
-    "accuracy", "balanced_accuracy", "ovr_accuracy", "hamming_loss", "zero_one_loss",
-    "precision", "recall", "f1", "fbeta", "precision_recall_fscore_support",
-    "jaccard", "dice", "miou", "fwiou",
-    "specificity", "negative_predictive_value", "false_positive_rate", "false_negative_rate",
-    "false_discovery_rate", "false_omission_rate", "informedness", "markedness",
-    "positive_likelihood_ratio", "negative_likelihood_ratio", "diagnostic_odds_ratio",
-    "cohen_kappa", "cohen_kappa_standard_error", "scott_pi", "matthews_corrcoef",
+    "true_positives",
+    "false_positives",
+    "false_negatives",
+    "true_negatives",
+    "support",
+    "predicted_positives",
+    "prevalence",
+    "accuracy",
+    "balanced_accuracy",
+    "ovr_accuracy",
+    "hamming_loss",
+    "zero_one_loss",
+    "precision",
+    "recall",
+    "f1",
+    "fbeta",
+    "precision_recall_fscore_support",
+    "jaccard",
+    "dice",
+    "miou",
+    "fwiou",
+    "specificity",
+    "negative_predictive_value",
+    "false_positive_rate",
+    "false_negative_rate",
+    "false_discovery_rate",
+    "false_omission_rate",
+    "informedness",
+    "markedness",
+    "positive_likelihood_ratio",
+    "negative_likelihood_ratio",
+    "diagnostic_odds_ratio",
+    "cohen_kappa",
+    "cohen_kappa_standard_error",
+    "scott_pi",
+    "matthews_corrcoef",
     "ovr_matthews_corrcoef",
-    "mutual_information", "normalized_mutual_information", "adjusted_rand_index",
-    "accuracy_interval", "recall_interval", "precision_interval", "specificity_interval",
-    "negative_predictive_value_interval", "cohen_kappa_interval",
+    "mutual_information",
+    "normalized_mutual_information",
+    "adjusted_rand_index",
+    "accuracy_interval",
+    "recall_interval",
+    "precision_interval",
+    "specificity_interval",
+    "negative_predictive_value_interval",
+    "cohen_kappa_interval",
 )
 for _name in _METRIC_METHODS:
     setattr(ConfusionAccumulator, _name, _metric_method(getattr(_metrics, _name)))
@@ -560,8 +660,9 @@ def _check_threshold(value: Any, num_classes: int) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"`threshold` must be a number or None, got {type(value).__name__} "
-                        f"{value!r}.")
+        raise TypeError(
+            f"`threshold` must be a number or None, got {type(value).__name__} {value!r}."
+        )
     threshold = float(value)
     if not math.isfinite(threshold):
         raise ValueError(f"`threshold` must be finite, got {value!r}.")
@@ -579,15 +680,21 @@ def _check_counts(array: np.ndarray, target: np.ndarray) -> None:
         raise ValueError("holds NaN or infinite counts.")
     if (array < 0).any():
         position = tuple(int(i) for i in np.argwhere(array < 0)[0])
-        raise ValueError(f"holds {array[position].item()!r} at {position}; counts are "
-                         f"non-negative.")
+        raise ValueError(
+            f"holds {array[position].item()!r} at {position}; counts are non-negative."
+        )
     if target.dtype.kind == "i":
-        too_large = array >= 2.0**63 if array.dtype.kind == "f" else (
-            array > _INT64_MAX if array.dtype == np.uint64 else np.zeros(array.shape, bool))
+        too_large = (
+            array >= 2.0**63
+            if array.dtype.kind == "f"
+            else (array > _INT64_MAX if array.dtype == np.uint64 else np.zeros(array.shape, bool))
+        )
         if too_large.any():
             position = tuple(int(i) for i in np.argwhere(too_large)[0])
-            raise ValueError(f"holds {array[position].item()!r} at {position}, beyond the int64 "
-                             f"counts (at most 2**63 - 1).")
+            raise ValueError(
+                f"holds {array[position].item()!r} at {position}, beyond the int64 "
+                f"counts (at most 2**63 - 1)."
+            )
 
 
 def _check_class_names(names: Sequence[str] | None, num_classes: int) -> tuple[str, ...] | None:

@@ -120,8 +120,9 @@ class Accumulator:
         for name, (_, dtype) in specs.items():
             if dtype not in _STATE_DTYPES:
                 raise TypeError(f"state array {name!r} has dtype {dtype}; use int64 or float64.")
-        needed = sum(int(np.prod(shape, dtype=object)) * dtype.itemsize
-                     for shape, dtype in specs.values())
+        needed = sum(
+            int(np.prod(shape, dtype=object)) * dtype.itemsize for shape, dtype in specs.values()
+        )
         budget = _allocation_budget.get()
         if budget is not None and needed > budget:
             raise ValueError(
@@ -279,8 +280,9 @@ class Accumulator:
         JSON-less checkpoint such as ``torch.save`` and loads back with ``torch.load``'s default
         ``weights_only=True``, and compares with ``==``. See :mod:`metricstream.serialization`.
         """
-        return _codec.make_state_dict(type(self).__name__, self.state_format, self.config(),
-                                      self.state_arrays())
+        return _codec.make_state_dict(
+            type(self).__name__, self.state_format, self.config(), self.state_arrays()
+        )
 
     @classmethod
     def from_state_dict(cls: type[A], state: Any) -> A:
@@ -295,7 +297,8 @@ class Accumulator:
                 whose shape, dtype or values (negative, non-finite, fractional counts) do not fit.
         """
         type_name, config, arrays = _codec.read_state_dict(
-            state, cls.__name__, cls.state_format, cls.state_upgrades)
+            state, cls.__name__, cls.state_format, cls.state_upgrades
+        )
         if type_name != cls.__name__:
             raise ValueError(
                 f"`state` holds {_a(type_name)}, not a {cls.__name__}; load it with "
@@ -308,8 +311,9 @@ class Accumulator:
 
         See :func:`metricstream.serialization.encode` for the layout.
         """
-        return _codec.encode(type(self).__name__, self.state_format, self.config(),
-                             self.state_arrays())
+        return _codec.encode(
+            type(self).__name__, self.state_format, self.config(), self.state_arrays()
+        )
 
     @classmethod
     def from_bytes(cls: type[A], data: Any, *, source: str = "`data`") -> A:
@@ -327,7 +331,8 @@ class Accumulator:
             )
         try:
             return cls.from_state_dict(
-                {"type": type_name, "format": state_format, "config": config, "arrays": arrays})
+                {"type": type_name, "format": state_format, "config": config, "arrays": arrays}
+            )
         except (TypeError, ValueError) as error:
             raise ValueError(f"{source} holds an invalid state: {error}") from error
 
@@ -357,14 +362,17 @@ class Accumulator:
         try:
             new = cls(**config)
         except TypeError as error:
-            raise ValueError(f"the configuration {config!r} does not fit {cls.__name__}: "
-                             f"{error}") from error
+            raise ValueError(
+                f"the configuration {config!r} does not fit {cls.__name__}: {error}"
+            ) from error
         finally:
             _allocation_budget.reset(token)
         missing = sorted(set(new.config()) - set(config))
         if missing:
-            raise ValueError(f"the configuration lacks the setting(s) {missing}; it was not made "
-                             f"by `state_dict()` or is damaged.")
+            raise ValueError(
+                f"the configuration lacks the setting(s) {missing}; it was not made "
+                f"by `state_dict()` or is damaged."
+            )
         _codec.check_arrays(arrays, new._arrays)
         for name, array in arrays.items():
             new._arrays[name][...] = array
@@ -467,8 +475,9 @@ def _fresh(value: Any) -> Any:
     return value
 
 
-def _checked_sums(current: Mapping[str, np.ndarray], incoming: Mapping[str, np.ndarray],
-                  what: str) -> dict[str, np.ndarray]:
+def _checked_sums(
+    current: Mapping[str, np.ndarray], incoming: Mapping[str, np.ndarray], what: str
+) -> dict[str, np.ndarray]:
     """``current + incoming`` per array, refusing int64 wrap-around and float overflow."""
     sums = {}
     for name, array in current.items():
@@ -522,8 +531,9 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         ['seen', 'train']
     """
 
-    def __init__(self, members: Mapping[str, Accumulator] | None = None,
-                 **named: Accumulator) -> None:
+    def __init__(
+        self, members: Mapping[str, Accumulator] | None = None, **named: Accumulator
+    ) -> None:
         combined: dict[str, Accumulator] = {}
         for source in (members or {}, named):
             for name, member in source.items():
@@ -605,9 +615,12 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
                 raise ValueError(f"member {name!r}: {error}") from None
             incoming[name] = theirs.state_arrays()
         with self._locked():
-            sums = {name: _checked_sums(member._arrays, incoming[name],
-                                        f"{type(member).__name__} {name!r}")
-                    for name, member in self._members.items()}
+            sums = {
+                name: _checked_sums(
+                    member._arrays, incoming[name], f"{type(member).__name__} {name!r}"
+                )
+                for name, member in self._members.items()
+            }
             for name, member in self._members.items():
                 for array_name, total in sums[name].items():
                     member._arrays[array_name][...] = total
@@ -648,20 +661,27 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         if not isinstance(other, AccumulatorGroup):
             return NotImplemented
         return list(self._members) == list(other._members) and all(
-            self._members[name] == other._members[name] for name in self._members)
+            self._members[name] == other._members[name] for name in self._members
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
     def summary(self, **kwargs: Any) -> dict[str, Any]:
         """``{name: member.summary(**kwargs)}`` for the members that have a summary."""
-        return {name: member.summary(**kwargs)  # type: ignore[attr-defined]
-                for name, member in self._members.items() if hasattr(member, "summary")}
+        return {
+            name: member.summary(**kwargs)  # type: ignore[attr-defined]
+            for name, member in self._members.items()
+            if hasattr(member, "summary")
+        }
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """``{"type": "AccumulatorGroup", "format": 1, "members": {name: member state dict}}``."""
-        return {"type": "AccumulatorGroup", "format": 1,
-                "members": {name: member.state_dict() for name, member in self._members.items()}}
+        return {
+            "type": "AccumulatorGroup",
+            "format": 1,
+            "members": {name: member.state_dict() for name, member in self._members.items()},
+        }
 
     @classmethod
     def from_state_dict(cls: type[G], state: Any) -> G:
@@ -689,11 +709,17 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
 
     def to_bytes(self) -> bytes:
         """All members in one checksummed blob (the codec of :mod:`metricstream.serialization`)."""
-        config = {"members": [[name, type(member).__name__, member.state_format, member.config()]
-                              for name, member in self._members.items()]}
-        arrays = {f"{name}/{array_name}": array
-                  for name, member in self._members.items()
-                  for array_name, array in member.state_arrays().items()}
+        config = {
+            "members": [
+                [name, type(member).__name__, member.state_format, member.config()]
+                for name, member in self._members.items()
+            ]
+        }
+        arrays = {
+            f"{name}/{array_name}": array
+            for name, member in self._members.items()
+            for array_name, array in member.state_arrays().items()
+        }
         return _codec.encode("AccumulatorGroup", 1, config, arrays)
 
     @classmethod
@@ -701,8 +727,10 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         """A group from :meth:`to_bytes` output; bounded and checked like a single accumulator."""
         type_name, state_format, config, arrays = _codec.decode(data, source=source)
         if type_name != "AccumulatorGroup" or state_format != 1:
-            raise ValueError(f"{source} holds {_a(type_name)} (format {state_format}), not an "
-                             f"AccumulatorGroup; load it with {type_name}.from_bytes.")
+            raise ValueError(
+                f"{source} holds {_a(type_name)} (format {state_format}), not an "
+                f"AccumulatorGroup; load it with {type_name}.from_bytes."
+            )
         try:
             entries = config.get("members")
             if not isinstance(entries, list):
@@ -710,21 +738,35 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
             members = {}
             claimed: set[str] = set()
             for entry in entries:
-                if not (isinstance(entry, list) and len(entry) == 4
-                        and isinstance(entry[0], str) and isinstance(entry[3], dict)):
-                    raise ValueError(f"the member entry {str(entry)[:80]!r} is not "
-                                     f"[name, type, format, configuration]")
+                if not (
+                    isinstance(entry, list)
+                    and len(entry) == 4
+                    and isinstance(entry[0], str)
+                    and isinstance(entry[3], dict)
+                ):
+                    raise ValueError(
+                        f"the member entry {str(entry)[:80]!r} is not "
+                        f"[name, type, format, configuration]"
+                    )
                 name, member_type_name, member_format, member_config = entry
                 if name in members:
                     raise ValueError(f"member {name!r} is listed twice")
                 prefix = f"{name}/"
-                member_arrays = {key[len(prefix):]: value for key, value in arrays.items()
-                                 if key.startswith(prefix)}
+                member_arrays = {
+                    key[len(prefix) :]: value
+                    for key, value in arrays.items()
+                    if key.startswith(prefix)
+                }
                 claimed.update(prefix + key for key in member_arrays)
                 member_type = accumulator_type(member_type_name)
-                members[name] = member_type.from_state_dict({
-                    "type": member_type_name, "format": member_format,
-                    "config": member_config, "arrays": member_arrays})
+                members[name] = member_type.from_state_dict(
+                    {
+                        "type": member_type_name,
+                        "format": member_format,
+                        "config": member_config,
+                        "arrays": member_arrays,
+                    }
+                )
             orphans = sorted(set(arrays) - claimed)
             if orphans:
                 raise ValueError(f"the arrays {orphans[:5]} belong to no member")

@@ -69,9 +69,11 @@ METRIC_ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
     "mcc": ("matthews_corrcoef", {}),
     "kappa": ("cohen_kappa", {}),
     "miou": ("miou", {}),
-    **{f"{avg}_{name}": (name, {"average": avg})
-       for avg in ("macro", "micro", "weighted")
-       for name in ("f1", "precision", "recall", "jaccard")},
+    **{
+        f"{avg}_{name}": (name, {"average": avg})
+        for avg in ("macro", "micro", "weighted")
+        for name in ("f1", "precision", "recall", "jaccard")
+    },
 }
 
 
@@ -147,6 +149,7 @@ class MetricInterval:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields (arrays as lists, NaN as None), without the replicates."""
+
         def plain(value: Any) -> Any:
             if isinstance(value, np.ndarray):
                 return [plain(v) for v in value.tolist()]
@@ -154,11 +157,18 @@ class MetricInterval:
                 return None if math.isnan(value) else float(value)
             return value
 
-        return {"metric": self.metric, "estimate": plain(self.estimate),
-                "low": plain(self.low), "high": plain(self.high),
-                "standard_error": plain(self.standard_error), "method": self.method,
-                "confidence": self.confidence, "n_resamples": self.n_resamples,
-                "resampling": self.resampling, "seed": self.seed}
+        return {
+            "metric": self.metric,
+            "estimate": plain(self.estimate),
+            "low": plain(self.low),
+            "high": plain(self.high),
+            "standard_error": plain(self.standard_error),
+            "method": self.method,
+            "confidence": self.confidence,
+            "n_resamples": self.n_resamples,
+            "resampling": self.resampling,
+            "seed": self.seed,
+        }
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -205,8 +215,9 @@ def _counts_of(source: Any) -> tuple[np.ndarray, Sequence[str] | None]:
     if array.dtype.kind == "f":
         if not np.isfinite(array).all():
             bad = tuple(int(i) for i in np.argwhere(~np.isfinite(array))[0])
-            raise ValueError(f"`source` holds {array[bad].item()!r} at position {bad}; counts must "
-                             f"be finite.")
+            raise ValueError(
+                f"`source` holds {array[bad].item()!r} at position {bad}; counts must be finite."
+            )
         fractional = array != np.floor(array)
         if fractional.any():
             bad = tuple(int(i) for i in np.argwhere(fractional)[0])
@@ -221,8 +232,9 @@ def _counts_of(source: Any) -> tuple[np.ndarray, Sequence[str] | None]:
             raise ValueError("`source` holds a count of 2^62 or more; too large to resample.")
     if (array < 0).any():
         bad = tuple(int(i) for i in np.argwhere(array < 0)[0])
-        raise ValueError(f"`source` holds {array[bad].item()!r} at position {bad}; counts must "
-                         f"be non-negative.")
+        raise ValueError(
+            f"`source` holds {array[bad].item()!r} at position {bad}; counts must be non-negative."
+        )
     counts = array.astype(np.int64)
     if int(counts.sum(dtype=np.float64)) >= 2**62:
         raise ValueError("`source` holds 2^62 samples or more; too many to resample exactly.")
@@ -242,8 +254,10 @@ def _labels_to_indices(kwargs: dict[str, Any], names: Sequence[str] | None) -> d
     for position, item in enumerate(items):
         if isinstance(item, str):
             if item not in lookup:
-                raise ValueError(f"`labels` holds {item!r} at position {position}, which is not "
-                                 f"one of the class names {list(names)}.")
+                raise ValueError(
+                    f"`labels` holds {item!r} at position {position}, which is not "
+                    f"one of the class names {list(names)}."
+                )
             indices.append(lookup[item])
         else:
             indices.append(item)
@@ -267,28 +281,34 @@ def _describe(name: str, kwargs: Mapping[str, Any]) -> str:
 def _resolve(metric: Any, kwargs: dict[str, Any], names: Sequence[str] | None) -> _Metric:
     if callable(metric):
         label = getattr(metric, "__name__", type(metric).__name__)
-        return _Metric(_describe(label, kwargs), lambda m: metric(m, **kwargs), None, None,
-                       kwargs)
+        return _Metric(_describe(label, kwargs), lambda m: metric(m, **kwargs), None, None, kwargs)
     if not isinstance(metric, str):
-        raise TypeError(f"`metric` must be a metric name or a function of a matrix, got "
-                        f"{metric!r}.")
+        raise TypeError(
+            f"`metric` must be a metric name or a function of a matrix, got {metric!r}."
+        )
     name, preset = METRIC_ALIASES.get(metric, (metric, {}))
     clash = sorted(set(preset) & set(kwargs))
     if clash:
-        raise ValueError(f"`metric` {metric!r} already sets {clash[0]}={preset[clash[0]]!r}; "
-                         f"pass metric={name!r} to choose it yourself.")
+        raise ValueError(
+            f"`metric` {metric!r} already sets {clash[0]}={preset[clash[0]]!r}; "
+            f"pass metric={name!r} to choose it yourself."
+        )
     kwargs = _labels_to_indices({**preset, **kwargs}, names)
     function = _matrix_metric(name)
     if function is None:
-        known = sorted([n for n in _metrics.__all__ if _matrix_metric(n) is not None]
-                       + list(METRIC_ALIASES))
-        raise ValueError(f"`metric` {metric!r} is not a metric of metricstream.metrics; use one "
-                         f"of {known}, or pass a function of a K×K matrix.")
+        known = sorted(
+            [n for n in _metrics.__all__ if _matrix_metric(n) is not None] + list(METRIC_ALIASES)
+        )
+        raise ValueError(
+            f"`metric` {metric!r} is not a metric of metricstream.metrics; use one "
+            f"of {known}, or pass a function of a K×K matrix."
+        )
     batched = _batched.BATCHED.get(name)
     if batched is not None:
         parameters = _parameters(batched)
-        if not set(kwargs) <= set(parameters) or (name == "cohen_kappa"
-                                                  and kwargs.get("weights") is not None):
+        if not set(kwargs) <= set(parameters) or (
+            name == "cohen_kappa" and kwargs.get("weights") is not None
+        ):
             batched = None
     bound_batched = None
     if batched is not None:
@@ -313,8 +333,9 @@ def _as_value(value: Any) -> Any:
 CURVE_METRICS = ("auroc", "average_precision")
 
 
-def _score_histogram(source: Any, metric: Any
-                     ) -> tuple[np.ndarray, Callable[[np.ndarray], float]] | None:
+def _score_histogram(
+    source: Any, metric: Any
+) -> tuple[np.ndarray, Callable[[np.ndarray], float]] | None:
     """``(histogram, statistic)`` for AUROC / AP of a binary score accumulator, else None.
 
     The state ``curves`` of a binary :class:`~metricstream.scores.ScoreAccumulator` is one
@@ -365,30 +386,53 @@ def _get_pool(workers: int) -> ThreadPoolExecutor:
         if _pool is None or _pool[0] != workers:
             if _pool is not None:
                 _pool[1].shutdown(wait=False)
-            _pool = (workers, ThreadPoolExecutor(max_workers=workers,
-                                                 thread_name_prefix="metricstream-bootstrap"))
+            _pool = (
+                workers,
+                ThreadPoolExecutor(
+                    max_workers=workers, thread_name_prefix="metricstream-bootstrap"
+                ),
+            )
         return _pool[1]
 
 
-def _draw_marginals(rows: np.ndarray, cols: np.ndarray, cell_counts: np.ndarray,
-                    num_classes: int, seed: int, first: int, stop: int, multinomial: bool
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _draw_marginals(
+    rows: np.ndarray,
+    cols: np.ndarray,
+    cell_counts: np.ndarray,
+    num_classes: int,
+    seed: int,
+    first: int,
+    stop: int,
+    multinomial: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     threads = min(get_num_threads(), stop - first)
     if threads < 2 or (stop - first) * cell_counts.size < PARALLEL_MIN_DRAWS:
-        return _k.replicate_marginals(rows, cols, cell_counts, num_classes, np.uint64(seed),
-                                      first, stop, multinomial)
+        return _k.replicate_marginals(
+            rows, cols, cell_counts, num_classes, np.uint64(seed), first, stop, multinomial
+        )
     bounds = [first + (stop - first) * t // threads for t in range(threads + 1)]
     pool = _get_pool(threads)
-    parts = list(pool.map(
-        lambda t: _k.replicate_marginals(rows, cols, cell_counts, num_classes,
-                                         np.uint64(seed), bounds[t], bounds[t + 1],
-                                         multinomial),
-        range(threads)))
+    parts = list(
+        pool.map(
+            lambda t: _k.replicate_marginals(
+                rows,
+                cols,
+                cell_counts,
+                num_classes,
+                np.uint64(seed),
+                bounds[t],
+                bounds[t + 1],
+                multinomial,
+            ),
+            range(threads),
+        )
+    )
     return tuple(np.concatenate([part[i] for part in parts]) for i in range(4))  # type: ignore[return-value]
 
 
-def _replicate_values(counts: np.ndarray, metric: _Metric, n_resamples: int, seed: int,
-                      multinomial: bool) -> np.ndarray:
+def _replicate_values(
+    counts: np.ndarray, metric: _Metric, n_resamples: int, seed: int, multinomial: bool
+) -> np.ndarray:
     flat = counts.reshape(-1)
     cells = np.flatnonzero(flat)
     cell_counts = flat[cells]
@@ -400,10 +444,14 @@ def _replicate_values(counts: np.ndarray, metric: _Metric, n_resamples: int, see
         step = max(1, _CHUNK_VALUES // (4 * num_classes))
         for first in range(0, n_resamples, step):
             stop = min(first + step, n_resamples)
-            tp, ap, pp, total = _draw_marginals(rows, cols, cell_counts, num_classes, seed,
-                                                first, stop, multinomial)
-            chunks.append(np.asarray(metric.batched(_batched.BatchedCounts(tp, ap, pp, total)),
-                                     dtype=np.float64))
+            tp, ap, pp, total = _draw_marginals(
+                rows, cols, cell_counts, num_classes, seed, first, stop, multinomial
+            )
+            chunks.append(
+                np.asarray(
+                    metric.batched(_batched.BatchedCounts(tp, ap, pp, total)), dtype=np.float64
+                )
+            )
         return np.concatenate(chunks, axis=0)
     step = max(1, _CHUNK_VALUES // max(flat.size, cells.size))
     with warnings.catch_warnings():
@@ -415,8 +463,9 @@ def _replicate_values(counts: np.ndarray, metric: _Metric, n_resamples: int, see
             dense = np.zeros((stop - first, flat.size), dtype=np.int64)
             dense[:, cells] = drawn
             stack = dense.reshape((stop - first,) + counts.shape)
-            chunks.append(np.stack([np.asarray(_as_value(metric.scalar(m)), dtype=np.float64)
-                                    for m in stack]))
+            chunks.append(
+                np.stack([np.asarray(_as_value(metric.scalar(m)), dtype=np.float64) for m in stack])
+            )
     return np.concatenate(chunks, axis=0)
 
 
@@ -434,7 +483,7 @@ def _jackknife(counts: np.ndarray, metric: _Metric) -> tuple[np.ndarray, np.ndar
         values = []
         step = max(1, _CHUNK_VALUES // (4 * num_classes))
         for first in range(0, cells.size, step):
-            r, c = rows[first:first + step], cols[first:first + step]
+            r, c = rows[first : first + step], cols[first : first + step]
             index = np.arange(r.size)
             tp = np.repeat(tp0[None, :], r.size, axis=0)
             ap = np.repeat(ap0[None, :], r.size, axis=0)
@@ -444,8 +493,11 @@ def _jackknife(counts: np.ndarray, metric: _Metric) -> tuple[np.ndarray, np.ndar
             ap[index, r] -= 1
             pp[index, c] -= 1
             total = np.full(r.size, total0 - 1)
-            values.append(np.asarray(metric.batched(_batched.BatchedCounts(tp, ap, pp, total)),
-                                     dtype=np.float64))
+            values.append(
+                np.asarray(
+                    metric.batched(_batched.BatchedCounts(tp, ap, pp, total)), dtype=np.float64
+                )
+            )
         return np.concatenate(values, axis=0), weights
     out = []
     work = counts.copy().reshape(-1)
@@ -453,8 +505,9 @@ def _jackknife(counts: np.ndarray, metric: _Metric) -> tuple[np.ndarray, np.ndar
         warnings.simplefilter("ignore", UndefinedMetricWarning)
         for cell in cells:
             work[cell] -= 1
-            out.append(np.asarray(_as_value(metric.scalar(work.reshape(counts.shape))),
-                                  dtype=np.float64))
+            out.append(
+                np.asarray(_as_value(metric.scalar(work.reshape(counts.shape))), dtype=np.float64)
+            )
             work[cell] += 1
     return np.stack(out), weights
 
@@ -470,16 +523,22 @@ def _quantiles(values: np.ndarray, q: np.ndarray) -> np.ndarray:
     return out
 
 
-def _interval(method: str, estimate: Any, values: np.ndarray, confidence: float,
-              jackknife: Callable[[], tuple[np.ndarray, np.ndarray]]) -> tuple[Any, Any, Any]:
+def _interval(
+    method: str,
+    estimate: Any,
+    values: np.ndarray,
+    confidence: float,
+    jackknife: Callable[[], tuple[np.ndarray, np.ndarray]],
+) -> tuple[Any, Any, Any]:
     alpha = 1 - confidence
     point = np.asarray(estimate, dtype=np.float64)
     shape = point.shape
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN, quietly
         valid = (~np.isnan(values)).sum(axis=0)
-        se = np.where(valid > 1, np.nanstd(values, axis=0, ddof=1) if values.shape[0] > 1
-                      else np.nan, np.nan)
+        se = np.where(
+            valid > 1, np.nanstd(values, axis=0, ddof=1) if values.shape[0] > 1 else np.nan, np.nan
+        )
     if method == "normal":
         z = NormalDist().inv_cdf(1 - alpha / 2)
         low, high = point - z * se, point + z * se
@@ -493,8 +552,9 @@ def _interval(method: str, estimate: Any, values: np.ndarray, confidence: float,
     else:  # bca
         normal = NormalDist()
         below = np.nansum(values < point, axis=0) + 0.5 * np.nansum(values == point, axis=0)
-        share = np.clip(below / np.maximum(valid, 1), 0.5 / np.maximum(valid, 1),
-                        1 - 0.5 / np.maximum(valid, 1))
+        share = np.clip(
+            below / np.maximum(valid, 1), 0.5 / np.maximum(valid, 1), 1 - 0.5 / np.maximum(valid, 1)
+        )
         z0 = np.vectorize(normal.inv_cdf, otypes=[float])(share)
         jack, weights = jackknife()
         defined = ~np.isnan(jack)
@@ -590,34 +650,50 @@ def bootstrap(
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}.")
     if resampling not in RESAMPLINGS:
-        raise ValueError(f"`resampling` must be one of {list(RESAMPLINGS)}, got "
-                         f"{resampling!r}.")
+        raise ValueError(f"`resampling` must be one of {list(RESAMPLINGS)}, got {resampling!r}.")
     seed_value = _check_seed(seed)
     curve = _score_histogram(source, metric)
     if curve is not None:
         if metric_kwargs:
-            raise ValueError(f"`metric` {metric!r} of a binary score histogram takes no "
-                             f"arguments, got {sorted(metric_kwargs)}.")
+            raise ValueError(
+                f"`metric` {metric!r} of a binary score histogram takes no "
+                f"arguments, got {sorted(metric_kwargs)}."
+            )
         source, metric = curve
     counts, names = _counts_of(source)
     if not callable(metric) and (counts.ndim != 2 or counts.shape[0] != counts.shape[1]):
-        raise ValueError(f"`source` must be a square K×K confusion matrix for a named metric, "
-                         f"got shape {counts.shape}; pass a function to bootstrap other counts.")
+        raise ValueError(
+            f"`source` must be a square K×K confusion matrix for a named metric, "
+            f"got shape {counts.shape}; pass a function to bootstrap other counts."
+        )
     if counts.sum() == 0:
         raise ValueError("`source` holds no samples: there is nothing to resample.")
     resolved = _resolve(metric, dict(metric_kwargs), names)
     estimate = _as_value(resolved.scalar(counts))  # warns like the metric itself
-    values = _replicate_values(counts, resolved, int(n_resamples), seed_value,
-                               resampling == "multinomial")
+    values = _replicate_values(
+        counts, resolved, int(n_resamples), seed_value, resampling == "multinomial"
+    )
     if values.shape[1:] != np.shape(estimate):
-        raise ValueError(f"`metric` returned shape {np.shape(estimate)} for the matrix but "
-                         f"{values.shape[1:]} for a replicate; it must return one shape.")
-    low, high, se = _interval(method, estimate, values, confidence,
-                              lambda: _jackknife(counts, resolved))
-    return MetricInterval(metric=resolved.name, estimate=estimate, low=low, high=high,
-                          standard_error=se, method=method, confidence=confidence,
-                          n_resamples=int(n_resamples), resampling=resampling, seed=seed_value,
-                          replicates=values)
+        raise ValueError(
+            f"`metric` returned shape {np.shape(estimate)} for the matrix but "
+            f"{values.shape[1:]} for a replicate; it must return one shape."
+        )
+    low, high, se = _interval(
+        method, estimate, values, confidence, lambda: _jackknife(counts, resolved)
+    )
+    return MetricInterval(
+        metric=resolved.name,
+        estimate=estimate,
+        low=low,
+        high=high,
+        standard_error=se,
+        method=method,
+        confidence=confidence,
+        n_resamples=int(n_resamples),
+        resampling=resampling,
+        seed=seed_value,
+        replicates=values,
+    )
 
 
 def interval_from_replicates(
@@ -658,30 +734,45 @@ def interval_from_replicates(
     """
     confidence = _check_confidence(confidence)
     if method not in ("percentile", "basic", "normal"):
-        raise ValueError(f"`method` must be 'percentile', 'basic' or 'normal' for given "
-                         f"replicates, got {method!r}.")
+        raise ValueError(
+            f"`method` must be 'percentile', 'basic' or 'normal' for given "
+            f"replicates, got {method!r}."
+        )
     base = _metrics.counts.check_matrix(matrix)
     stack = np.asarray(replicates)
     if stack.ndim != 3 or stack.shape[1:] != base.shape:
-        raise ValueError(f"`replicates` must be a (B, {base.shape[0]}, {base.shape[0]}) stack, "
-                         f"got shape {stack.shape}.")
+        raise ValueError(
+            f"`replicates` must be a (B, {base.shape[0]}, {base.shape[0]}) stack, "
+            f"got shape {stack.shape}."
+        )
     if stack.shape[0] < 2:
         raise ValueError(f"`replicates` holds {stack.shape[0]} matrices; at least 2 are needed.")
     resolved = _resolve(metric, dict(metric_kwargs), class_names)
     estimate = _as_value(resolved.scalar(base))
     if resolved.batched is not None:
-        values = np.asarray(resolved.batched(_batched.BatchedCounts.from_stack(stack)),
-                            dtype=np.float64)
+        values = np.asarray(
+            resolved.batched(_batched.BatchedCounts.from_stack(stack)), dtype=np.float64
+        )
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UndefinedMetricWarning)
-            values = np.stack([np.asarray(_as_value(resolved.scalar(m)), dtype=np.float64)
-                               for m in stack])
+            values = np.stack(
+                [np.asarray(_as_value(resolved.scalar(m)), dtype=np.float64) for m in stack]
+            )
     low, high, se = _interval(method, estimate, values, confidence, lambda: (values, values))
-    return MetricInterval(metric=resolved.name, estimate=estimate, low=low, high=high,
-                          standard_error=se, method=method, confidence=confidence,
-                          n_resamples=int(stack.shape[0]), resampling=resampling, seed=seed,
-                          replicates=values)
+    return MetricInterval(
+        metric=resolved.name,
+        estimate=estimate,
+        low=low,
+        high=high,
+        standard_error=se,
+        method=method,
+        confidence=confidence,
+        n_resamples=int(stack.shape[0]),
+        resampling=resampling,
+        seed=seed,
+        replicates=values,
+    )
 
 
 # ---------------------------------------------------------------------------- delta method
@@ -703,8 +794,9 @@ def _multinomial_variance(counts: np.ndarray, g: _Gradient) -> float:
     total = ap.sum()
     ae = g.a + g.e
     first = float(tp @ g.d + ap @ ae + pp @ g.b)
-    second = float(ap @ ae**2 + pp @ g.b**2 + 2 * ae @ c @ g.b
-                   + tp @ (g.d**2 + 2 * g.d * (ae + g.b)))
+    second = float(
+        ap @ ae**2 + pp @ g.b**2 + 2 * ae @ c @ g.b + tp @ (g.d**2 + 2 * g.d * (ae + g.b))
+    )
     return max(second - first * first / total, 0.0)
 
 
@@ -726,12 +818,19 @@ def _ratio_parts(name: str, kwargs: Mapping[str, Any]) -> tuple[float, float, fl
 
 
 _RATIO_METRICS = ("precision", "recall", "fbeta", "f1", "dice", "jaccard")
-DELTA_METRICS = (*_RATIO_METRICS, "accuracy", "balanced_accuracy", "miou", "cohen_kappa",
-                 "matthews_corrcoef")
+DELTA_METRICS = (
+    *_RATIO_METRICS,
+    "accuracy",
+    "balanced_accuracy",
+    "miou",
+    "cohen_kappa",
+    "matthews_corrcoef",
+)
 
 
-def _ratio_gradient(counts: np.ndarray, name: str, kwargs: Mapping[str, Any], estimate: Any
-                    ) -> tuple[_Gradient | None, np.ndarray | None]:
+def _ratio_gradient(
+    counts: np.ndarray, name: str, kwargs: Mapping[str, Any], estimate: Any
+) -> tuple[_Gradient | None, np.ndarray | None]:
     """Gradient of an averaged per-class ratio, or the per-class variances (``average=None``)."""
     alpha, beta, gamma, delta = _ratio_parts(name, kwargs)
     k = counts.shape[0]
@@ -751,8 +850,9 @@ def _ratio_gradient(counts: np.ndarray, name: str, kwargs: Mapping[str, Any], es
             return _Gradient(np.zeros(k), np.zeros(k), np.zeros(k), 0.0), None
         x = alpha * t / den
         mask = include.astype(np.float64)
-        return _Gradient((alpha - x * beta) / den * mask, -x * gamma / den * mask,
-                         -x * delta / den * mask, 0.0), None
+        return _Gradient(
+            (alpha - x * beta) / den * mask, -x * gamma / den * mask, -x * delta / den * mask, 0.0
+        ), None
     den = beta * tp + gamma * ap + delta * pp
     defined = den != 0
     safe = np.where(defined, den, 1.0)
@@ -779,15 +879,17 @@ def _ratio_gradient(counts: np.ndarray, name: str, kwargs: Mapping[str, Any], es
         weight_total = ap[include].sum()
         w = np.where(include, ap / weight_total, 0.0)
         theta = float(estimate)
-        return _Gradient(w * dtp, w * dap + np.where(include, (x - theta) / weight_total, 0.0),
-                         w * dpp, 0.0), None
+        return _Gradient(
+            w * dtp, w * dap + np.where(include, (x - theta) / weight_total, 0.0), w * dpp, 0.0
+        ), None
     m = include.sum()
     mask = include / m
     return _Gradient(mask * dtp, mask * dap, mask * dpp, 0.0), None
 
 
-def _gradient(counts: np.ndarray, name: str, kwargs: Mapping[str, Any], estimate: Any
-              ) -> tuple[_Gradient | None, np.ndarray | None]:
+def _gradient(
+    counts: np.ndarray, name: str, kwargs: Mapping[str, Any], estimate: Any
+) -> tuple[_Gradient | None, np.ndarray | None]:
     k = counts.shape[0]
     c = counts.astype(np.float64)
     tp, ap, pp = np.diagonal(c).copy(), c.sum(axis=1), c.sum(axis=0)
@@ -795,11 +897,13 @@ def _gradient(counts: np.ndarray, name: str, kwargs: Mapping[str, Any], estimate
     t = tp.sum()
     zeros = np.zeros(k)
     if name in _RATIO_METRICS:
-        return _ratio_gradient(counts, "fbeta" if name in ("f1", "dice") else name, kwargs,
-                               estimate)
+        return _ratio_gradient(
+            counts, "fbeta" if name in ("f1", "dice") else name, kwargs, estimate
+        )
     if name == "miou":
-        return _ratio_gradient(counts, "jaccard", {"average": "macro", "ignore_absent": True},
-                               estimate)
+        return _ratio_gradient(
+            counts, "jaccard", {"average": "macro", "ignore_absent": True}, estimate
+        )
     if name == "accuracy":
         return _Gradient(np.full(k, 1 / n), zeros, zeros, -t / n**2), None
     if name == "balanced_accuracy":
@@ -809,15 +913,23 @@ def _gradient(counts: np.ndarray, name: str, kwargs: Mapping[str, Any], estimate
         scale = 1.0
         if kwargs.get("adjusted"):
             scale = 1 / (1 - 1 / m) if m > 1 else 0.0
-        return _Gradient(np.where(present, scale / (m * safe), 0.0),
-                         np.where(present, -scale * tp / (m * safe**2), 0.0), zeros, 0.0), None
+        return _Gradient(
+            np.where(present, scale / (m * safe), 0.0),
+            np.where(present, -scale * tp / (m * safe**2), 0.0),
+            zeros,
+            0.0,
+        ), None
     if name == "cohen_kappa":
         po, pe = t / n, float(ap @ pp) / n**2
         if pe == 1:
             return _Gradient(zeros, zeros, zeros, 0.0), None
         k_o, k_e = 1 / (1 - pe), (po - 1) / (1 - pe) ** 2
-        return _Gradient(np.full(k, k_o / n), k_e * pp / n**2, k_e * ap / n**2,
-                         -k_o * t / n**2 - 2 * k_e * float(ap @ pp) / n**3), None
+        return _Gradient(
+            np.full(k, k_o / n),
+            k_e * pp / n**2,
+            k_e * ap / n**2,
+            -k_o * t / n**2 - 2 * k_e * float(ap @ pp) / n**3,
+        ), None
     # matthews_corrcoef
     u = t * n - float(ap @ pp)
     v = n**2 - float(pp @ pp)
@@ -826,8 +938,12 @@ def _gradient(counts: np.ndarray, name: str, kwargs: Mapping[str, Any], estimate
         return _Gradient(zeros, zeros, zeros, 0.0), None
     mcc = u / math.sqrt(v * w)
     m_u, m_v, m_w = 1 / math.sqrt(v * w), -mcc / (2 * v), -mcc / (2 * w)
-    return _Gradient(np.full(k, m_u * n), -m_u * pp - 2 * m_w * ap, -m_u * ap - 2 * m_v * pp,
-                     m_u * t + 2 * (m_v + m_w) * n), None
+    return _Gradient(
+        np.full(k, m_u * n),
+        -m_u * pp - 2 * m_w * ap,
+        -m_u * ap - 2 * m_v * pp,
+        m_u * t + 2 * (m_v + m_w) * n,
+    ), None
 
 
 def delta_method(
@@ -872,22 +988,29 @@ def delta_method(
     confidence = _check_confidence(confidence)
     counts, names = _counts_of(source)
     if counts.ndim != 2 or counts.shape[0] != counts.shape[1]:
-        raise ValueError(f"`source` must be a square K×K confusion matrix, got shape "
-                         f"{counts.shape}.")
+        raise ValueError(
+            f"`source` must be a square K×K confusion matrix, got shape {counts.shape}."
+        )
     if counts.sum() == 0:
         raise ValueError("`source` holds no samples: the standard error is undefined.")
     if not isinstance(metric, str):
-        raise TypeError(f"`metric` must be a metric name, got {metric!r}; the delta method "
-                        f"needs a closed-form gradient (use `bootstrap` for functions).")
+        raise TypeError(
+            f"`metric` must be a metric name, got {metric!r}; the delta method "
+            f"needs a closed-form gradient (use `bootstrap` for functions)."
+        )
     resolved = _resolve(metric, dict(metric_kwargs), names)
     if resolved.function not in DELTA_METRICS or (
-            resolved.function == "cohen_kappa" and resolved.kwargs.get("weights") is not None):
-        raise ValueError(f"`metric` {metric!r} has no closed-form standard error here; use one "
-                         f"of {list(DELTA_METRICS)} (kappa unweighted), or `bootstrap`.")
+        resolved.function == "cohen_kappa" and resolved.kwargs.get("weights") is not None
+    ):
+        raise ValueError(
+            f"`metric` {metric!r} has no closed-form standard error here; use one "
+            f"of {list(DELTA_METRICS)} (kappa unweighted), or `bootstrap`."
+        )
     kwargs = resolved.kwargs
     if resolved.function in ("precision", "recall", "fbeta", "f1", "dice", "jaccard"):
-        _metrics.precision(counts, average=kwargs.get("average"), labels=kwargs.get("labels"),
-                           zero_division=0)  # validates `average` and `labels` early
+        _metrics.precision(
+            counts, average=kwargs.get("average"), labels=kwargs.get("labels"), zero_division=0
+        )  # validates `average` and `labels` early
     estimate = _as_value(resolved.scalar(counts))
     gradient, per_class = _gradient(counts, str(resolved.function), kwargs, estimate)
     if per_class is not None:
@@ -901,16 +1024,30 @@ def delta_method(
     high: Any = np.clip(np.asarray(estimate) + z * np.asarray(se), lower, 1.0)
     if np.ndim(estimate) == 0:
         low, high = float(low), float(high)
-    return MetricInterval(metric=resolved.name, estimate=estimate, low=low, high=high,
-                          standard_error=se, method="delta", confidence=confidence,
-                          n_resamples=0, resampling=None, seed=None)
+    return MetricInterval(
+        metric=resolved.name,
+        estimate=estimate,
+        low=low,
+        high=high,
+        standard_error=se,
+        method="delta",
+        confidence=confidence,
+        n_resamples=0,
+        resampling=None,
+        seed=None,
+    )
 
 
 # ---------------------------------------------------------------------------- report section
 DEFAULT_REPORT_METRICS = ("accuracy", "balanced_accuracy", "macro_f1", "miou", "mcc", "kappa")
-_REPORT_LABELS = {"accuracy": "accuracy", "balanced_accuracy": "balanced accuracy",
-                  "macro_f1": "macro F1", "miou": "mIoU", "mcc": "MCC",
-                  "kappa": "Cohen's kappa"}
+_REPORT_LABELS = {
+    "accuracy": "accuracy",
+    "balanced_accuracy": "balanced accuracy",
+    "macro_f1": "macro F1",
+    "miou": "mIoU",
+    "mcc": "MCC",
+    "kappa": "Cohen's kappa",
+}
 
 
 def interval_report(
@@ -959,11 +1096,19 @@ def interval_report(
         if callable(interval):
             result = interval(name, method=method, confidence=confidence)
         else:
-            result = bootstrap(source, name, n_resamples=n_resamples, confidence=confidence,
-                               method=method, seed=seed)
+            result = bootstrap(
+                source,
+                name,
+                n_resamples=n_resamples,
+                confidence=confidence,
+                method=method,
+                seed=seed,
+            )
         if np.ndim(result.estimate) != 0:
-            raise ValueError(f"`metrics` holds {name!r}, which is per-class; the report lists "
-                             f"scalar metrics (use e.g. 'macro_f1').")
+            raise ValueError(
+                f"`metrics` holds {name!r}, which is per-class; the report lists "
+                f"scalar metrics (use e.g. 'macro_f1')."
+            )
         results.append((name, result))
     first = results[0][1] if results else None
     header = {
@@ -973,29 +1118,41 @@ def interval_report(
         "resampling": first.resampling if first else "multinomial",
         "seed": first.seed if first else seed,
     }
-    rows = {name: {key: result.to_dict()[key]
-                   for key in ("estimate", "low", "high", "standard_error")}
-            for name, result in results}
+    rows = {
+        name: {key: result.to_dict()[key] for key in ("estimate", "low", "high", "standard_error")}
+        for name, result in results
+    }
     if format == "dict":
         return {**header, "metrics": rows}
-    assumption = ("clusters resampled" if header["resampling"] == "cluster-poisson"
-                  else "independent samples")
-    title = (f"{confidence:.0%} {method} bootstrap intervals, B={header['n_resamples']}, "
-             f"{header['resampling']}, seed {header['seed']} ({assumption})")
+    assumption = (
+        "clusters resampled" if header["resampling"] == "cluster-poisson" else "independent samples"
+    )
+    title = (
+        f"{confidence:.0%} {method} bootstrap intervals, B={header['n_resamples']}, "
+        f"{header['resampling']}, seed {header['seed']} ({assumption})"
+    )
 
     def cell(value: Any) -> str:
         return "–" if value is None else f"{value:.{digits}f}"
 
     table = [["metric", "estimate", "low", "high", "SE"]]
     for name, values in rows.items():
-        table.append([_REPORT_LABELS.get(name, name), cell(values["estimate"]),
-                      cell(values["low"]), cell(values["high"]),
-                      cell(values["standard_error"])])
+        table.append(
+            [
+                _REPORT_LABELS.get(name, name),
+                cell(values["estimate"]),
+                cell(values["low"]),
+                cell(values["high"]),
+                cell(values["standard_error"]),
+            ]
+        )
     if format == "markdown":
         lines = ["| " + " | ".join(row) + " |" for row in table]
         lines.insert(1, "|---" * len(table[0]) + "|")
         return f"{title}\n\n" + "\n".join(lines)
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = ["  ".join(value.rjust(width) for value, width in zip(row, widths, strict=True))
-             for row in table]
+    lines = [
+        "  ".join(value.rjust(width) for value, width in zip(row, widths, strict=True))
+        for row in table
+    ]
     return f"{title}\n\n" + "\n".join(lines)

@@ -101,79 +101,151 @@ def build_parser() -> argparse.ArgumentParser:
         "report",
         help="print the metrics of a file of predictions (and write JSON, markdown, plots)",
         description="Stream a file of predictions into one confusion matrix and report every "
-                    "metric. Reads " + ", ".join(SUFFIXES) + " files; delimited text may be "
-                    "compressed (gzip, bzip2 or xz, e.g. predictions.csv.gz).",
+        "metric. Reads " + ", ".join(SUFFIXES) + " files; delimited text may be "
+        "compressed (gzip, bzip2 or xz, e.g. predictions.csv.gz).",
         epilog=_REPORT_EPILOG % {"max_classes": f"{MAX_CLASSES:,}"},
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument("path", metavar="PATH", help="the file of predictions")
 
     columns = report.add_argument_group("columns")
-    columns.add_argument("--true", metavar="COLUMN", dest="truth",
-                         help="column of true labels (default: y_true, else the first column)")
-    columns.add_argument("--pred", metavar="COLUMN",
-                         help="column of predicted labels (default: y_pred, else the second)")
-    columns.add_argument("--weight", metavar="COLUMN",
-                         help="column of non-negative sample weights (default: none)")
+    columns.add_argument(
+        "--true",
+        metavar="COLUMN",
+        dest="truth",
+        help="column of true labels (default: y_true, else the first column)",
+    )
+    columns.add_argument(
+        "--pred",
+        metavar="COLUMN",
+        help="column of predicted labels (default: y_pred, else the second)",
+    )
+    columns.add_argument(
+        "--weight", metavar="COLUMN", help="column of non-negative sample weights (default: none)"
+    )
 
     labels = report.add_argument_group("labels")
-    labels.add_argument("--classes", metavar="NAMES",
-                        help="comma-separated class names, in report order; text labels must be "
-                             "among them, integer labels index into them")
-    labels.add_argument("--ignore", metavar="LABEL",
-                        help="true label whose rows are skipped, e.g. 255 for void pixels")
-    labels.add_argument("--labels", choices=("auto", "int", "str"), default="auto",
-                        help="read labels as class indices (int) or names (str); default: auto, "
-                             "from the column types")
-    labels.add_argument("--max-classes", type=_positive_int, default=MAX_CLASSES, metavar="K",
-                        help=f"read at most K classes: integer labels must be below K and at "
-                             f"most K distinct names are read (default {MAX_CLASSES}; the "
-                             f"matrix takes 8·K² bytes)")
+    labels.add_argument(
+        "--classes",
+        metavar="NAMES",
+        help="comma-separated class names, in report order; text labels must be "
+        "among them, integer labels index into them",
+    )
+    labels.add_argument(
+        "--ignore",
+        metavar="LABEL",
+        help="true label whose rows are skipped, e.g. 255 for void pixels",
+    )
+    labels.add_argument(
+        "--labels",
+        choices=("auto", "int", "str"),
+        default="auto",
+        help="read labels as class indices (int) or names (str); default: auto, "
+        "from the column types",
+    )
+    labels.add_argument(
+        "--max-classes",
+        type=_positive_int,
+        default=MAX_CLASSES,
+        metavar="K",
+        help=f"read at most K classes: integer labels must be below K and at "
+        f"most K distinct names are read (default {MAX_CLASSES}; the "
+        f"matrix takes 8·K² bytes)",
+    )
 
     multilabel = report.add_argument_group("multilabel")
-    multilabel.add_argument("--multilabel", action="store_true",
-                            help="the file holds multilabel predictions: a CSV whose truth and "
-                                 "prediction cells list labels separated by '|' (e.g. '0|3', "
-                                 "indices or names; empty = no label), or an .npz with (N, L) "
-                                 "y_true and y_pred members (0/1 or scores)")
-    multilabel.add_argument("--threshold", type=float, default=0.5, metavar="T",
-                            help="with --multilabel and .npz scores: positive where score >= T "
-                                 "(default 0.5)")
+    multilabel.add_argument(
+        "--multilabel",
+        action="store_true",
+        help="the file holds multilabel predictions: a CSV whose truth and "
+        "prediction cells list labels separated by '|' (e.g. '0|3', "
+        "indices or names; empty = no label), or an .npz with (N, L) "
+        "y_true and y_pred members (0/1 or scores)",
+    )
+    multilabel.add_argument(
+        "--threshold",
+        type=float,
+        default=0.5,
+        metavar="T",
+        help="with --multilabel and .npz scores: positive where score >= T (default 0.5)",
+    )
 
     reading = report.add_argument_group("reading")
-    reading.add_argument("--delimiter", metavar="CHAR",
-                         help="field delimiter of a text file (default: from the suffix, "
-                              "',' for .csv and tab for .tsv)")
-    reading.add_argument("--no-header", dest="header", action="store_false",
-                         help="the text file has no header line; columns are f0, f1, ...")
-    reading.add_argument("--reader", choices=("auto", "pyarrow", "python"), default="auto",
-                         help="CSV reader: pyarrow (fast; default when installed) or Python's csv")
+    reading.add_argument(
+        "--delimiter",
+        metavar="CHAR",
+        help="field delimiter of a text file (default: from the suffix, "
+        "',' for .csv and tab for .tsv)",
+    )
+    reading.add_argument(
+        "--no-header",
+        dest="header",
+        action="store_false",
+        help="the text file has no header line; columns are f0, f1, ...",
+    )
+    reading.add_argument(
+        "--reader",
+        choices=("auto", "pyarrow", "python"),
+        default="auto",
+        help="CSV reader: pyarrow (fast; default when installed) or Python's csv",
+    )
 
     output = report.add_argument_group("output")
-    output.add_argument("--format", choices=("text", "markdown", "json", "sklearn"),
-                        default="text",
-                        help="what to print: the summary as text (default), markdown or JSON, "
-                             "or scikit-learn's classification_report")
-    output.add_argument("--digits", type=_non_negative_int, metavar="N",
-                        help="decimals printed (default 4; 2 for --format sklearn)")
-    output.add_argument("--zero-division", choices=tuple(_ZERO_DIVISION), default="warn",
-                        help="value of a 0/0 metric: warn (0 and a warning, the default), 0, 1, "
-                             "or nan (shown as '–', null in JSON, left out of averages)")
-    output.add_argument("--json", metavar="FILE", type=Path,
-                        help="write the summary as JSON (metricstream.report.summary)")
-    output.add_argument("--markdown", metavar="FILE", type=Path,
-                        help="write the summary as markdown tables")
-    output.add_argument("--plot", metavar="FILE", type=Path,
-                        help="write the confusion-matrix heatmap (.png, .svg, .pdf; needs "
-                             "matplotlib); a directory gets confusion_matrix.png")
-    output.add_argument("--plot-per-class", metavar="FILE", type=Path,
-                        help="write a bar chart of per-class precision, recall, F1 and IoU; a "
-                             "directory gets per_class.png")
-    output.add_argument("--normalize", choices=("true", "pred", "all"),
-                        help="plot rates instead of counts: rows (true), columns (pred) or all")
-    output.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="show a progress bar on stderr (default: only when stdout and "
-                             "stderr are both terminals)")
+    output.add_argument(
+        "--format",
+        choices=("text", "markdown", "json", "sklearn"),
+        default="text",
+        help="what to print: the summary as text (default), markdown or JSON, "
+        "or scikit-learn's classification_report",
+    )
+    output.add_argument(
+        "--digits",
+        type=_non_negative_int,
+        metavar="N",
+        help="decimals printed (default 4; 2 for --format sklearn)",
+    )
+    output.add_argument(
+        "--zero-division",
+        choices=tuple(_ZERO_DIVISION),
+        default="warn",
+        help="value of a 0/0 metric: warn (0 and a warning, the default), 0, 1, "
+        "or nan (shown as '–', null in JSON, left out of averages)",
+    )
+    output.add_argument(
+        "--json",
+        metavar="FILE",
+        type=Path,
+        help="write the summary as JSON (metricstream.report.summary)",
+    )
+    output.add_argument(
+        "--markdown", metavar="FILE", type=Path, help="write the summary as markdown tables"
+    )
+    output.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=Path,
+        help="write the confusion-matrix heatmap (.png, .svg, .pdf; needs "
+        "matplotlib); a directory gets confusion_matrix.png",
+    )
+    output.add_argument(
+        "--plot-per-class",
+        metavar="FILE",
+        type=Path,
+        help="write a bar chart of per-class precision, recall, F1 and IoU; a "
+        "directory gets per_class.png",
+    )
+    output.add_argument(
+        "--normalize",
+        choices=("true", "pred", "all"),
+        help="plot rates instead of counts: rows (true), columns (pred) or all",
+    )
+    output.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar on stderr (default: only when stdout and "
+        "stderr are both terminals)",
+    )
     for section in SECTIONS:
         if section.add_arguments is not None:
             section.add_arguments(report)
@@ -206,8 +278,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as error:
         _fail(str(error), EXIT_USAGE if error.usage else EXIT_DATA)
     except MemoryError:
-        _fail(f"{args.path}: out of memory while reading; lower `--max-classes` or check that "
-              f"the columns are labels.", EXIT_DATA)
+        _fail(
+            f"{args.path}: out of memory while reading; lower `--max-classes` or check that "
+            f"the columns are labels.",
+            EXIT_DATA,
+        )
     except BrokenPipeError:
         # `metricstream report ... | head`: the reader left; nothing more to say.
         with contextlib.suppress(OSError):
@@ -259,10 +334,12 @@ class Section:
 SECTIONS: list[Section] = [
     Section(
         "summary",
-        text=lambda r: str(r.accumulator.summary("text", zero_division=r.zero_division,
-                                                 digits=r.digits)),
-        markdown=lambda r: str(r.accumulator.summary("markdown", zero_division=r.zero_division,
-                                                     digits=r.digits)),
+        text=lambda r: str(
+            r.accumulator.summary("text", zero_division=r.zero_division, digits=r.digits)
+        ),
+        markdown=lambda r: str(
+            r.accumulator.summary("markdown", zero_division=r.zero_division, digits=r.digits)
+        ),
         data=lambda r: r.accumulator.summary("dict", zero_division=r.zero_division),
     ),
 ]
@@ -270,15 +347,32 @@ SECTIONS: list[Section] = [
 
 def _interval_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("intervals")
-    group.add_argument("--intervals", action="store_true",
-                       help="bootstrap confidence intervals of accuracy, balanced accuracy, macro "
-                            "F1, mIoU, MCC and kappa (rows assumed independent)")
-    group.add_argument("--resamples", type=_positive_int, default=1000, metavar="B",
-                       help="bootstrap replicates for --intervals (default: 1000)")
-    group.add_argument("--confidence", type=_confidence, default=0.95, metavar="LEVEL",
-                       help="confidence level for --intervals (default: 0.95)")
-    group.add_argument("--seed", type=int, default=0,
-                       help="random seed of --intervals, for reproducible reports (default: 0)")
+    group.add_argument(
+        "--intervals",
+        action="store_true",
+        help="bootstrap confidence intervals of accuracy, balanced accuracy, macro "
+        "F1, mIoU, MCC and kappa (rows assumed independent)",
+    )
+    group.add_argument(
+        "--resamples",
+        type=_positive_int,
+        default=1000,
+        metavar="B",
+        help="bootstrap replicates for --intervals (default: 1000)",
+    )
+    group.add_argument(
+        "--confidence",
+        type=_confidence,
+        default=0.95,
+        metavar="LEVEL",
+        help="confidence level for --intervals (default: 0.95)",
+    )
+    group.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="random seed of --intervals, for reproducible reports (default: 0)",
+    )
 
 
 def _confidence(text: str) -> float:
@@ -293,22 +387,28 @@ def _confidence(text: str) -> float:
 
 def _intervals(report: Report, kind: Literal["dict", "text", "markdown"]) -> Any:
     try:
-        return interval_report(report.accumulator, format=kind,
-                               n_resamples=report.args.resamples,
-                               confidence=report.args.confidence, seed=report.args.seed,
-                               digits=report.digits)
+        return interval_report(
+            report.accumulator,
+            format=kind,
+            n_resamples=report.args.resamples,
+            confidence=report.args.confidence,
+            seed=report.args.seed,
+            digits=report.digits,
+        )
     except ValueError as error:  # fractional weights say nothing about which samples to resample
         _fail(f"--intervals: {str(error).replace('`source`', 'the matrix')}", EXIT_DATA)
 
 
-SECTIONS.append(Section(
-    "intervals",
-    text=lambda r: str(_intervals(r, "text")),
-    markdown=lambda r: str(_intervals(r, "markdown")),
-    data=lambda r: _intervals(r, "dict"),
-    enabled=lambda args: bool(getattr(args, "intervals", False)),
-    add_arguments=_interval_arguments,
-))
+SECTIONS.append(
+    Section(
+        "intervals",
+        text=lambda r: str(_intervals(r, "text")),
+        markdown=lambda r: str(_intervals(r, "markdown")),
+        data=lambda r: _intervals(r, "dict"),
+        enabled=lambda args: bool(getattr(args, "intervals", False)),
+        add_arguments=_interval_arguments,
+    )
+)
 
 
 def _score_section(report: Report, kind: str) -> Any:
@@ -319,14 +419,16 @@ def _score_section(report: Report, kind: str) -> Any:
     return scores.text(report.digits) if kind == "text" else scores.markdown(report.digits)
 
 
-SECTIONS.append(Section(
-    "scores",
-    text=lambda r: str(_score_section(r, "text")),
-    markdown=lambda r: str(_score_section(r, "markdown")),
-    data=lambda r: _score_section(r, "dict"),
-    enabled=lambda args: getattr(args, "scores", None) is not None,
-    add_arguments=add_score_arguments,
-))
+SECTIONS.append(
+    Section(
+        "scores",
+        text=lambda r: str(_score_section(r, "text")),
+        markdown=lambda r: str(_score_section(r, "markdown")),
+        data=lambda r: _score_section(r, "dict"),
+        enabled=lambda args: getattr(args, "scores", None) is not None,
+        add_arguments=add_score_arguments,
+    )
+)
 
 
 def _sections(report: Report) -> list[Section]:
@@ -367,8 +469,11 @@ def _report(args: argparse.Namespace) -> int:
         return _multilabel_report(args)
     plots = [p for p in (args.plot, args.plot_per_class) if p is not None]
     if plots and importlib.util.find_spec("matplotlib") is None:
-        _fail("writing plots needs matplotlib, which is not installed; install it with "
-              "`pip install 'metricstream[plot]'`.", EXIT_USAGE)
+        _fail(
+            "writing plots needs matplotlib, which is not installed; install it with "
+            "`pip install 'metricstream[plot]'`.",
+            EXIT_USAGE,
+        )
     classes = None
     if args.classes is not None:
         classes = [name.strip() for name in args.classes.split(",")]
@@ -376,11 +481,16 @@ def _report(args: argparse.Namespace) -> int:
             _fail(f"`--classes` holds an empty name: {args.classes!r}.", EXIT_USAGE)
         twice = sorted({name for name in classes if classes.count(name) > 1})
         if twice:
-            _fail(f"`--classes` lists {', '.join(map(repr, twice))} more than once; class names "
-                  f"must be unique.", EXIT_USAGE)
+            _fail(
+                f"`--classes` lists {', '.join(map(repr, twice))} more than once; class names "
+                f"must be unique.",
+                EXIT_USAGE,
+            )
     if args.reader == "pyarrow" and importlib.util.find_spec("pyarrow") is None:
-        _fail("`--reader pyarrow` needs pyarrow, which is not installed; "
-              "`pip install pyarrow`.", EXIT_USAGE)
+        _fail(
+            "`--reader pyarrow` needs pyarrow, which is not installed; `pip install pyarrow`.",
+            EXIT_USAGE,
+        )
     delimiter = args.delimiter
     if delimiter is not None:
         delimiter = {"\\t": "\t", "tab": "\t"}.get(delimiter, delimiter)
@@ -399,17 +509,26 @@ def _report(args: argparse.Namespace) -> int:
     if scores is not None and args.pred is None and scores.confusion is not None:
         result = ReadResult(
             accumulator=scores.confusion,
-            selection=Selection(truth=args.truth or "y_true", pred=f"argmax of {args.scores!r}",
-                                weight=args.weight),
-            num_rows=scores.rows, mode="index", path=Path(args.path))
+            selection=Selection(
+                truth=args.truth or "y_true", pred=f"argmax of {args.scores!r}", weight=args.weight
+            ),
+            num_rows=scores.rows,
+            mode="index",
+            path=Path(args.path),
+        )
     else:
         result = _read(args, classes, delimiter)
     for note in result.notes:
         print(f"{PROG}: warning: {note}", file=sys.stderr)
     acc = result.accumulator
     default_digits = 2 if args.format == "sklearn" else 4
-    report = Report(result, _ZERO_DIVISION[args.zero_division],
-                    default_digits if args.digits is None else args.digits, args, scores)
+    report = Report(
+        result,
+        _ZERO_DIVISION[args.zero_division],
+        default_digits if args.digits is None else args.digits,
+        args,
+        scores,
+    )
     _print_report(args, report)
     if plot is not None:
         _save_plot(plot, acc.plot(normalize=args.normalize))
@@ -421,13 +540,20 @@ def _report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read(args: argparse.Namespace, classes: list[str] | None, delimiter: str | None
-          ) -> ReadResult:
+def _read(args: argparse.Namespace, classes: list[str] | None, delimiter: str | None) -> ReadResult:
     with _progress_bar(args.progress) as on_progress:
         return read_confusion(
-            args.path, truth=args.truth, pred=args.pred, weight=args.weight, classes=classes,
-            ignore=args.ignore, labels=args.labels, delimiter=delimiter, header=args.header,
-            prefer_pyarrow=args.reader != "python", max_classes=args.max_classes,
+            args.path,
+            truth=args.truth,
+            pred=args.pred,
+            weight=args.weight,
+            classes=classes,
+            ignore=args.ignore,
+            labels=args.labels,
+            delimiter=delimiter,
+            header=args.header,
+            prefer_pyarrow=args.reader != "python",
+            max_classes=args.max_classes,
             on_progress=on_progress,
         )
 
@@ -441,8 +567,13 @@ def _print_report(args: argparse.Namespace, report: Report) -> None:
             # exactly scikit-learn's classification_report (its trailing newline included), so
             # that the output can be compared with `diff`; what was read goes to stderr
             print(_header(result), file=sys.stderr)
-            sys.stdout.write(str(acc.classification_report(digits=report.digits,
-                                                           zero_division=report.zero_division)))
+            sys.stdout.write(
+                str(
+                    acc.classification_report(
+                        digits=report.digits, zero_division=report.zero_division
+                    )
+                )
+            )
         elif args.format == "markdown":
             sys.stdout.write(_report_text(report, "markdown") + "\n")
         else:
@@ -457,10 +588,18 @@ def _print_report(args: argparse.Namespace, report: Report) -> None:
 
 def _multilabel_report(args: argparse.Namespace) -> int:
     """``--multilabel``: scikit-learn's multilabel report, subset accuracy and Hamming loss."""
-    unsupported = [option for option, value in (
-        ("--scores", getattr(args, "scores", None)), ("--intervals", args.intervals),
-        ("--plot", args.plot), ("--plot-per-class", args.plot_per_class),
-        ("--classes", args.classes), ("--ignore", args.ignore)) if value]
+    unsupported = [
+        option
+        for option, value in (
+            ("--scores", getattr(args, "scores", None)),
+            ("--intervals", args.intervals),
+            ("--plot", args.plot),
+            ("--plot-per-class", args.plot_per_class),
+            ("--classes", args.classes),
+            ("--ignore", args.ignore),
+        )
+        if value
+    ]
     if unsupported:
         _fail(f"`--multilabel` does not combine with {', '.join(unsupported)} yet.", EXIT_USAGE)
     path = Path(args.path)
@@ -474,24 +613,41 @@ def _multilabel_report(args: argparse.Namespace) -> int:
         else:
             delimiter = {"\\t": "\t", "tab": "\t"}.get(args.delimiter or "", args.delimiter)
             acc = read_multilabel_csv(
-                path, true_column=args.truth or "y_true", pred_column=args.pred or "y_pred",
+                path,
+                true_column=args.truth or "y_true",
+                pred_column=args.pred or "y_pred",
                 weight_column=args.weight,
-                delimiter=delimiter or ("\t" if path.suffix == ".tsv" else ","))
+                delimiter=delimiter or ("\t" if path.suffix == ".tsv" else ","),
+            )
     except (ValueError, TypeError, KeyError, OSError, UnicodeDecodeError) as error:
-        _fail(f"{path}: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
-              EXIT_DATA)
+        _fail(
+            f"{path}: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
+            EXIT_DATA,
+        )
     names = acc.config().get("label_names")
-    header = (f"{path}: {acc.num_samples:,} samples, {acc.num_labels} labels (multilabel)")
+    header = f"{path}: {acc.num_samples:,} samples, {acc.num_labels} labels (multilabel)"
     with _warnings_to_stderr():
-        report = "" if args.format == "json" else acc.classification_report(
-            target_names=names, digits=digits, zero_division=zero_division)
-        overall = {"subset_accuracy": acc.subset_accuracy(zero_division=zero_division),
-                   "hamming_loss": acc.hamming_loss(zero_division=zero_division)}
+        report = (
+            ""
+            if args.format == "json"
+            else acc.classification_report(
+                target_names=names, digits=digits, zero_division=zero_division
+            )
+        )
+        overall = {
+            "subset_accuracy": acc.subset_accuracy(zero_division=zero_division),
+            "hamming_loss": acc.hamming_loss(zero_division=zero_division),
+        }
         if args.format in ("json",) or args.json is not None:
-            data = {"num_samples": acc.num_samples, "num_labels": acc.num_labels,
-                    "label_names": names, **overall,
-                    "report": acc.classification_report(target_names=names, output_dict=True,
-                                                        zero_division=zero_division)}
+            data = {
+                "num_samples": acc.num_samples,
+                "num_labels": acc.num_labels,
+                "label_names": names,
+                **overall,
+                "report": acc.classification_report(
+                    target_names=names, output_dict=True, zero_division=zero_division
+                ),
+            }
             text = json.dumps(data, indent=2, allow_nan=False, default=_json_default) + "\n"
             if args.json is not None:
                 _write(args.json, text)
@@ -502,8 +658,9 @@ def _multilabel_report(args: argparse.Namespace) -> int:
         print(header, file=sys.stderr)
         sys.stdout.write(str(report))
     elif args.format == "markdown":
-        sys.stdout.write("\n".join(f"- {line}" for line in lines) + "\n\n```text\n"
-                         + str(report) + "```\n")
+        sys.stdout.write(
+            "\n".join(f"- {line}" for line in lines) + "\n\n```text\n" + str(report) + "```\n"
+        )
     else:
         sys.stdout.write(header + "\n\n" + "\n".join(lines) + "\n\n" + str(report))
     return EXIT_OK
@@ -516,8 +673,22 @@ def _json_default(value: Any) -> Any:
 
 
 # Formats matplotlib writes (its default backends); anything else is refused before reading.
-_PLOT_FORMATS = ("png", "svg", "svgz", "pdf", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp",
-                 "pgf", "raw", "rgba")
+_PLOT_FORMATS = (
+    "png",
+    "svg",
+    "svgz",
+    "pdf",
+    "eps",
+    "ps",
+    "jpg",
+    "jpeg",
+    "tif",
+    "tiff",
+    "webp",
+    "pgf",
+    "raw",
+    "rgba",
+)
 
 
 def _check_output(option: str, path: Path) -> None:
@@ -538,8 +709,11 @@ def _plot_path(option: str, path: Path | None, default_name: str) -> Path | None
         path = path.with_name(path.name + ".png")  # what matplotlib would write
     suffix = path.suffix[1:].lower()
     if suffix not in _PLOT_FORMATS:
-        _fail(f"`{option}` {path}: unknown image format {path.suffix!r}; use one of "
-              f"{', '.join('.' + s for s in _PLOT_FORMATS[:6])}, ...", EXIT_USAGE)
+        _fail(
+            f"`{option}` {path}: unknown image format {path.suffix!r}; use one of "
+            f"{', '.join('.' + s for s in _PLOT_FORMATS[:6])}, ...",
+            EXIT_USAGE,
+        )
     _check_output(option, path)
     return path
 
@@ -591,7 +765,8 @@ def _warnings_to_stderr() -> Iterator[None]:
         # the library's advice names its argument; here the option is the way to choose
         message = message.replace(
             "Use `zero_division` parameter to control this behavior.",
-            "Pass `--zero-division 0`, `1` or `nan` to choose the value and silence this warning.")
+            "Pass `--zero-division 0`, `1` or `nan` to choose the value and silence this warning.",
+        )
         if message not in seen:
             seen.add(message)
             print(f"{PROG}: warning: {message}", file=sys.stderr)
@@ -605,8 +780,7 @@ def _progress_bar(requested: bool | None) -> Iterator[Any]:
     to a file or read by CI gets no progress output. It needs tqdm (the ``cli`` extra); without
     it there is no bar.
     """
-    enabled = requested if requested is not None else (sys.stdout.isatty()
-                                                       and sys.stderr.isatty())
+    enabled = requested if requested is not None else (sys.stdout.isatty() and sys.stderr.isatty())
     if not enabled:
         yield None
         return
@@ -620,8 +794,15 @@ def _progress_bar(requested: bool | None) -> Iterator[Any]:
     def on_progress(position: int, total: int, unit: str) -> None:
         bar = state.get("bar")
         if bar is None:
-            bar = state["bar"] = tqdm(total=total, unit=unit, unit_scale=True, leave=False,
-                                      file=sys.stderr, desc="reading", dynamic_ncols=True)
+            bar = state["bar"] = tqdm(
+                total=total,
+                unit=unit,
+                unit_scale=True,
+                leave=False,
+                file=sys.stderr,
+                desc="reading",
+                dynamic_ncols=True,
+            )
         bar.update(min(position, total) - bar.n)
 
     try:

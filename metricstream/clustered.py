@@ -48,9 +48,9 @@ _NOT_VIEWS = frozenset({"from_batch", "from_matrix", "update", "bootstrap"})
 class _ClusterBatch:
     """One update, validated: its K×K counts, and how its samples map to clusters."""
 
-    local: np.ndarray                  # the batch's own K×K counts (what the main matrix gets)
-    key: int | None                    # the cluster key when the whole batch is one cluster
-    y_true: np.ndarray | None = None   # flat labels, when clusters are given per sample
+    local: np.ndarray  # the batch's own K×K counts (what the main matrix gets)
+    key: int | None  # the cluster key when the whole batch is one cluster
+    y_true: np.ndarray | None = None  # flat labels, when clusters are given per sample
     y_pred: np.ndarray | None = None
     weights: np.ndarray | None = None
     cluster_ids: np.ndarray | None = None
@@ -129,9 +129,14 @@ class BootstrapConfusionAccumulator(Accumulator):
         threshold: float | None = None,
     ) -> None:
         # The confusion accumulator validates the shared settings (and words the errors).
-        prototype = ConfusionAccumulator(num_classes, class_names, ignore_index,
-                                         weighted=weighted, class_axis=class_axis,
-                                         threshold=threshold)
+        prototype = ConfusionAccumulator(
+            num_classes,
+            class_names,
+            ignore_index,
+            weighted=weighted,
+            class_axis=class_axis,
+            threshold=threshold,
+        )
         if isinstance(n_replicates, bool) or not isinstance(n_replicates, (int, np.integer)):
             raise TypeError(f"`n_replicates` must be an int, got {n_replicates!r}.")
         if n_replicates < 2:
@@ -150,8 +155,9 @@ class BootstrapConfusionAccumulator(Accumulator):
         self._seed = int(seed)
         k = self._num_classes
         dtype = np.float64 if self._weighted else np.int64
-        super().__init__({"matrix": ((k, k), dtype),
-                          "replicates": ((self._n_replicates, k, k), dtype)})
+        super().__init__(
+            {"matrix": ((k, k), dtype), "replicates": ((self._n_replicates, k, k), dtype)}
+        )
 
     def _init_runtime(self) -> None:
         super()._init_runtime()
@@ -207,8 +213,9 @@ class BootstrapConfusionAccumulator(Accumulator):
         return (self._n_replicates + 1) * self._num_classes**2 * 8
 
     # ------------------------------------------------------------------ counting
-    def update(self, y_true: Any, y_pred: Any, weights: Any = None, *,
-               cluster_ids: Any = None) -> BootstrapConfusionAccumulator:
+    def update(
+        self, y_true: Any, y_pred: Any, weights: Any = None, *, cluster_ids: Any = None
+    ) -> BootstrapConfusionAccumulator:
         """Count a batch into the matrix and, cluster by cluster, into the replicates.
 
         Args:
@@ -223,8 +230,9 @@ class BootstrapConfusionAccumulator(Accumulator):
         """
         return super().update(y_true, y_pred, weights, cluster_ids=cluster_ids)
 
-    def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None, *,
-                 cluster_ids: Any = None) -> _ClusterBatch:
+    def _prepare(
+        self, y_true: Any, y_pred: Any, weights: Any = None, *, cluster_ids: Any = None
+    ) -> _ClusterBatch:
         ids = None if cluster_ids is None else as_array(cluster_ids, "cluster_ids")
         if ids is not None and ids.dtype.kind not in "iu":
             raise TypeError(f"`cluster_ids` must hold integers, got dtype {ids.dtype}.")
@@ -236,8 +244,14 @@ class BootstrapConfusionAccumulator(Accumulator):
         if self._threshold is None:
             batch = prepare_batch(y_true, y_pred, weights, self._num_classes, self._class_axis)
         else:
-            batch = prepare_batch(y_true, y_pred, weights, self._num_classes, self._class_axis,
-                                  threshold=self._threshold)
+            batch = prepare_batch(
+                y_true,
+                y_pred,
+                weights,
+                self._num_classes,
+                self._class_axis,
+                threshold=self._threshold,
+            )
         dtype = np.float64 if self._weighted else np.int64
         local: np.ndarray = np.zeros((self._num_classes, self._num_classes), dtype=dtype)
         count_batch(local, batch, self._ignore_index)  # validates labels and weights
@@ -261,22 +275,35 @@ class BootstrapConfusionAccumulator(Accumulator):
                 f"id per sample (shape {shape}), one per item of the first axis "
                 f"({shape[:1]}), one integer, or None (the call is one cluster)."
             )
-        return _ClusterBatch(local, None, batch.y_true, batch.y_pred, batch.weights,
-                             np.ascontiguousarray(flat_ids, dtype=np.int64), run)
+        return _ClusterBatch(
+            local,
+            None,
+            batch.y_true,
+            batch.y_pred,
+            batch.weights,
+            np.ascontiguousarray(flat_ids, dtype=np.int64),
+            run,
+        )
 
     def _batch(self, y_true: Any, y_pred: Any, weights: Any, class_axis: int) -> Any:
         if self._threshold is None:
             return prepare_batch(y_true, y_pred, weights, self._num_classes, class_axis)
-        return prepare_batch(y_true, y_pred, weights, self._num_classes, class_axis,
-                             threshold=self._threshold)
+        return prepare_batch(
+            y_true, y_pred, weights, self._num_classes, class_axis, threshold=self._threshold
+        )
 
-    def _prepare_items(self, y_true: Any, y_pred: Any, weights: Any, ids: np.ndarray
-                       ) -> _ClusterBatch | None:
+    def _prepare_items(
+        self, y_true: Any, y_pred: Any, weights: Any, ids: np.ndarray
+    ) -> _ClusterBatch | None:
         """One cluster per item of the first axis of large items (images): each item is
         counted by the plain kernel into its own K×K matrix. None when this does not apply."""
         true_array = as_array(y_true, "y_true")
-        if not (ids.ndim == 1 and true_array.ndim >= 2 and ids.shape[0] == true_array.shape[0]
-                and true_array[0].size >= ITEM_MIN_SAMPLES):
+        if not (
+            ids.ndim == 1
+            and true_array.ndim >= 2
+            and ids.shape[0] == true_array.shape[0]
+            and true_array[0].size >= ITEM_MIN_SAMPLES
+        ):
             return None
         pred_array = as_array(y_pred, "y_pred")
         weight_array = None if weights is None else as_array(weights, "weights")
@@ -292,10 +319,16 @@ class BootstrapConfusionAccumulator(Accumulator):
         try:
             for item in range(true_array.shape[0]):
                 counts: np.ndarray = np.zeros_like(local)
-                count_batch(counts, self._batch(
-                    true_array[item], pred_array[item],
-                    None if weight_array is None else weight_array[item], item_axis),
-                    self._ignore_index)
+                count_batch(
+                    counts,
+                    self._batch(
+                        true_array[item],
+                        pred_array[item],
+                        None if weight_array is None else weight_array[item],
+                        item_axis,
+                    ),
+                    self._ignore_index,
+                )
                 key = int(ids[item].astype(np.uint64))
                 if key in by_key:
                     by_key[key] += counts
@@ -305,13 +338,19 @@ class BootstrapConfusionAccumulator(Accumulator):
                     local += counts  # exact: the batch's counts are the sum of its items'
         except ValueError:
             # Word the error with the position in the user's whole array.
-            count_batch(local, self._batch(true_array, pred_array, weight_array,
-                                           self._class_axis), self._ignore_index)
+            count_batch(
+                local,
+                self._batch(true_array, pred_array, weight_array, self._class_axis),
+                self._ignore_index,
+            )
             raise
         if self._weighted:
             # The batch's float sums in the order a ConfusionAccumulator adds them.
-            count_batch(local, self._batch(true_array, pred_array, weight_array,
-                                           self._class_axis), self._ignore_index)
+            count_batch(
+                local,
+                self._batch(true_array, pred_array, weight_array, self._class_axis),
+                self._ignore_index,
+            )
         return _ClusterBatch(local, None, items=list(by_key.items()))
 
     def _labels_for_clusters(self, y_true: Any, y_pred: Any) -> tuple[Any, Any]:
@@ -320,14 +359,19 @@ class BootstrapConfusionAccumulator(Accumulator):
         pred_array = as_array(y_pred, "y_pred")
         if pred_array.ndim == true_array.ndim + 1 and pred_array.dtype.kind == "f":
             if np.isnan(pred_array).any():
-                raise ValueError("`y_pred` (scores) holds NaN; the predicted class of that "
-                                 "sample is undefined.")
+                raise ValueError(
+                    "`y_pred` (scores) holds NaN; the predicted class of that sample is undefined."
+                )
             return true_array, np.argmax(pred_array, axis=self._class_axis)
-        if (self._threshold is not None and pred_array.dtype.kind == "f"
-                and pred_array.size == true_array.size):
+        if (
+            self._threshold is not None
+            and pred_array.dtype.kind == "f"
+            and pred_array.size == true_array.size
+        ):
             if np.isnan(pred_array).any():
-                raise ValueError("`y_pred` (scores) holds NaN; the predicted class of that "
-                                 "sample is undefined.")
+                raise ValueError(
+                    "`y_pred` (scores) holds NaN; the predicted class of that sample is undefined."
+                )
             labels = (pred_array >= self._threshold).astype(np.int64)
             return true_array, labels.reshape(true_array.shape)
         return true_array, pred_array
@@ -350,8 +394,9 @@ class BootstrapConfusionAccumulator(Accumulator):
         # replicate cell in int64.
         limit = _CELL_LIMIT if integral else np.inf
         if batch.key is not None:
-            bad = _k.add_cluster_matrix(batch.local, np.uint64(batch.key), np.uint64(self._seed),
-                                        flat, matrix, True, limit)
+            bad = _k.add_cluster_matrix(
+                batch.local, np.uint64(batch.key), np.uint64(self._seed), flat, matrix, True, limit
+            )
             if bad >= 0:
                 self._overflow(matrix, batch.local, int(bad))
             return
@@ -364,8 +409,9 @@ class BootstrapConfusionAccumulator(Accumulator):
             # The main matrix got the whole batch's counts, summed as a ConfusionAccumulator
             # sums them (float weights: the same rounding); the replicates get the items.
             for key, counts in batch.items:
-                _k.add_cluster_matrix(counts, np.uint64(key), np.uint64(self._seed), flat,
-                                      matrix, False, limit)
+                _k.add_cluster_matrix(
+                    counts, np.uint64(key), np.uint64(self._seed), flat, matrix, False, limit
+                )
             return
         scratch = np.zeros(self._num_classes**2, dtype=matrix.dtype)
         touched = np.empty(self._num_classes**2, dtype=np.int64)
@@ -375,9 +421,21 @@ class BootstrapConfusionAccumulator(Accumulator):
         runs = 1 + int(np.count_nonzero(ids[1:] != ids[:-1])) if ids.size else 1
         scan = self._num_classes**2 * runs <= 4 * y_true.shape[0]
         ignore = 0 if self._ignore_index is None else self._ignore_index
-        _k.add_clusters(batch.y_true, batch.y_pred, batch.weights, batch.cluster_ids,
-                        batch.run_length, ignore, self._ignore_index is not None,
-                        self._num_classes, np.uint64(self._seed), flat, scratch, touched, scan)
+        _k.add_clusters(
+            batch.y_true,
+            batch.y_pred,
+            batch.weights,
+            batch.cluster_ids,
+            batch.run_length,
+            ignore,
+            self._ignore_index is not None,
+            self._num_classes,
+            np.uint64(self._seed),
+            flat,
+            scratch,
+            touched,
+            scan,
+        )
 
     # ------------------------------------------------------------------ views
     @property
@@ -400,8 +458,9 @@ class BootstrapConfusionAccumulator(Accumulator):
         version = self._version
         if cached is not None and cached[0] == version:
             return cached[1]
-        acc = ConfusionAccumulator.from_matrix(snapshot["matrix"], self._class_names,
-                                               self._ignore_index, weighted=self._weighted)
+        acc = ConfusionAccumulator.from_matrix(
+            snapshot["matrix"], self._class_names, self._ignore_index, weighted=self._weighted
+        )
         self._confusion_cache = (version, acc)
         return acc
 
@@ -416,14 +475,14 @@ class BootstrapConfusionAccumulator(Accumulator):
                 f"`metricstream.bootstrap.bootstrap(acc, metric)` to treat the samples as "
                 f"independent."
             )
-        if name.startswith("_") or name in _NOT_VIEWS or not hasattr(ConfusionAccumulator,
-                                                                      name):
+        if name.startswith("_") or name in _NOT_VIEWS or not hasattr(ConfusionAccumulator, name):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self._confusion(), name)
 
     def __dir__(self) -> list[str]:
-        views = [n for n in dir(ConfusionAccumulator)
-                 if not n.startswith("_") and n not in _NOT_VIEWS]
+        views = [
+            n for n in dir(ConfusionAccumulator) if not n.startswith("_") and n not in _NOT_VIEWS
+        ]
         return sorted(set(super().__dir__()) | set(views))
 
     def interval(
@@ -448,6 +507,13 @@ class BootstrapConfusionAccumulator(Accumulator):
         if not snapshot["matrix"].any():
             raise ValueError("the accumulator holds no samples yet: there is no interval.")
         return interval_from_replicates(
-            snapshot["matrix"], snapshot["replicates"], metric, method=method,
-            confidence=confidence, resampling="cluster-poisson", seed=self._seed,
-            class_names=self._class_names, **metric_kwargs)
+            snapshot["matrix"],
+            snapshot["replicates"],
+            metric,
+            method=method,
+            confidence=confidence,
+            resampling="cluster-poisson",
+            seed=self._seed,
+            class_names=self._class_names,
+            **metric_kwargs,
+        )

@@ -104,15 +104,27 @@ def accumulate(
     members = template.values() if isinstance(template, AccumulatorGroup) else [template]
     elementwise = all(isinstance(member, ConfusionAccumulator) for member in members)
     if class_axis is None:
-        axes = {member.config()["class_axis"] for member in members
-                if "class_axis" in member.config()}
+        axes = {
+            member.config()["class_axis"] for member in members if "class_axis" in member.config()
+        }
         if len(axes) > 1:
-            raise ValueError(f"the template's members hold different `class_axis` settings "
-                             f"{sorted(axes)}; pass `class_axis=` to say where the scores are.")
+            raise ValueError(
+                f"the template's members hold different `class_axis` settings "
+                f"{sorted(axes)}; pass `class_axis=` to say where the scores are."
+            )
         class_axis = axes.pop() if axes else 1
-    return _reduce(recipe, y_true, y_pred, weights, class_axis=class_axis, num_scores=None,
-                   elementwise=elementwise, split_every=split_every, compute=compute,
-                   compute_kwargs=compute_kwargs)
+    return _reduce(
+        recipe,
+        y_true,
+        y_pred,
+        weights,
+        class_axis=class_axis,
+        num_scores=None,
+        elementwise=elementwise,
+        split_every=split_every,
+        compute=compute,
+        compute_kwargs=compute_kwargs,
+    )
 
 
 def confusion(
@@ -160,11 +172,21 @@ def confusion(
             the message names the chunk or partition that held it.
     """
     # Validates the configuration before any task runs.
-    template = ConfusionAccumulator(num_classes, class_names, ignore_index, weighted=weighted,
-                                    class_axis=class_axis)
-    return _reduce(_recipe(template), y_true, y_pred, weights, class_axis=template.class_axis,
-                   num_scores=num_classes, elementwise=True, split_every=split_every,
-                   compute=compute, compute_kwargs=compute_kwargs)
+    template = ConfusionAccumulator(
+        num_classes, class_names, ignore_index, weighted=weighted, class_axis=class_axis
+    )
+    return _reduce(
+        _recipe(template),
+        y_true,
+        y_pred,
+        weights,
+        class_axis=template.class_axis,
+        num_scores=num_classes,
+        elementwise=True,
+        split_every=split_every,
+        compute=compute,
+        compute_kwargs=compute_kwargs,
+    )
 
 
 # ---------------------------------------------------------------------------- the reduction
@@ -177,14 +199,18 @@ Recipe = tuple[Any, ...]
 def _recipe(template: Any) -> Recipe:
     if isinstance(template, AccumulatorGroup):
         members = template.members()
-        recipe: Recipe = ("group", tuple((name, type(member), member.config())
-                                         for name, member in members.items()))
+        recipe: Recipe = (
+            "group",
+            tuple((name, type(member), member.config()) for name, member in members.items()),
+        )
     elif isinstance(template, Accumulator):
         members = {"": template}
         recipe = ("single", type(template), template.config())
     else:
-        raise TypeError(f"`template` must be an accumulator or an AccumulatorGroup, got "
-                        f"{type(template).__name__}.")
+        raise TypeError(
+            f"`template` must be an accumulator or an AccumulatorGroup, got "
+            f"{type(template).__name__}."
+        )
     for name, member in members.items():
         if any(array.any() for array in member.state_arrays().values()):
             where = f" (member {name!r})" if name else ""
@@ -196,8 +222,9 @@ def _recipe(template: Any) -> Recipe:
     try:  # every task rebuilds the template this way: fail here, not in the first task
         _build(recipe)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"`template` cannot be rebuilt from its type and config(): "
-                         f"{error}") from error
+        raise ValueError(
+            f"`template` cannot be rebuilt from its type and config(): {error}"
+        ) from error
     return recipe
 
 
@@ -208,9 +235,19 @@ def _build(recipe: Recipe) -> Any:
     return AccumulatorGroup({name: cls(**config) for name, cls, config in recipe[1]})
 
 
-def _reduce(recipe: Recipe, y_true: Any, y_pred: Any, weights: Any, *, class_axis: int,
-            num_scores: int | None, elementwise: bool, split_every: int, compute: bool,
-            compute_kwargs: dict[str, Any]) -> Any:
+def _reduce(
+    recipe: Recipe,
+    y_true: Any,
+    y_pred: Any,
+    weights: Any,
+    *,
+    class_axis: int,
+    num_scores: int | None,
+    elementwise: bool,
+    split_every: int,
+    compute: bool,
+    compute_kwargs: dict[str, Any],
+) -> Any:
     dask = _import("dask")
     if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
         raise ValueError(f"`split_every` must be an int of at least 2, got {split_every!r}.")
@@ -218,8 +255,7 @@ def _reduce(recipe: Recipe, y_true: Any, y_pred: Any, weights: Any, *, class_axi
     if any(_is_dask_frame(x) for x in (y_true, y_pred, weights)):
         pieces = _frame_pieces(dask, y_true, y_pred, weights)
     else:
-        pieces = _array_pieces(dask, y_true, y_pred, weights, num_scores, class_axis,
-                               elementwise)
+        pieces = _array_pieces(dask, y_true, y_pred, weights, num_scores, class_axis, elementwise)
 
     count = dask.delayed(_count_piece, pure=True)
     merge = dask.delayed(_merge, pure=True)
@@ -254,8 +290,15 @@ def _merge(*partials: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- pairing chunks
-def _array_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any, num_scores: int | None,
-                  class_axis: int, elementwise: bool) -> list[tuple]:
+def _array_pieces(
+    dask: Any,
+    y_true: Any,
+    y_pred: Any,
+    weights: Any,
+    num_scores: int | None,
+    class_axis: int,
+    elementwise: bool,
+) -> list[tuple]:
     da = _import("dask.array")
     y_true, y_pred = da.asarray(y_true), da.asarray(y_pred)
     weights = None if weights is None else da.asarray(weights)
@@ -275,8 +318,10 @@ def _array_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any, num_scores:
     elif y_pred.ndim == y_true.ndim + 1:
         axis = class_axis + y_pred.ndim if class_axis < 0 else class_axis
         if not 0 <= axis < y_pred.ndim:
-            raise ValueError(f"`class_axis` is {class_axis}, but `y_pred` (scores) has only "
-                             f"{y_pred.ndim} dimensions.")
+            raise ValueError(
+                f"`class_axis` is {class_axis}, but `y_pred` (scores) has only "
+                f"{y_pred.ndim} dimensions."
+            )
         rest = y_pred.shape[:axis] + y_pred.shape[axis + 1 :]
         if rest != shape or (num_scores is not None and y_pred.shape[axis] != num_scores):
             expected = "" if num_scores is None else f" and `num_classes` is {num_scores}"
@@ -296,13 +341,19 @@ def _array_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any, num_scores:
     if weights is not None:
         if weights.shape == shape:
             weights = _align(weights, y_true.chunks, "weights")
-        elif not elementwise and weights.ndim == 1 and len(shape) > 1 and (
-                weights.shape[0] == shape[0]):
+        elif (
+            not elementwise
+            and weights.ndim == 1
+            and len(shape) > 1
+            and (weights.shape[0] == shape[0])
+        ):
             weights = _align(weights, (y_true.chunks[0],), "weights")  # one weight per row
         else:
             rows = "" if elementwise else f" or ({shape[0] if shape else 0},) (one per row)"
-            raise ValueError(f"`weights` has shape {weights.shape}, but `y_true` has shape "
-                             f"{shape}; give weights of shape {shape}{rows}.")
+            raise ValueError(
+                f"`weights` has shape {weights.shape}, but `y_true` has shape "
+                f"{shape}; give weights of shape {shape}{rows}."
+            )
 
     # One merged, optimized graph for all inputs, so a shared source is read once.
     collections = (y_true, y_pred) if weights is None else (y_true, y_pred, weights)
@@ -312,8 +363,9 @@ def _array_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any, num_scores:
     if scores_axis is not None:
         pred_blocks = np.take(pred_blocks, 0, axis=scores_axis)
     weight_blocks = None if weights is None else optimized[2].to_delayed(optimize_graph=False)
-    starts: list[Any] = [np.concatenate([[0], np.cumsum(c)[:-1]]) if c else []
-                         for c in y_true.chunks]
+    starts: list[Any] = [
+        np.concatenate([[0], np.cumsum(c)[:-1]]) if c else [] for c in y_true.chunks
+    ]
     pieces = []
     for index in np.ndindex(true_blocks.shape):
         start = tuple(int(starts[d][i]) for d, i in enumerate(index))
@@ -366,8 +418,9 @@ def _frame_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any) -> list[tup
     pieces = []
     for i in range(len(parts[0])):
         where = f"dask dataframe partition {i}"
-        pieces.append((parts[0][i], parts[1][i], parts[2][i] if weights is not None else None,
-                       where))
+        pieces.append(
+            (parts[0][i], parts[1][i], parts[2][i] if weights is not None else None, where)
+        )
     return pieces
 
 
@@ -380,6 +433,4 @@ def _import(name: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError as error:
-        raise ImportError(
-            f"metricstream.dask needs dask ({error}); {INSTALL_HINT}."
-        ) from error
+        raise ImportError(f"metricstream.dask needs dask ({error}); {INSTALL_HINT}.") from error

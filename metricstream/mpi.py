@@ -38,8 +38,9 @@ __all__ = ["allreduce"]
 INSTALL_HINT = 'pip install "metricstream[mpi]"'
 
 
-def allreduce(acc: Accumulator | AccumulatorGroup, comm: Any = None, *,
-              inplace: bool = True) -> Any:
+def allreduce(
+    acc: Accumulator | AccumulatorGroup, comm: Any = None, *, inplace: bool = True
+) -> Any:
     """Sum ``acc`` over every rank of ``comm`` (default ``MPI.COMM_WORLD``).
 
     Must be called by every rank of ``comm``. ``inplace=True`` (default) sums into ``acc`` and
@@ -64,8 +65,9 @@ def allreduce(acc: Accumulator | AccumulatorGroup, comm: Any = None, *,
         comm.Allreduce(mpi.IN_PLACE, buffer, op=mpi.SUM)
         return buffer
 
-    return _sync.synchronize(acc, gather=gather, reduce_sum=reduce_sum, engine="allreduce",
-                             inplace=inplace)
+    return _sync.synchronize(
+        acc, gather=gather, reduce_sum=reduce_sum, engine="allreduce", inplace=inplace
+    )
 
 
 def _import_mpi() -> Any:

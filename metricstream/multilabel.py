@@ -55,9 +55,20 @@ _MAX_ROWS_PER_CALL = 2**31 - 1
 # What the kernels receive as ``weights`` for an unweighted call (see _multilabel_kernels).
 _NO_WEIGHTS = np.zeros(0, dtype=np.int32)
 # dtype -> the unsigned view the kernels read (indicators); scores are read as they are.
-_FAST_VIEWS = {np.dtype(t): np.dtype(f"u{np.dtype(t).itemsize}") for t in
-               (bool, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64,
-                np.int64)}
+_FAST_VIEWS = {
+    np.dtype(t): np.dtype(f"u{np.dtype(t).itemsize}")
+    for t in (
+        bool,
+        np.uint8,
+        np.int8,
+        np.uint16,
+        np.int16,
+        np.uint32,
+        np.int32,
+        np.uint64,
+        np.int64,
+    )
+}
 _FAST_SCORES = {np.dtype(np.float32), np.dtype(np.float64)}
 _NO_COOCCURRENCE = {"i": np.zeros((0, 0), dtype=np.int64), "f": np.zeros((0, 0))}
 
@@ -100,8 +111,9 @@ class LabelSets:
         indices = np.asarray(flat) if flat else np.zeros(0, dtype=np.int64)
         if indices.dtype.kind not in "iu":
             if indices.dtype.kind == "b" or not np.all(np.equal(np.mod(indices, 1), 0)):
-                raise TypeError(f"{name} must hold integer label indices, got "
-                                f"{indices.dtype} values.")
+                raise TypeError(
+                    f"{name} must hold integer label indices, got {indices.dtype} values."
+                )
         indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
         return cls(indptr, indices.astype(np.int64))
@@ -113,8 +125,10 @@ class LabelSets:
         indices = np.ascontiguousarray(as_array(indices, "indices"))
         for array, label in ((indptr, "indptr"), (indices, "indices")):
             if array.ndim != 1 or array.dtype.kind not in "iu":
-                raise TypeError(f"`{label}` must be a 1-D integer array, got {array.dtype} "
-                                f"of shape {array.shape}.")
+                raise TypeError(
+                    f"`{label}` must be a 1-D integer array, got {array.dtype} "
+                    f"of shape {array.shape}."
+                )
         if indptr.shape[0] == 0 or indptr[0] != 0 or indptr[-1] != indices.shape[0]:
             raise ValueError(
                 f"`indptr` must start at 0 and end at len(indices) = {indices.shape[0]}, got "
@@ -123,8 +137,10 @@ class LabelSets:
         steps = np.diff(indptr)
         if (steps < 0).any():
             row = int(np.argmax(steps < 0))
-            raise ValueError(f"`indptr` decreases after position {row}: {int(indptr[row])} > "
-                             f"{int(indptr[row + 1])}.")
+            raise ValueError(
+                f"`indptr` decreases after position {row}: {int(indptr[row])} > "
+                f"{int(indptr[row + 1])}."
+            )
         return cls(indptr.astype(np.int64), indices.astype(np.int64))
 
     @classmethod
@@ -133,8 +149,10 @@ class LabelSets:
         data = np.asarray(matrix.data)
         if data.size and not np.isin(data, (0, 1)).all():
             bad = int(np.argmax(~np.isin(data, (0, 1))))
-            raise ValueError(f"{name} is a sparse matrix holding {data[bad]!r}; a label "
-                             "indicator holds only 0 and 1.")
+            raise ValueError(
+                f"{name} is a sparse matrix holding {data[bad]!r}; a label "
+                "indicator holds only 0 and 1."
+            )
         indptr = np.asarray(matrix.indptr, dtype=np.int64)
         indices = np.asarray(matrix.indices, dtype=np.int64)
         if data.size and (data == 0).any():
@@ -151,8 +169,9 @@ def _as_sets(value: Any, name: str) -> LabelSets | None:
         return value
     if hasattr(value, "indptr") and hasattr(value, "indices") and hasattr(value, "shape"):
         if getattr(value, "format", "csr") != "csr":
-            raise TypeError(f"`{name}` is a sparse {value.format} matrix; convert it with "
-                            ".tocsr() first.")
+            raise TypeError(
+                f"`{name}` is a sparse {value.format} matrix; convert it with .tocsr() first."
+            )
         return LabelSets.from_sparse(value, name=f"`{name}`")
     return None
 
@@ -233,8 +252,11 @@ class MultilabelAccumulator(Accumulator):
             raise ValueError(f"`num_labels` must be at least 1, got {num_labels}.")
         self._num_labels = int(num_labels)
         self._label_names = _check_names(label_names, self._num_labels)
-        if isinstance(threshold, bool) or not isinstance(
-                threshold, (int, float, np.integer, np.floating)) or not np.isfinite(threshold):
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, (int, float, np.integer, np.floating))
+            or not np.isfinite(threshold)
+        ):
             raise TypeError(f"`threshold` must be a finite number, got {threshold!r}.")
         self._threshold = float(threshold)
         # float32 scores are compared with the smallest float32 at or above the threshold:
@@ -245,11 +267,12 @@ class MultilabelAccumulator(Accumulator):
         self._threshold32 = threshold32
         if ignore_index is not None:
             if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
-                raise TypeError(f"`ignore_index` must be an integer or None, got "
-                                f"{ignore_index!r}.")
+                raise TypeError(f"`ignore_index` must be an integer or None, got {ignore_index!r}.")
             if ignore_index in (0, 1):
-                raise ValueError(f"`ignore_index` must not be 0 or 1 (they are label values), "
-                                 f"got {ignore_index}.")
+                raise ValueError(
+                    f"`ignore_index` must not be 0 or 1 (they are label values), "
+                    f"got {ignore_index}."
+                )
             ignore_index = int(ignore_index)
         self._ignore_index = ignore_index
         for flag, label in ((weighted, "weighted"), (cooccurrence, "cooccurrence")):
@@ -306,28 +329,42 @@ class MultilabelAccumulator(Accumulator):
         return float(value) if self._weighted else int(value)
 
     # ------------------------------------------------------------------ updates
-    def update_sets(self, y_true: Iterable[Iterable[int]], y_pred: Iterable[Iterable[int]],
-                    weights: Any = None) -> MultilabelAccumulator:
+    def update_sets(
+        self, y_true: Iterable[Iterable[int]], y_pred: Iterable[Iterable[int]], weights: Any = None
+    ) -> MultilabelAccumulator:
         """Count per-sample label lists, e.g. ``[[0, 3], [], [2]]``; returns ``self``."""
-        return self.update(LabelSets.from_lists(y_true, name="`y_true`"),
-                           LabelSets.from_lists(y_pred, name="`y_pred`"), weights)
+        return self.update(
+            LabelSets.from_lists(y_true, name="`y_true`"),
+            LabelSets.from_lists(y_pred, name="`y_pred`"),
+            weights,
+        )
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> Any:
         # Fast path of the training loop: unweighted C-contiguous numpy indicator or score
         # matrices without masking (measured: a third of the Python cost of the general path).
-        if (weights is None and type(y_true) is np.ndarray and type(y_pred) is np.ndarray
-                and self._ignore_index is None):
+        if (
+            weights is None
+            and type(y_true) is np.ndarray
+            and type(y_pred) is np.ndarray
+            and self._ignore_index is None
+        ):
             true_view = _FAST_VIEWS.get(y_true.dtype)
             pred_view = _FAST_VIEWS.get(y_pred.dtype)
             scores = y_pred.dtype in _FAST_SCORES
-            if (true_view is not None and (pred_view is not None or scores)
-                    and y_true.ndim == 2 and y_true.shape == y_pred.shape
-                    and y_true.shape[1] == self._num_labels
-                    and y_true.flags.c_contiguous and y_pred.flags.c_contiguous):
+            if (
+                true_view is not None
+                and (pred_view is not None or scores)
+                and y_true.ndim == 2
+                and y_true.shape == y_pred.shape
+                and y_true.shape[1] == self._num_labels
+                and y_true.flags.c_contiguous
+                and y_pred.flags.c_contiguous
+            ):
                 true = y_true.view(true_view)
                 pred = y_pred if pred_view is None else y_pred.view(pred_view)
-                return _DenseBatch(true, pred, _NO_WEIGHTS, 0, 0, float(true.shape[0]),
-                                   y_true, y_pred)
+                return _DenseBatch(
+                    true, pred, _NO_WEIGHTS, 0, 0, float(true.shape[0]), y_true, y_pred
+                )
         true_sets = _as_sets(y_true, "y_true")
         pred_sets = _as_sets(y_pred, "y_pred")
         if (true_sets is None) != (pred_sets is None):
@@ -345,8 +382,9 @@ class MultilabelAccumulator(Accumulator):
             return _NO_WEIGHTS, 0, float(n)
         array = as_array(weights, "weights")
         if array.ndim != 1 or array.shape[0] != n:
-            raise ValueError(f"`weights` must have shape ({n},) (one weight per sample), got "
-                             f"{array.shape}.")
+            raise ValueError(
+                f"`weights` must have shape ({n},) (one weight per sample), got {array.shape}."
+            )
         if array.dtype.kind not in "iufb":
             raise TypeError(f"`weights` must hold numbers, got dtype {array.dtype}.")
         values = array.astype(np.float64, copy=False)
@@ -355,10 +393,15 @@ class MultilabelAccumulator(Accumulator):
             bad |= values != np.floor(values)
         if bad.any():
             position = int(np.argmax(bad))
-            rule = ("finite and non-negative" if self._weighted else
-                    "whole non-negative numbers (use weighted=True for fractional weights)")
-            raise ValueError(f"`weights` holds {array[position].item()!r} at position {position}; "
-                             f"weights must be {rule}.")
+            rule = (
+                "finite and non-negative"
+                if self._weighted
+                else "whole non-negative numbers (use weighted=True for fractional weights)"
+            )
+            raise ValueError(
+                f"`weights` holds {array[position].item()!r} at position {position}; "
+                f"weights must be {rule}."
+            )
         total = float(values.sum())
         if not np.isfinite(total * self._num_labels):
             raise ValueError("`weights` sum to a value whose per-label sums overflow float64.")
@@ -399,11 +442,13 @@ class MultilabelAccumulator(Accumulator):
                 pred = pred.astype(np.float32)  # float16: numba has no half-precision loads
             pred = np.ascontiguousarray(pred)
         else:
-            raise TypeError(f"`y_pred` must be a 0/1 indicator matrix or float scores, got "
-                            f"dtype {pred.dtype}.")
+            raise TypeError(
+                f"`y_pred` must be a 0/1 indicator matrix or float scores, got dtype {pred.dtype}."
+            )
         w, wflag, total = self._prepare_weights(weights, true.shape[0])
-        return _DenseBatch(true, pred, w, mask_value, flags | wflag, total, original_true,
-                           original_pred)
+        return _DenseBatch(
+            true, pred, w, mask_value, flags | wflag, total, original_true, original_pred
+        )
 
     def _prepare_sets(self, true: LabelSets, pred: LabelSets, weights: Any) -> _SetsBatch:
         if len(true) != len(pred):
@@ -452,19 +497,35 @@ class MultilabelAccumulator(Accumulator):
         # into local buffers first), so a failed call leaves the state untouched.
         n = batch.y_true.shape[0]
         if n > _MAX_ROWS_PER_CALL:
-            raise ValueError(f"batches of 2**31 rows or more are not supported (got {n}); "
-                             "split them.")
+            raise ValueError(
+                f"batches of 2**31 rows or more are not supported (got {n}); split them."
+            )
         threshold: Any = self._threshold
         if batch.y_pred.dtype == np.float32:
             threshold = self._threshold32
         if batch.flags & _k.MASKED:
             status, row = _k.count_dense_masked(
-                batch.y_true, batch.y_pred, batch.weights, threshold, batch.mask_value,
-                batch.flags, self._layout, arrays["labels"], arrays["per_sample"])
+                batch.y_true,
+                batch.y_pred,
+                batch.weights,
+                threshold,
+                batch.mask_value,
+                batch.flags,
+                self._layout,
+                arrays["labels"],
+                arrays["per_sample"],
+            )
         else:
             status, row = _k.count_dense(
-                batch.y_true, batch.y_pred, batch.weights, threshold, batch.flags,
-                self._layout, arrays["labels"], arrays["per_sample"])
+                batch.y_true,
+                batch.y_pred,
+                batch.weights,
+                threshold,
+                batch.flags,
+                self._layout,
+                arrays["labels"],
+                arrays["per_sample"],
+            )
         if status != _k.OK:
             raise ValueError(_dense_error(status, row, batch, self._ignore_index))
         cooc = arrays.get("cooccurrence")
@@ -478,15 +539,27 @@ class MultilabelAccumulator(Accumulator):
         if self._scratch is None:
             self._scratch = np.zeros(self._num_labels, dtype=np.uint8)
         status, row, column = _k.count_sets(
-            batch.true.indptr, batch.true.indices, batch.pred.indptr, batch.pred.indices,
-            batch.weights, batch.flags, self._layout, arrays["labels"], arrays["per_sample"],
-            cooc, self._scratch)
+            batch.true.indptr,
+            batch.true.indices,
+            batch.pred.indptr,
+            batch.pred.indices,
+            batch.weights,
+            batch.flags,
+            self._layout,
+            arrays["labels"],
+            arrays["per_sample"],
+            cooc,
+            self._scratch,
+        )
         if status != _k.OK:
-            sets, name = ((batch.true, "y_true") if status == _k.DUPLICATE_TRUE
-                          else (batch.pred, "y_pred"))
+            sets, name = (
+                (batch.true, "y_true") if status == _k.DUPLICATE_TRUE else (batch.pred, "y_pred")
+            )
             label = int(sets.indices[sets.indptr[row] + column])
-            raise ValueError(f"`{name}` lists label {label} twice in sample {row}; a label set "
-                             "holds each label once. Nothing was counted.")
+            raise ValueError(
+                f"`{name}` lists label {label} twice in sample {row}; a label set "
+                "holds each label once. Nothing was counted."
+            )
 
     # ------------------------------------------------------------------ views
     def _view_source(self) -> _ml.MultilabelCounts:
@@ -507,76 +580,118 @@ class MultilabelAccumulator(Accumulator):
         size = self._num_labels + 1
         fbeta = {}
         for k, beta in enumerate(self._betas):
-            a, b, offset = (int(x) for x in lay[6 + 3 * k: 9 + 3 * k])
-            fbeta[beta] = (a, b, per_sample[offset: offset + (a + b) * self._num_labels + 1])
+            a, b, offset = (int(x) for x in lay[6 + 3 * k : 9 + 3 * k])
+            fbeta[beta] = (a, b, per_sample[offset : offset + (a + b) * self._num_labels + 1])
         stats = _ml.SampleStatistics(
-            count=int(per_sample[_k.COUNT]), judged=per_sample[_k.JUDGED],
-            exact=per_sample[_k.EXACT], neither=per_sample[_k.NEITHER],
+            count=int(per_sample[_k.COUNT]),
+            judged=per_sample[_k.JUDGED],
+            exact=per_sample[_k.EXACT],
+            neither=per_sample[_k.NEITHER],
             zero_weight=int(per_sample[_k.ZERO_WEIGHT]),
-            cardinality_true=per_sample[lay[0]: lay[0] + size],
-            cardinality_pred=per_sample[lay[1]: lay[1] + size],
-            tp_by_pred=per_sample[lay[2]: lay[2] + size],
-            tp_by_true=per_sample[lay[3]: lay[3] + size],
-            tp_by_union=per_sample[lay[4]: lay[4] + size],
+            cardinality_true=per_sample[lay[0] : lay[0] + size],
+            cardinality_pred=per_sample[lay[1] : lay[1] + size],
+            tp_by_pred=per_sample[lay[2] : lay[2] + size],
+            tp_by_true=per_sample[lay[3] : lay[3] + size],
+            tp_by_union=per_sample[lay[4] : lay[4] + size],
             tp_by_fbeta=fbeta,
         )
         # Supports print as scikit-learn prints them: floats once weights were given.
         integral = not per_sample[_k.WEIGHTED_ROWS]
-        return _ml.MultilabelCounts(labels=label_counts, samples=stats, integral=integral,
-                                    label_names=self._label_names,
-                                    cooccurrence=snap.get("cooccurrence"))
+        return _ml.MultilabelCounts(
+            labels=label_counts,
+            samples=stats,
+            integral=integral,
+            label_names=self._label_names,
+            cooccurrence=snap.get("cooccurrence"),
+        )
 
     def counts(self) -> _ml.MultilabelCounts:
         """The counts every view is computed from (read-only arrays of one state)."""
         return self._view_source()
 
-    def precision(self, average: MultilabelAverage = None, *, labels: Labels = None,
-                  zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def precision(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """Precision per label or averaged; see
         :func:`metricstream.metrics.multilabel.precision`."""
-        return self._view(_ml.precision, average, labels=_key(labels),
-                          zero_division=zero_division)
+        return self._view(_ml.precision, average, labels=_key(labels), zero_division=zero_division)
 
-    def recall(self, average: MultilabelAverage = None, *, labels: Labels = None,
-               zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def recall(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """Recall per label or averaged; see :func:`metricstream.metrics.multilabel.recall`."""
         return self._view(_ml.recall, average, labels=_key(labels), zero_division=zero_division)
 
-    def fbeta(self, beta: float, average: MultilabelAverage = None, *, labels: Labels = None,
-              zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def fbeta(
+        self,
+        beta: float,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """F-beta per label or averaged; see :func:`metricstream.metrics.multilabel.fbeta`."""
-        return self._view(_ml.fbeta, beta, average, labels=_key(labels),
-                          zero_division=zero_division)
+        return self._view(
+            _ml.fbeta, beta, average, labels=_key(labels), zero_division=zero_division
+        )
 
-    def f1(self, average: MultilabelAverage = None, *, labels: Labels = None,
-           zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def f1(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """F1 per label or averaged; see :func:`metricstream.metrics.multilabel.f1`."""
         return self._view(_ml.f1, average, labels=_key(labels), zero_division=zero_division)
 
-    def jaccard(self, average: MultilabelAverage = None, *, labels: Labels = None,
-                zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def jaccard(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """Jaccard index per label or averaged; see
         :func:`metricstream.metrics.multilabel.jaccard`."""
-        return self._view(_ml.jaccard, average, labels=_key(labels),
-                          zero_division=zero_division)
+        return self._view(_ml.jaccard, average, labels=_key(labels), zero_division=zero_division)
 
     def precision_recall_fscore_support(
-        self, beta: float = 1.0, average: MultilabelAverage = None, *, labels: Labels = None,
+        self,
+        beta: float = 1.0,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
         zero_division: ZeroDivision = "warn",
     ) -> tuple:
         """``(precision, recall, fbeta, support)``; see
         :func:`metricstream.metrics.multilabel.precision_recall_fscore_support`."""
-        return self._view(_ml.precision_recall_fscore_support, beta, average,
-                          labels=_key(labels), zero_division=zero_division)
+        return self._view(
+            _ml.precision_recall_fscore_support,
+            beta,
+            average,
+            labels=_key(labels),
+            zero_division=zero_division,
+        )
 
-    def subset_accuracy(self, *, normalize: bool = True,
-                        zero_division: ZeroDivision = "warn") -> float:
+    def subset_accuracy(
+        self, *, normalize: bool = True, zero_division: ZeroDivision = "warn"
+    ) -> float:
         """Share of exactly matched samples; see
         :func:`metricstream.metrics.multilabel.subset_accuracy`."""
         return self._view(_ml.subset_accuracy, normalize=normalize, zero_division=zero_division)
 
-    def zero_one_loss(self, *, normalize: bool = True,
-                      zero_division: ZeroDivision = "warn") -> float:
+    def zero_one_loss(
+        self, *, normalize: bool = True, zero_division: ZeroDivision = "warn"
+    ) -> float:
         """``1 - subset_accuracy``; see :func:`metricstream.metrics.multilabel.zero_one_loss`."""
         return self._view(_ml.zero_one_loss, normalize=normalize, zero_division=zero_division)
 
@@ -590,11 +705,11 @@ class MultilabelAccumulator(Accumulator):
         :func:`metricstream.metrics.multilabel.multilabel_confusion_matrix`."""
         return self._view(_ml.multilabel_confusion_matrix, labels=_key(labels))
 
-    def label_cardinality(self, *, predicted: bool = False,
-                          zero_division: ZeroDivision = "warn") -> float:
+    def label_cardinality(
+        self, *, predicted: bool = False, zero_division: ZeroDivision = "warn"
+    ) -> float:
         """Mean number of true (``predicted``: predicted) labels per sample."""
-        return self._view(_ml.label_cardinality, predicted=predicted,
-                          zero_division=zero_division)
+        return self._view(_ml.label_cardinality, predicted=predicted, zero_division=zero_division)
 
     def cardinality_histogram(self, *, predicted: bool = False) -> np.ndarray:
         """``h[k]``: samples with ``k`` true (``predicted``: predicted) labels, ``k = 0..L``."""
@@ -606,88 +721,146 @@ class MultilabelAccumulator(Accumulator):
         Needs ``cooccurrence=True`` in the configuration.
         """
         if not self._cooccurrence:
-            raise ValueError("co-occurrence is not counted; create the accumulator with "
-                             "cooccurrence=True.")
+            raise ValueError(
+                "co-occurrence is not counted; create the accumulator with cooccurrence=True."
+            )
         return self._snapshot()["cooccurrence"].copy()
 
-    def classification_report(self, *, target_names: Sequence[str] | None = None,
-                              digits: int = 2, output_dict: bool = False,
-                              zero_division: ZeroDivision = "warn") -> str | dict:
+    def classification_report(
+        self,
+        *,
+        target_names: Sequence[str] | None = None,
+        digits: int = 2,
+        output_dict: bool = False,
+        zero_division: ZeroDivision = "warn",
+    ) -> str | dict:
         """scikit-learn's multilabel ``classification_report``; see
         :func:`metricstream.metrics.multilabel.classification_report`."""
         names = None if target_names is None else tuple(target_names)
-        return self._view(_ml.classification_report, target_names=names, digits=digits,
-                          output_dict=output_dict, zero_division=zero_division)
+        return self._view(
+            _ml.classification_report,
+            target_names=names,
+            digits=digits,
+            output_dict=output_dict,
+            zero_division=zero_division,
+        )
 
-    def _rate(self, function: Any, average: Any, labels: Labels,
-              zero_division: ZeroDivision) -> Any:
+    def _rate(
+        self, function: Any, average: Any, labels: Labels, zero_division: ZeroDivision
+    ) -> Any:
         return self._view(function, average, labels=_key(labels), zero_division=zero_division)
 
-    def specificity(self, average: MultilabelAverage = None, *, labels: Labels = None,
-                    zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def specificity(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """Per-label specificity ``TN_j / (TN_j + FP_j)``; see
         :func:`metricstream.metrics.specificity`."""
         return self._rate(_ml.specificity, average, labels, zero_division)
 
-    def negative_predictive_value(self, average: MultilabelAverage = None, *,
-                                  labels: Labels = None,
-                                  zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def negative_predictive_value(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """Per-label NPV ``TN_j / (TN_j + FN_j)``; see
         :func:`metricstream.metrics.negative_predictive_value`."""
         return self._rate(_ml.negative_predictive_value, average, labels, zero_division)
 
-    def false_positive_rate(self, average: MultilabelAverage = None, *, labels: Labels = None,
-                            zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def false_positive_rate(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """Per-label FPR ``FP_j / (FP_j + TN_j)``."""
         return self._rate(_ml.false_positive_rate, average, labels, zero_division)
 
-    def false_negative_rate(self, average: MultilabelAverage = None, *, labels: Labels = None,
-                            zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def false_negative_rate(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """Per-label FNR ``FN_j / AP_j``."""
         return self._rate(_ml.false_negative_rate, average, labels, zero_division)
 
-    def false_discovery_rate(self, average: MultilabelAverage = None, *, labels: Labels = None,
-                             zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def false_discovery_rate(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """Per-label FDR ``FP_j / PP_j``."""
         return self._rate(_ml.false_discovery_rate, average, labels, zero_division)
 
-    def false_omission_rate(self, average: MultilabelAverage = None, *, labels: Labels = None,
-                            zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def false_omission_rate(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """Per-label FOR ``FN_j / (FN_j + TN_j)``."""
         return self._rate(_ml.false_omission_rate, average, labels, zero_division)
 
-    def informedness(self, average: MultilabelAverage = None, *, labels: Labels = None,
-                     zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def informedness(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """Per-label informedness ``TPR_j + TNR_j - 1``."""
         return self._rate(_ml.informedness, average, labels, zero_division)
 
-    def markedness(self, average: MultilabelAverage = None, *, labels: Labels = None,
-                   zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def markedness(
+        self,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         """Per-label markedness ``PPV_j + NPV_j - 1``."""
         return self._rate(_ml.markedness, average, labels, zero_division)
 
-    def prevalence(self, *, labels: Labels = None,
-                   zero_division: ZeroDivision = "warn") -> np.ndarray:
+    def prevalence(
+        self, *, labels: Labels = None, zero_division: ZeroDivision = "warn"
+    ) -> np.ndarray:
         """Per-label prevalence ``AP_j / N_j``."""
         return self._view(_ml.prevalence, labels=_key(labels), zero_division=zero_division)
 
-    def positive_likelihood_ratio(self, *, labels: Labels = None,
-                                  zero_division: ZeroDivision = "warn") -> np.ndarray:
+    def positive_likelihood_ratio(
+        self, *, labels: Labels = None, zero_division: ZeroDivision = "warn"
+    ) -> np.ndarray:
         """Per-label ``LR+_j = TPR_j / FPR_j``."""
-        return self._view(_ml.positive_likelihood_ratio, labels=_key(labels),
-                          zero_division=zero_division)
+        return self._view(
+            _ml.positive_likelihood_ratio, labels=_key(labels), zero_division=zero_division
+        )
 
-    def negative_likelihood_ratio(self, *, labels: Labels = None,
-                                  zero_division: ZeroDivision = "warn") -> np.ndarray:
+    def negative_likelihood_ratio(
+        self, *, labels: Labels = None, zero_division: ZeroDivision = "warn"
+    ) -> np.ndarray:
         """Per-label ``LR-_j = FNR_j / TNR_j``."""
-        return self._view(_ml.negative_likelihood_ratio, labels=_key(labels),
-                          zero_division=zero_division)
+        return self._view(
+            _ml.negative_likelihood_ratio, labels=_key(labels), zero_division=zero_division
+        )
 
-    def diagnostic_odds_ratio(self, *, labels: Labels = None,
-                              zero_division: ZeroDivision = "warn") -> np.ndarray:
+    def diagnostic_odds_ratio(
+        self, *, labels: Labels = None, zero_division: ZeroDivision = "warn"
+    ) -> np.ndarray:
         """Per-label ``DOR_j = TP_j TN_j / (FP_j FN_j)``."""
-        return self._view(_ml.diagnostic_odds_ratio, labels=_key(labels),
-                          zero_division=zero_division)
+        return self._view(
+            _ml.diagnostic_odds_ratio, labels=_key(labels), zero_division=zero_division
+        )
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -708,8 +881,10 @@ def _check_names(names: Sequence[str] | None, num_labels: int) -> tuple[str, ...
         raise TypeError("`label_names` must be a sequence of strings.")
     names = tuple(names)
     if len(names) != num_labels or len(set(names)) != num_labels:
-        raise ValueError(f"`label_names` must hold {num_labels} unique names, got "
-                         f"{len(names)} ({len(set(names))} unique).")
+        raise ValueError(
+            f"`label_names` must hold {num_labels} unique names, got "
+            f"{len(names)} ({len(set(names))} unique)."
+        )
     return names
 
 
@@ -723,8 +898,10 @@ def _check_betas(betas: Sequence[float]) -> tuple[tuple[float, ...], list[tuple[
             raise TypeError(f"`betas` must hold numbers, got {beta!r}.")
         beta = float(beta)
         if not (np.isfinite(beta) and beta > 0):
-            raise ValueError(f"`betas` must hold positive finite numbers (beta 0 and inf are "
-                             f"precision and recall, always available), got {beta!r}.")
+            raise ValueError(
+                f"`betas` must hold positive finite numbers (beta 0 and inf are "
+                f"precision and recall, always available), got {beta!r}."
+            )
         ratio = Fraction(beta * beta).limit_denominator(_MAX_BETA_TERMS)
         a, b = ratio.numerator, ratio.denominator
         if a + b > _MAX_BETA_TERMS or abs(a / b - beta * beta) > 1e-12 * beta * beta:
@@ -747,8 +924,9 @@ def _as_matrix(array: np.ndarray, num_labels: int, name: str) -> np.ndarray:
     if array.ndim != 2 or array.shape[1] != num_labels:
         hint = ""
         if array.ndim == 1:
-            hint = (" For per-sample label lists use update_sets(); for a single label, "
-                    "num_labels=1.")
+            hint = (
+                " For per-sample label lists use update_sets(); for a single label, num_labels=1."
+            )
         raise ValueError(
             f"`{name}` must be an (N, {num_labels}) label indicator matrix (`num_labels` is "
             f"{num_labels}), got shape {array.shape}.{hint}"
@@ -764,8 +942,9 @@ def _float_indicator(array: np.ndarray, ignore_index: int | None) -> np.ndarray:
         row, column = (int(i) for i in np.argwhere(~ok)[0])
         raise ValueError(
             f"`y_true` holds {array[row, column].item()!r} at row {row}, label {column}; a "
-            f"label indicator holds only 0 and 1" + ("" if ignore_index is None else
-                                               f" (or `ignore_index` {ignore_index})") + "."
+            f"label indicator holds only 0 and 1"
+            + ("" if ignore_index is None else f" (or `ignore_index` {ignore_index})")
+            + "."
         )
     return array.astype(np.int64 if ignore_index is not None else np.int8)
 
@@ -779,27 +958,39 @@ def _dense_error(status: int, row: int, batch: _DenseBatch, ignore_index: int | 
         column = int(np.argmax(bad))
         value = batch.original_true[row, column]
         allowed = "0 or 1" if ignore_index is None else f"0, 1 or `ignore_index` {ignore_index}"
-        return (f"`y_true` holds {value.item()!r} at row {row}, label {column}, but a label "
-                f"indicator holds {allowed}. Nothing was counted.")
+        return (
+            f"`y_true` holds {value.item()!r} at row {row}, label {column}, but a label "
+            f"indicator holds {allowed}. Nothing was counted."
+        )
     if status == _k.BAD_SCORE:
         column = int(np.argmax(np.isnan(batch.y_pred[row])))
-        return (f"`y_pred` holds NaN at row {row}, label {column}; scores must be numbers. "
-                f"Nothing was counted.")
+        return (
+            f"`y_pred` holds NaN at row {row}, label {column}; scores must be numbers. "
+            f"Nothing was counted."
+        )
     column = int(np.argmax(batch.y_pred[row] > 1))
     value = batch.original_pred[row, column]
-    return (f"`y_pred` holds {value.item()!r} at row {row}, label {column}, but a label "
-            f"indicator holds 0 or 1 (float scores are thresholded at `threshold`). Nothing "
-            f"was counted.")
+    return (
+        f"`y_pred` holds {value.item()!r} at row {row}, label {column}, but a label "
+        f"indicator holds 0 or 1 (float scores are thresholded at `threshold`). Nothing "
+        f"was counted."
+    )
 
 
 # ---------------------------------------------------------------------------- file input
 _CSV_CHUNK_ROWS = 65_536
 
 
-def read_multilabel_csv(path: Any, *, num_labels: int | None = None, separator: str = "|",
-                        true_column: str = "y_true", pred_column: str = "y_pred",
-                        weight_column: str | None = None, delimiter: str = ","
-                        ) -> MultilabelAccumulator:
+def read_multilabel_csv(
+    path: Any,
+    *,
+    num_labels: int | None = None,
+    separator: str = "|",
+    true_column: str = "y_true",
+    pred_column: str = "y_pred",
+    weight_column: str | None = None,
+    delimiter: str = ",",
+) -> MultilabelAccumulator:
     """Count a CSV file whose ``y_true``/``y_pred`` columns hold label sets, e.g. ``0|3``.
 
     Each cell lists the sample's label indices separated by ``separator`` (an empty cell is the
@@ -845,8 +1036,9 @@ def read_multilabel_csv(path: Any, *, num_labels: int | None = None, separator: 
         names = sorted(tokens)
         index = {name: position for position, name in enumerate(names)}
         size = len(names) if num_labels is None else num_labels
-    acc = MultilabelAccumulator(max(size, 1), names if names and len(names) == size else None,
-                                weighted=fractional)
+    acc = MultilabelAccumulator(
+        max(size, 1), names if names and len(names) == size else None, weighted=fractional
+    )
     rows = held if held is not None else _csv_rows(path, columns, separator, delimiter)
     chunk: list[tuple[list[str], list[str], float]] = []
     for row in rows:
@@ -858,8 +1050,9 @@ def read_multilabel_csv(path: Any, *, num_labels: int | None = None, separator: 
     return acc
 
 
-def _csv_rows(path: Any, columns: tuple[str, str, str | None], separator: str,
-              delimiter: str) -> Iterator[tuple[list[str], list[str], float]]:
+def _csv_rows(
+    path: Any, columns: tuple[str, str, str | None], separator: str, delimiter: str
+) -> Iterator[tuple[list[str], list[str], float]]:
     """``(true labels, predicted labels, weight)`` of each row, with the file's line numbers
     in errors."""
     import csv
@@ -875,8 +1068,7 @@ def _csv_rows(path: Any, columns: tuple[str, str, str | None], separator: str,
         fields = reader.fieldnames or []
         for column in (true_column, pred_column) + ((weight_column,) if weight_column else ()):
             if column not in fields:
-                raise ValueError(f"the file has no column {column!r}; its columns are "
-                                 f"{fields}.")
+                raise ValueError(f"the file has no column {column!r}; its columns are {fields}.")
         for row in reader:
             weight = 1.0
             if weight_column:
@@ -884,29 +1076,37 @@ def _csv_rows(path: Any, columns: tuple[str, str, str | None], separator: str,
                 try:
                     weight = float(cell)
                 except (TypeError, ValueError):
-                    raise ValueError(f"line {reader.line_num}: weight {cell!r} is not a "
-                                     "number.") from None
+                    raise ValueError(
+                        f"line {reader.line_num}: weight {cell!r} is not a number."
+                    ) from None
                 if not (np.isfinite(weight) and weight >= 0):
-                    raise ValueError(f"line {reader.line_num}: weight {cell!r} must be finite "
-                                     "and non-negative.")
-            yield (_split(row[true_column], separator), _split(row[pred_column], separator),
-                   weight)
+                    raise ValueError(
+                        f"line {reader.line_num}: weight {cell!r} must be finite and non-negative."
+                    )
+            yield (_split(row[true_column], separator), _split(row[pred_column], separator), weight)
     finally:
         if opened is not None:
             opened.close()
 
 
-def _count_csv_chunk(acc: MultilabelAccumulator, chunk: list[tuple[list[str], list[str], float]],
-                     index: dict[str, int], weighted: bool) -> None:
+def _count_csv_chunk(
+    acc: MultilabelAccumulator,
+    chunk: list[tuple[list[str], list[str], float]],
+    index: dict[str, int],
+    weighted: bool,
+) -> None:
     if not chunk:
         return
-    acc.update_sets([[index[t] for t in true] for true, _, _ in chunk],
-                    [[index[t] for t in pred] for _, pred, _ in chunk],
-                    np.array([w for _, _, w in chunk]) if weighted else None)
+    acc.update_sets(
+        [[index[t] for t in true] for true, _, _ in chunk],
+        [[index[t] for t in pred] for _, pred, _ in chunk],
+        np.array([w for _, _, w in chunk]) if weighted else None,
+    )
 
 
-def read_multilabel_npz(path: Any, *, threshold: float = 0.5, weighted: bool | None = None
-                        ) -> MultilabelAccumulator:
+def read_multilabel_npz(
+    path: Any, *, threshold: float = 0.5, weighted: bool | None = None
+) -> MultilabelAccumulator:
     """Count an ``.npz`` file holding (N, L) ``y_true`` and ``y_pred`` members.
 
     ``y_pred`` holds 0/1 indicators or scores (positive where ``score >= threshold``);
@@ -926,15 +1126,20 @@ def read_multilabel_npz(path: Any, *, threshold: float = 0.5, weighted: bool | N
     with np.load(path, allow_pickle=False) as archive:
         for member in ("y_true", "y_pred"):
             if member not in archive.files:
-                raise ValueError(f"the .npz file has no member {member!r}; its members are "
-                                 f"{archive.files}.")
+                raise ValueError(
+                    f"the .npz file has no member {member!r}; its members are {archive.files}."
+                )
         y_true, y_pred = archive["y_true"], archive["y_pred"]
         weights = archive["weights"] if "weights" in archive.files else None
-        names = ([str(name) for name in archive["label_names"]]
-                 if "label_names" in archive.files else None)
+        names = (
+            [str(name) for name in archive["label_names"]]
+            if "label_names" in archive.files
+            else None
+        )
     if y_true.ndim != 2:
-        raise ValueError(f"member 'y_true' must be an (N, L) indicator matrix, got shape "
-                         f"{y_true.shape}.")
+        raise ValueError(
+            f"member 'y_true' must be an (N, L) indicator matrix, got shape {y_true.shape}."
+        )
     if weighted is None:
         weighted = weights is not None and bool(np.any(np.asarray(weights) % 1 != 0))
     acc = MultilabelAccumulator(y_true.shape[1], names, threshold=threshold, weighted=weighted)

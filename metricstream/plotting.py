@@ -91,8 +91,13 @@ def _set_class_ticks(ax: Any, names: list[str], axis: str) -> None:
         positions = list(range(0, num_classes, step))
     labels = [names[i] for i in positions]
     if axis == "x":
-        ax.set_xticks(positions, labels, rotation=45 if rotate else 0,
-                      ha="right" if rotate else "center", rotation_mode="anchor")
+        ax.set_xticks(
+            positions,
+            labels,
+            rotation=45 if rotate else 0,
+            ha="right" if rotate else "center",
+            rotation_mode="anchor",
+        )
     else:
         ax.set_yticks(positions, labels)
 
@@ -144,11 +149,14 @@ def plot_confusion_matrix(
     # aspect="auto": the figure is sized to be about square already, and a fixed aspect would
     # fight the constrained layout (the axes get re-centred after layout and long class names
     # are clipped at the left edge).
-    image = ax.imshow(values, cmap=cmap, vmin=0.0, vmax=top, interpolation="nearest",
-                      aspect="auto")
+    image = ax.imshow(values, cmap=cmap, vmin=0.0, vmax=top, interpolation="nearest", aspect="auto")
     if colorbar:
-        what = {None: "samples", "true": "fraction of the true class",
-                "pred": "fraction of the predicted class", "all": "fraction of all samples"}
+        what = {
+            None: "samples",
+            "true": "fraction of the true class",
+            "pred": "fraction of the predicted class",
+            "all": "fraction of all samples",
+        }
         bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
         bar.set_label(what[normalize])
 
@@ -180,8 +188,11 @@ def plot_confusion_matrix(
         shown = f"{int(total):,}" if float(total).is_integer() else f"{float(total):,.6g}"
         title = f"Confusion matrix ({shown} samples)"
         if normalize is not None:
-            title += {"true": ", rows normalized", "pred": ", columns normalized",
-                      "all": ", normalized"}[normalize]
+            title += {
+                "true": ", rows normalized",
+                "pred": ", columns normalized",
+                "all": ", normalized",
+            }[normalize]
     ax.set_title(title)
     return ax
 
@@ -230,9 +241,12 @@ def plot_per_class(
     bar_width = 0.8 / len(metrics)
     positions = np.arange(num_classes)
     for offset, metric in enumerate(metrics):
-        ax.bar(positions + (offset - (len(metrics) - 1) / 2) * bar_width,
-               np.nan_to_num(scores[metric], nan=0.0),
-               width=bar_width, label=_METRIC_LABELS[metric])
+        ax.bar(
+            positions + (offset - (len(metrics) - 1) / 2) * bar_width,
+            np.nan_to_num(scores[metric], nan=0.0),
+            width=bar_width,
+            label=_METRIC_LABELS[metric],
+        )
     _set_class_ticks(ax, names, "x")
     ax.set_xlim(-0.6, num_classes - 0.4)
     # Headroom above 1.0 for the legend, so that it never covers a bar.

@@ -180,8 +180,9 @@ def classification_report(
         micro_is_accuracy = True
     names = _target_names(target_names, indices, counts.num_classes, labels_given)
 
-    p, r, f, s = precision_recall_fscore_support(counts, average=None, labels=indices,
-                                                 zero_division=zero_division)
+    p, r, f, s = precision_recall_fscore_support(
+        counts, average=None, labels=indices, zero_division=zero_division
+    )
     if counts.matrix.dtype.kind in "iub" and not counts.true_positives.any():
         # scikit-learn counts the supports with float zeros when no sample at all is classified
         # correctly (its "pathological case"), so they then print as ``3.0``, not ``3``.
@@ -218,8 +219,7 @@ def classification_report(
             report[heading] = dict(zip(_HEADERS, [float(value) for value in values], strict=True))
         elif heading == "accuracy":
             fmt = "{:>{width}s} " + " {:>9.{digits}}" * 2 + " {:>9.{digits}f}" + " {:>9}\n"
-            text += fmt.format(heading, "", "", avg_f, total_support, width=width,
-                               digits=digits)
+            text += fmt.format(heading, "", "", avg_f, total_support, width=width, digits=digits)
         else:
             text += row_fmt.format(heading, *values, width=width, digits=digits)
 
@@ -311,8 +311,13 @@ def summary(
     return _summary(matrix_or_counts, class_names, zero_division, state=True)
 
 
-def _summary(matrix_or_counts: MatrixLike, class_names: Sequence[str] | None,
-             zero_division: ZeroDivision, *, state: bool) -> dict:
+def _summary(
+    matrix_or_counts: MatrixLike,
+    class_names: Sequence[str] | None,
+    zero_division: ZeroDivision,
+    *,
+    state: bool,
+) -> dict:
     """:func:`summary`; ``state=False`` leaves out the matrix (the tables do not show it, and at
     K = 1000 converting it to lists is most of the cost)."""
     counts = as_counts(matrix_or_counts)
@@ -331,8 +336,7 @@ def _summary(matrix_or_counts: MatrixLike, class_names: Sequence[str] | None,
         "accuracy": accuracy(counts, zero_division=zd),
         "balanced_accuracy": balanced_accuracy(counts, zero_division=zd),
         "cohen_kappa": cohen_kappa(counts, zero_division=zd),
-        "matthews_corrcoef": matthews_corrcoef(
-            counts, zero_division=0.0 if zd == "warn" else zd),
+        "matthews_corrcoef": matthews_corrcoef(counts, zero_division=0.0 if zd == "warn" else zd),
         "miou": miou(counts, zero_division=zd),
         "fwiou": fwiou(counts, zero_division=zd),
         "macro_precision": precision(counts, average="macro", zero_division=zd),
@@ -374,8 +378,9 @@ def _summary(matrix_or_counts: MatrixLike, class_names: Sequence[str] | None,
         data["class_names"] = list(names)
         data["weighted"] = weighted
         # ``tolist`` gives Python ints (or floats for weights) in one pass over the matrix.
-        data["confusion_matrix"] = counts.matrix.astype(np.float64 if weighted else np.int64,
-                                                        copy=False).tolist()
+        data["confusion_matrix"] = counts.matrix.astype(
+            np.float64 if weighted else np.int64, copy=False
+        ).tolist()
     return data
 
 
@@ -392,8 +397,11 @@ def _table(data: dict, digits: int) -> tuple[list[list[str]], list[list[str]], l
     overall = [[label, _fmt(data["overall"][key], digits)] for key, label in _OVERALL]
     header = ["class", "support", "predicted"] + [label for _, label in _PER_CLASS]
     rows = [
-        [entry["name"], _fmt_count(entry["support"], digits),
-         _fmt_count(entry["predicted"], digits)]
+        [
+            entry["name"],
+            _fmt_count(entry["support"], digits),
+            _fmt_count(entry["predicted"], digits),
+        ]
         + [_fmt(entry[key], digits) for key, _ in _PER_CLASS]
         for entry in data["per_class"]
     ]
@@ -502,14 +510,16 @@ def summary_html(
         rows = rows[:half] + [["…"] * len(header[0])] + rows[-half:]
     esc = html.escape
     parts = [
-        "<div class=\"metricstream-summary\">",
+        '<div class="metricstream-summary">',
         f"<p><b>ConfusionAccumulator</b>: {esc(_fmt_count(data['num_samples'], digits))} "
         f"samples, "
         f"{data['num_classes']} classes</p>",
         "<table><tbody>",
     ]
-    parts += [f"<tr><th style=\"text-align:left\">{esc(label)}</th><td>{esc(value)}</td></tr>"
-              for label, value in overall]
+    parts += [
+        f'<tr><th style="text-align:left">{esc(label)}</th><td>{esc(value)}</td></tr>'
+        for label, value in overall
+    ]
     parts.append("</tbody></table>")
     parts.append("<table><thead><tr>")
     parts += [f"<th>{esc(cell)}</th>" for cell in header[0]]

@@ -49,8 +49,9 @@ def _axes(ax: Any, width: float = 5.5, height: float = 5.0) -> Any:
     return figure.add_subplot()
 
 
-def _selection(acc: ScoreAccumulator, labels: Sequence[int] | None,
-               class_names: Sequence[str] | None) -> tuple[list[int], list[str], bool]:
+def _selection(
+    acc: ScoreAccumulator, labels: Sequence[int] | None, class_names: Sequence[str] | None
+) -> tuple[list[int], list[str], bool]:
     """Classes to draw, their names, and whether to add the micro-average curve."""
     if acc.task == "binary":
         return [0], ["positive" if class_names is None else str(class_names[0])], False
@@ -70,8 +71,14 @@ def _selection(acc: ScoreAccumulator, labels: Sequence[int] | None,
     return chosen, names, True
 
 
-def plot_roc(acc: ScoreAccumulator, ax: Any = None, *, labels: Sequence[int] | None = None,
-             class_names: Sequence[str] | None = None, micro: bool | None = None) -> Any:
+def plot_roc(
+    acc: ScoreAccumulator,
+    ax: Any = None,
+    *,
+    labels: Sequence[int] | None = None,
+    class_names: Sequence[str] | None = None,
+    micro: bool | None = None,
+) -> Any:
     """ROC curves (one-vs-rest per class, plus the micro-average) with their AUROC.
 
     Args:
@@ -93,19 +100,34 @@ def plot_roc(acc: ScoreAccumulator, ax: Any = None, *, labels: Sequence[int] | N
             ax.plot(fpr, tpr, lw=1.2, label=f"{name} (AUC {per_class[index]:.3f})")
         if default_micro if micro is None else micro:
             fpr, tpr, _ = acc.roc_curve(micro=True)
-            ax.plot(fpr, tpr, color="black", lw=2, ls="--",
-                    label=f"micro-average (AUC {acc.auroc('micro'):.3f})")
+            ax.plot(
+                fpr,
+                tpr,
+                color="black",
+                lw=2,
+                ls="--",
+                label=f"micro-average (AUC {acc.auroc('micro'):.3f})",
+            )
     ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":")
-    ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel="false positive rate",
-           ylabel="true positive rate", title="ROC")
+    ax.set(
+        xlim=(0, 1),
+        ylim=(0, 1.01),
+        xlabel="false positive rate",
+        ylabel="true positive rate",
+        title="ROC",
+    )
     ax.legend(loc="lower right", fontsize="small")
     return ax
 
 
-def plot_precision_recall(acc: ScoreAccumulator, ax: Any = None, *,
-                          labels: Sequence[int] | None = None,
-                          class_names: Sequence[str] | None = None,
-                          micro: bool | None = None) -> Any:
+def plot_precision_recall(
+    acc: ScoreAccumulator,
+    ax: Any = None,
+    *,
+    labels: Sequence[int] | None = None,
+    class_names: Sequence[str] | None = None,
+    micro: bool | None = None,
+) -> Any:
     """Precision-recall curves (steps, as average precision sums them) with their AP;
     arguments as :func:`plot_roc`."""
     import warnings
@@ -117,14 +139,23 @@ def plot_precision_recall(acc: ScoreAccumulator, ax: Any = None, *,
         per_class = np.atleast_1d(np.asarray(acc.average_precision(None)))
         for index, name in zip(chosen, names, strict=True):
             precision, recall, _ = acc.precision_recall_curve(index)
-            ax.step(recall, precision, where="post", lw=1.2,
-                    label=f"{name} (AP {per_class[index]:.3f})")
+            ax.step(
+                recall, precision, where="post", lw=1.2, label=f"{name} (AP {per_class[index]:.3f})"
+            )
         if default_micro if micro is None else micro:
             precision, recall, _ = acc.precision_recall_curve(micro=True)
-            ax.step(recall, precision, where="post", color="black", lw=2, ls="--",
-                    label=f"micro-average (AP {acc.average_precision('micro'):.3f})")
-    ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel="recall", ylabel="precision",
-           title="Precision-recall")
+            ax.step(
+                recall,
+                precision,
+                where="post",
+                color="black",
+                lw=2,
+                ls="--",
+                label=f"micro-average (AP {acc.average_precision('micro'):.3f})",
+            )
+    ax.set(
+        xlim=(0, 1), ylim=(0, 1.01), xlabel="recall", ylabel="precision", title="Precision-recall"
+    )
     ax.legend(loc="lower left", fontsize="small")
     return ax
 
@@ -140,18 +171,35 @@ def plot_calibration(acc: ScoreAccumulator, n_bins: int = 15, ax: Any = None) ->
     centers = 0.5 * (diagram.edges[:-1] + diagram.edges[1:])
     width = diagram.edges[1] - diagram.edges[0]
     filled = diagram.counts > 0
-    ax.bar(centers[filled], diagram.accuracy[filled], width=width * 0.95, color="tab:blue",
-           alpha=0.8, edgecolor="white", label="accuracy")
-    ax.plot(diagram.confidence[filled], diagram.accuracy[filled], "o", color="tab:red",
-            markersize=4, label="(mean confidence, accuracy)")
+    ax.bar(
+        centers[filled],
+        diagram.accuracy[filled],
+        width=width * 0.95,
+        color="tab:blue",
+        alpha=0.8,
+        edgecolor="white",
+        label="accuracy",
+    )
+    ax.plot(
+        diagram.confidence[filled],
+        diagram.accuracy[filled],
+        "o",
+        color="tab:red",
+        markersize=4,
+        label="(mean confidence, accuracy)",
+    )
     ax.plot([0, 1], [0, 1], color="grey", ls=":", lw=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ece = acc.calibration_error(n_bins)
         mce = acc.max_calibration_error(n_bins)
     what = "top-label confidence" if acc.task == "multiclass" else "predicted probability"
-    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel=what,
-           ylabel="accuracy" if acc.task == "multiclass" else "fraction of positives",
-           title=f"Reliability (ECE {ece:.4f}, MCE {mce:.4f}, {n_bins} bins)")
+    ax.set(
+        xlim=(0, 1),
+        ylim=(0, 1),
+        xlabel=what,
+        ylabel="accuracy" if acc.task == "multiclass" else "fraction of positives",
+        title=f"Reliability (ECE {ece:.4f}, MCE {mce:.4f}, {n_bins} bins)",
+    )
     ax.legend(loc="lower right", fontsize="small")
     return ax

@@ -29,8 +29,14 @@ from ._io import Coded, InputError, open_source
 from .accumulator import ConfusionAccumulator
 from .scores import ScoreAccumulator
 
-__all__ = ["ScoreReport", "add_score_arguments", "report_from_args", "score_summary",
-           "summary_rows", "write_score_plots"]
+__all__ = [
+    "ScoreReport",
+    "add_score_arguments",
+    "report_from_args",
+    "score_summary",
+    "summary_rows",
+    "write_score_plots",
+]
 
 # Rows of a .npz score array read at a time.
 _NPZ_CHUNK = 1 << 16
@@ -90,8 +96,9 @@ class ScoreReport:
         return _save(self.accumulator.plot_calibration(self.n_bins), path)
 
 
-def summary_rows(acc: ScoreAccumulator, *, n_bins: int = 15,
-                 top_k: Sequence[int] = (1, 5)) -> dict[str, float]:
+def summary_rows(
+    acc: ScoreAccumulator, *, n_bins: int = 15, top_k: Sequence[int] = (1, 5)
+) -> dict[str, float]:
     """The rows a summary shows when scores were seen: AUROC and AP (macro and micro for
     several classes), ECE, MCE, Brier score, log loss and top-k accuracy (k < C). Undefined
     values are NaN; no warning is issued."""
@@ -163,16 +170,22 @@ def score_summary(
     if not columns:
         raise InputError(
             f"{path}: no column matches `--scores {scores}`; the file's columns are "
-            f"{', '.join(repr(c) for c in src.columns) or 'none'}.", usage=True)
+            f"{', '.join(repr(c) for c in src.columns) or 'none'}.",
+            usage=True,
+        )
     for name, flag in ((truth, "--true"), (weight, "--weight")):
         if name is not None and name not in src.columns:
             raise InputError(f"{path}: no column {name!r} (given by `{flag}`).", usage=True)
     rest = [c for c in src.columns if c not in columns and c != weight]
-    truth = truth if truth is not None else ("y_true" if "y_true" in rest else
-                                             (rest[0] if rest else None))
+    truth = (
+        truth
+        if truth is not None
+        else ("y_true" if "y_true" in rest else (rest[0] if rest else None))
+    )
     if truth is None or truth in columns:
-        raise InputError(f"{path}: needs a truth column besides the score columns "
-                         f"{columns}.", usage=True)
+        raise InputError(
+            f"{path}: needs a truth column besides the score columns {columns}.", usage=True
+        )
     for column in columns:
         if src.kinds[column] == "str" and not src.text:
             raise InputError(f"{path}: score column {column!r} holds text.", usage=True)
@@ -189,8 +202,11 @@ def score_summary(
         labels = _labels(chunk.columns[truth], names, ignore, path, truth, chunk.start)
         # Scores from text are counted as float32 (what a model wrote; 9 significant digits
         # read back bit-exactly), binary columns in their own float type.
-        dtype = np.float32 if src.text or all(
-            np.asarray(chunk.columns[c]).dtype == np.float32 for c in columns) else np.float64
+        dtype = (
+            np.float32
+            if src.text or all(np.asarray(chunk.columns[c]).dtype == np.float32 for c in columns)
+            else np.float64
+        )
         matrix = np.column_stack([np.asarray(chunk.columns[c], dtype=dtype) for c in columns])
         values = matrix[:, 0] if acc.task == "binary" else matrix
         weights = None if weight is None else np.asarray(chunk.columns[weight], np.float64)
@@ -205,20 +221,43 @@ def score_summary(
 def add_score_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``scores`` options of ``metricstream report`` to ``parser``."""
     group = parser.add_argument_group("scores")
-    group.add_argument("--scores", metavar="PATTERN",
-                       help="score columns (a pattern, e.g. 'p_*': one per class in file order; "
-                            "one column: binary) or the .npz member holding (N, C) scores; adds "
-                            "AUROC, average precision, calibration and top-k to the report")
-    group.add_argument("--logits", action="store_true",
-                       help="the scores are logits (calibration and losses use their softmax)")
-    group.add_argument("--calibration-bins", type=int, default=15, metavar="N",
-                       help="equal-width bins of the calibration error (default 15)")
-    group.add_argument("--plot-roc", metavar="FILE", type=Path,
-                       help="write the ROC curves of every class (needs --scores, matplotlib)")
-    group.add_argument("--plot-pr", metavar="FILE", type=Path,
-                       help="write the precision-recall curves (needs --scores, matplotlib)")
-    group.add_argument("--plot-calibration", metavar="FILE", type=Path,
-                       help="write the reliability diagram (needs --scores, matplotlib)")
+    group.add_argument(
+        "--scores",
+        metavar="PATTERN",
+        help="score columns (a pattern, e.g. 'p_*': one per class in file order; "
+        "one column: binary) or the .npz member holding (N, C) scores; adds "
+        "AUROC, average precision, calibration and top-k to the report",
+    )
+    group.add_argument(
+        "--logits",
+        action="store_true",
+        help="the scores are logits (calibration and losses use their softmax)",
+    )
+    group.add_argument(
+        "--calibration-bins",
+        type=int,
+        default=15,
+        metavar="N",
+        help="equal-width bins of the calibration error (default 15)",
+    )
+    group.add_argument(
+        "--plot-roc",
+        metavar="FILE",
+        type=Path,
+        help="write the ROC curves of every class (needs --scores, matplotlib)",
+    )
+    group.add_argument(
+        "--plot-pr",
+        metavar="FILE",
+        type=Path,
+        help="write the precision-recall curves (needs --scores, matplotlib)",
+    )
+    group.add_argument(
+        "--plot-calibration",
+        metavar="FILE",
+        type=Path,
+        help="write the reliability diagram (needs --scores, matplotlib)",
+    )
 
 
 def report_from_args(args: argparse.Namespace) -> ScoreReport | None:
@@ -230,23 +269,30 @@ def report_from_args(args: argparse.Namespace) -> ScoreReport | None:
     if getattr(args, "scores", None) is None:
         for option in ("plot_roc", "plot_pr", "plot_calibration"):
             if getattr(args, option, None) is not None:
-                raise InputError(f"`--{option.replace('_', '-')}` needs `--scores`.",
-                                 usage=True)
+                raise InputError(f"`--{option.replace('_', '-')}` needs `--scores`.", usage=True)
         return None
     return score_summary(
-        args.path, args.scores, truth=getattr(args, "truth", None),
-        weight=getattr(args, "weight", None), logits=bool(getattr(args, "logits", False)),
-        ignore=getattr(args, "ignore", None), n_bins=getattr(args, "calibration_bins", 15),
-        delimiter=getattr(args, "delimiter", None), header=getattr(args, "header", True),
-        prefer_pyarrow=getattr(args, "reader", "auto") != "python")
+        args.path,
+        args.scores,
+        truth=getattr(args, "truth", None),
+        weight=getattr(args, "weight", None),
+        logits=bool(getattr(args, "logits", False)),
+        ignore=getattr(args, "ignore", None),
+        n_bins=getattr(args, "calibration_bins", 15),
+        delimiter=getattr(args, "delimiter", None),
+        header=getattr(args, "header", True),
+        prefer_pyarrow=getattr(args, "reader", "auto") != "python",
+    )
 
 
 def write_score_plots(report: ScoreReport, args: argparse.Namespace) -> list[Path]:
     """Write the plots asked for by ``--plot-roc``, ``--plot-pr``, ``--plot-calibration``."""
     written = []
-    for option, draw in (("plot_roc", report.plot_roc),
-                         ("plot_pr", report.plot_precision_recall),
-                         ("plot_calibration", report.plot_calibration)):
+    for option, draw in (
+        ("plot_roc", report.plot_roc),
+        ("plot_pr", report.plot_precision_recall),
+        ("plot_calibration", report.plot_calibration),
+    ):
         path = getattr(args, option, None)
         if path is not None:
             draw(path)
@@ -261,12 +307,13 @@ def _class_names(pattern: str, columns: list[str]) -> list[str] | None:
     if pattern.count("*") != 1 or any(ch in pattern for ch in "?["):
         return None
     prefix, suffix = pattern.split("*")
-    names = [c[len(prefix):len(c) - len(suffix)] for c in columns]
+    names = [c[len(prefix) : len(c) - len(suffix)] for c in columns]
     return names if len(set(names)) == len(names) and all(names) else None
 
 
-def _accumulator(num_columns: int, logits: bool, ignore: str | None,
-                 names: list[str] | None, bins: int | None) -> ScoreAccumulator:
+def _accumulator(
+    num_columns: int, logits: bool, ignore: str | None, names: list[str] | None, bins: int | None
+) -> ScoreAccumulator:
     ignore_index = None
     if ignore is not None:
         if names is not None and ignore in names:
@@ -277,12 +324,14 @@ def _accumulator(num_columns: int, logits: bool, ignore: str | None,
             ignore_index = -1  # a name: mapped to -1 by _labels
     if num_columns == 1:
         return ScoreAccumulator("binary", logits=logits, ignore_index=ignore_index, bins=bins)
-    return ScoreAccumulator("multiclass", num_columns, logits=logits,
-                            ignore_index=ignore_index, bins=bins)
+    return ScoreAccumulator(
+        "multiclass", num_columns, logits=logits, ignore_index=ignore_index, bins=bins
+    )
 
 
-def _labels(values: Any, names: list[str] | None, ignore: str | None, path: Path,
-            column: str, start: int) -> np.ndarray:
+def _labels(
+    values: Any, names: list[str] | None, ignore: str | None, path: Path, column: str, start: int
+) -> np.ndarray:
     if isinstance(values, Coded):
         lookup: dict[str, int] = {}
         if names is not None:
@@ -299,8 +348,10 @@ def _labels(values: Any, names: list[str] | None, ignore: str | None, path: Path
                 except ValueError:
                     row = start + int(np.argmax(values.codes == code)) + 1
                     known = f"; the classes are {names}" if names else ""
-                    raise InputError(f"{path}: column {column!r} holds {text!r} at row {row}, "
-                                     f"which is not a class{known}.") from None
+                    raise InputError(
+                        f"{path}: column {column!r} holds {text!r} at row {row}, "
+                        f"which is not a class{known}."
+                    ) from None
         return table[values.codes]
     return np.asarray(values)
 
@@ -308,13 +359,23 @@ def _labels(values: Any, names: list[str] | None, ignore: str | None, path: Path
 def _confusion(acc: ScoreAccumulator, names: list[str] | None) -> ConfusionAccumulator:
     classes = 2 if acc.task == "binary" else acc.num_classes
     config = acc.config()
-    return ConfusionAccumulator(classes, names if acc.task != "binary" else None,
-                                config["ignore_index"], weighted=config["weighted"])
+    return ConfusionAccumulator(
+        classes,
+        names if acc.task != "binary" else None,
+        config["ignore_index"],
+        weighted=config["weighted"],
+    )
 
 
-def _update(acc: ScoreAccumulator, labels: np.ndarray, values: np.ndarray,
-            weights: np.ndarray | None, path: Path, start: int,
-            confusion: ConfusionAccumulator) -> None:
+def _update(
+    acc: ScoreAccumulator,
+    labels: np.ndarray,
+    values: np.ndarray,
+    weights: np.ndarray | None,
+    path: Path,
+    start: int,
+    confusion: ConfusionAccumulator,
+) -> None:
     try:
         acc.update(labels, values, weights)
     except ValueError as error:
@@ -328,37 +389,57 @@ def _update(acc: ScoreAccumulator, labels: np.ndarray, values: np.ndarray,
     confusion.update(labels, values, weights)
 
 
-def _read_npz(path: Path, member: str, truth: str | None, weight: str | None, logits: bool,
-              ignore: str | None, bins: int | None, n_bins: int,
-              top_k: Sequence[int]) -> ScoreReport:
+def _read_npz(
+    path: Path,
+    member: str,
+    truth: str | None,
+    weight: str | None,
+    logits: bool,
+    ignore: str | None,
+    bins: int | None,
+    n_bins: int,
+    top_k: Sequence[int],
+) -> ScoreReport:
     if not path.is_file():
         raise InputError(f"{path}: no such file.", usage=True)
     with np.load(path, allow_pickle=False) as archive:
         members = list(archive.files)
         matches = [m for m in members if fnmatch.fnmatchcase(m, member)]
         if len(matches) != 1:
-            raise InputError(f"{path}: `--scores {member}` must name one member holding the "
-                             f"scores; the archive holds {members}.", usage=True)
+            raise InputError(
+                f"{path}: `--scores {member}` must name one member holding the "
+                f"scores; the archive holds {members}.",
+                usage=True,
+            )
         scores = archive[matches[0]]
         others = [m for m in members if m not in (matches[0], weight)]
-        truth = truth if truth is not None else ("y_true" if "y_true" in others else
-                                                 (others[0] if others else None))
+        truth = (
+            truth
+            if truth is not None
+            else ("y_true" if "y_true" in others else (others[0] if others else None))
+        )
         if truth is None or truth not in members:
-            raise InputError(f"{path}: needs a truth member besides {matches[0]!r}.",
-                             usage=True)
+            raise InputError(f"{path}: needs a truth member besides {matches[0]!r}.", usage=True)
         labels = archive[truth]
         weights = archive[weight] if weight is not None else None
-    binary = scores.ndim == labels.ndim or (scores.ndim == labels.ndim + 1
-                                            and scores.shape[1] == 1)
+    binary = scores.ndim == labels.ndim or (scores.ndim == labels.ndim + 1 and scores.shape[1] == 1)
     classes = 1 if binary else scores.shape[1]
     acc = _accumulator(classes, logits, ignore, None, bins)
     confusion = _confusion(acc, None)
     for lo in range(0, max(len(labels), 1), _NPZ_CHUNK):
         hi = lo + _NPZ_CHUNK
-        _update(acc, labels[lo:hi], scores[lo:hi],
-                None if weights is None else weights[lo:hi], path, lo, confusion)
-    return ScoreReport(acc, None, [matches[0]], int(labels.shape[0]), n_bins, tuple(top_k),
-                       confusion)
+        _update(
+            acc,
+            labels[lo:hi],
+            scores[lo:hi],
+            None if weights is None else weights[lo:hi],
+            path,
+            lo,
+            confusion,
+        )
+    return ScoreReport(
+        acc, None, [matches[0]], int(labels.shape[0]), n_bins, tuple(top_k), confusion
+    )
 
 
 def _float(value: Any) -> float:
@@ -371,28 +452,37 @@ def _json(value: float) -> float | None:
 
 
 _LABELS = {
-    "auroc": "AUROC", "average_precision": "average precision",
-    "auroc_macro": "AUROC (macro, one-vs-rest)", "auroc_micro": "AUROC (micro)",
+    "auroc": "AUROC",
+    "average_precision": "average precision",
+    "auroc_macro": "AUROC (macro, one-vs-rest)",
+    "auroc_micro": "AUROC (micro)",
     "average_precision_macro": "average precision (macro)",
     "average_precision_micro": "average precision (micro)",
     "auroc_error_bound": "AUROC error bound (binning)",
-    "ece": "expected calibration error", "mce": "maximum calibration error",
-    "brier_score": "Brier score", "log_loss": "log loss",
+    "ece": "expected calibration error",
+    "mce": "maximum calibration error",
+    "brier_score": "Brier score",
+    "log_loss": "log loss",
 }
 
 
 def _render(report: ScoreReport, digits: int, *, markdown: bool) -> str:
     rows = summary_rows(report.accumulator, n_bins=report.n_bins, top_k=report.top_k)
     label = {**_LABELS, **{f"top_{k}_accuracy": f"top-{k} accuracy" for k in report.top_k}}
-    lines = [(label.get(key, key), "nan" if math.isnan(value) else f"{value:.{digits}f}")
-             for key, value in rows.items()]
+    lines = [
+        (label.get(key, key), "nan" if math.isnan(value) else f"{value:.{digits}f}")
+        for key, value in rows.items()
+    ]
     if markdown:
         out = ["| score metric | value |", "|---|---:|"]
         out += [f"| {name} | {value} |" for name, value in lines]
         return "\n".join(out)
     width = max(len(name) for name, _ in lines)
-    title = f"scores ({report.accumulator.num_classes} classes, " if (
-        report.accumulator.task != "binary") else "scores (binary, "
+    title = (
+        f"scores ({report.accumulator.num_classes} classes, "
+        if (report.accumulator.task != "binary")
+        else "scores (binary, "
+    )
     title += f"ECE over {report.n_bins} bins)"
     return "\n".join([title] + [f"  {name:<{width}}  {value:>10}" for name, value in lines])
 

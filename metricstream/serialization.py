@@ -80,8 +80,9 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 # ---------------------------------------------------------------------------- state dicts
-def make_state_dict(type_name: str, state_format: int, config: Mapping[str, Any],
-                    arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+def make_state_dict(
+    type_name: str, state_format: int, config: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
+) -> dict[str, Any]:
     """The plain-data state dict of an accumulator (see the module docstring)."""
     return {
         "type": type_name,
@@ -135,17 +136,22 @@ def read_state_dict(
     if version < current_format and isinstance(state.get("arrays"), dict):
         # Upgrade functions always see numpy arrays, whether the state came from a state dict
         # (records of bytes) or from a blob (arrays already decoded).
-        state = {**state, "arrays": {str(name): _read_array(name, record)
-                                     for name, record in state["arrays"].items()}}
+        state = {
+            **state,
+            "arrays": {
+                str(name): _read_array(name, record) for name, record in state["arrays"].items()
+            },
+        }
     while version < current_format:
         try:
             state = upgrades[version](dict(state))
         except (KeyError, TypeError, AttributeError, IndexError, ValueError) as error:
-            raise ValueError(f"`state` of format {version} lacks or mangles the entry "
-                             f"{error}; it was not made by `state_dict()` or is damaged.") from None
+            raise ValueError(
+                f"`state` of format {version} lacks or mangles the entry "
+                f"{error}; it was not made by `state_dict()` or is damaged."
+            ) from None
         if not isinstance(state, dict):
-            raise ValueError(f"the upgrade of `state` from format {version} did not return a "
-                             f"dict.")
+            raise ValueError(f"the upgrade of `state` from format {version} did not return a dict.")
         version += 1
     config = state.get("config")
     arrays = state.get("arrays")
@@ -153,28 +159,35 @@ def read_state_dict(
         raise ValueError("`state` has no 'config' dict of named settings.")
     if not isinstance(arrays, dict):
         raise ValueError("`state` has no 'arrays' dict.")
-    return found, dict(config), {str(name): _read_array(name, record)
-                                 for name, record in arrays.items()}
+    return (
+        found,
+        dict(config),
+        {str(name): _read_array(name, record) for name, record in arrays.items()},
+    )
 
 
 def _read_array(name: Any, record: Any) -> np.ndarray:
     if isinstance(record, np.ndarray):
         return record
     if not isinstance(record, dict):
-        raise ValueError(f"state array {name!r} is neither an array nor a dict of dtype, shape "
-                         f"and data.")
+        raise ValueError(
+            f"state array {name!r} is neither an array nor a dict of dtype, shape and data."
+        )
     dtype = _DTYPES.get(record.get("dtype"))  # type: ignore[arg-type]
     shape = _check_shape(record.get("shape"), f"state array {name!r}")
     data = record.get("data")
     if dtype is None:
-        raise ValueError(f"state array {name!r} has dtype {record.get('dtype')!r}; "
-                         f"expected '<i8' or '<f8'.")
+        raise ValueError(
+            f"state array {name!r} has dtype {record.get('dtype')!r}; expected '<i8' or '<f8'."
+        )
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"state array {name!r} has no bytes 'data'.")
     needed = _num_items(shape) * dtype.itemsize
     if len(data) != needed:
-        raise ValueError(f"state array {name!r} has {len(data)} bytes of data, but its shape "
-                         f"{list(shape)} needs {needed}.")
+        raise ValueError(
+            f"state array {name!r} has {len(data)} bytes of data, but its shape "
+            f"{list(shape)} needs {needed}."
+        )
     return np.frombuffer(data, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -189,12 +202,15 @@ def check_arrays(given: Mapping[str, np.ndarray], target: Mapping[str, np.ndarra
     for name, live in target.items():
         array = np.asarray(given[name])
         if array.shape != live.shape:
-            raise ValueError(f"state `{name}` has shape {array.shape}, but the configuration "
-                             f"gives {live.shape}.")
+            raise ValueError(
+                f"state `{name}` has shape {array.shape}, but the configuration gives {live.shape}."
+            )
         kinds = "iuf" if live.dtype.kind == "f" else "iuf"
         if array.dtype.kind not in kinds:
-            raise ValueError(f"state `{name}` has dtype {array.dtype}, which does not fit the "
-                             f"accumulator's {live.dtype} values.")
+            raise ValueError(
+                f"state `{name}` has dtype {array.dtype}, which does not fit the "
+                f"accumulator's {live.dtype} values."
+            )
         if array.dtype.kind == "f":
             if not np.isfinite(array).all():
                 raise ValueError(f"state `{name}` holds NaN or infinite values.")
@@ -202,21 +218,25 @@ def check_arrays(given: Mapping[str, np.ndarray], target: Mapping[str, np.ndarra
                 if not (array == np.round(array)).all():
                     raise ValueError(f"state `{name}` holds fractional counts in an integer state.")
                 if (array >= 2.0**63).any():
-                    raise ValueError(f"state `{name}` holds counts of 2**63 or more, beyond "
-                                     f"int64.")
+                    raise ValueError(f"state `{name}` holds counts of 2**63 or more, beyond int64.")
         elif array.dtype.kind == "u" and array.dtype.itemsize == 8 and live.dtype.kind != "f":
             if (array > _INT64_MAX).any():
                 raise ValueError(f"state `{name}` holds counts of 2**63 or more, beyond int64.")
         negative = array < 0
         if negative.any():
             position = tuple(int(i) for i in np.argwhere(negative)[0])
-            raise ValueError(f"state `{name}` holds {array[position].item()!r} at {position}; "
-                             f"state values are non-negative.")
+            raise ValueError(
+                f"state `{name}` holds {array[position].item()!r} at {position}; "
+                f"state values are non-negative."
+            )
 
 
 def _check_shape(shape: Any, what: str) -> tuple[int, ...]:
-    if not isinstance(shape, (list, tuple)) or len(shape) > 8 or not all(
-            isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**40 for n in shape):
+    if (
+        not isinstance(shape, (list, tuple))
+        or len(shape) > 8
+        or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**40 for n in shape)
+    ):
         raise ValueError(f"{what} has an invalid shape {shape!r}.")
     return tuple(shape)
 
@@ -229,17 +249,18 @@ def _num_items(shape: tuple[int, ...]) -> int:
 
 
 # ---------------------------------------------------------------------------- bytes
-def encode(type_name: str, state_format: int, config: Mapping[str, Any],
-           arrays: Mapping[str, np.ndarray]) -> bytes:
+def encode(
+    type_name: str, state_format: int, config: Mapping[str, Any], arrays: Mapping[str, np.ndarray]
+) -> bytes:
     """The versioned, checksummed blob. Layout (integers little-endian)::
 
-        8 bytes   magic b"\\x89MSACC\\r\\n"
-        uint32    binary format version (2)
-        uint32    header length H
-        uint64    payload length P
-        H bytes   UTF-8 JSON: {"type", "format", "config", "arrays": [[name, dtype, shape], ...]}
-        P bytes   the arrays, in header order, C order, "<i8" (counts) or "<f8" (weights)
-        uint32    CRC-32 of every byte before it
+    8 bytes   magic b"\\x89MSACC\\r\\n"
+    uint32    binary format version (2)
+    uint32    header length H
+    uint64    payload length P
+    H bytes   UTF-8 JSON: {"type", "format", "config", "arrays": [[name, dtype, shape], ...]}
+    P bytes   the arrays, in header order, C order, "<i8" (counts) or "<f8" (weights)
+    uint32    CRC-32 of every byte before it
     """
     records = [(name, _array_record(array)) for name, array in arrays.items()]
     header = {
@@ -250,13 +271,15 @@ def encode(type_name: str, state_format: int, config: Mapping[str, Any],
     }
     header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
     payload = b"".join(record["data"] for _, record in records)
-    body = b"".join((_PREFIX.pack(MAGIC, BINARY_FORMAT, len(header_bytes), len(payload)),
-                     header_bytes, payload))
+    body = b"".join(
+        (_PREFIX.pack(MAGIC, BINARY_FORMAT, len(header_bytes), len(payload)), header_bytes, payload)
+    )
     return body + _CRC.pack(zlib.crc32(body))
 
 
-def decode(data: Any, *, source: str = "`data`"
-           ) -> tuple[str, int, dict[str, Any], dict[str, np.ndarray]]:
+def decode(
+    data: Any, *, source: str = "`data`"
+) -> tuple[str, int, dict[str, Any], dict[str, np.ndarray]]:
     """``(type, format, config, arrays)`` from :func:`encode` output of any container version.
 
     Order of checks: magic, container version, announced sizes against the actual size, the
@@ -271,7 +294,7 @@ def decode(data: Any, *, source: str = "`data`"
     if size < len(MAGIC) or bytes(view[: len(MAGIC)]) != MAGIC:
         raise ValueError(
             f"{source} is not a saved metricstream accumulator: it starts with "
-            f"{bytes(view[:len(MAGIC)])!r}, expected the magic bytes {MAGIC!r}."
+            f"{bytes(view[: len(MAGIC)])!r}, expected the magic bytes {MAGIC!r}."
         )
     if size < _PREFIX_V1.size:
         raise ValueError(f"{source} is truncated: {size} bytes, shorter than the fixed prefix.")
@@ -289,62 +312,82 @@ def decode(data: Any, *, source: str = "`data`"
     header_end = prefix.size + header_size
     if version == 1:
         if size < header_end + _CRC.size:
-            raise ValueError(f"{source} is truncated: {size} bytes, but its header alone needs "
-                             f"{header_end + _CRC.size}.")
+            raise ValueError(
+                f"{source} is truncated: {size} bytes, but its header alone needs "
+                f"{header_end + _CRC.size}."
+            )
         payload_size = size - header_end - _CRC.size
     else:
         payload_size = _PREFIX.unpack_from(view)[3]
         expected = header_end + payload_size + _CRC.size
         if size != expected:
             problem = "truncated" if size < expected else "followed by extra bytes"
-            raise ValueError(f"{source} is {problem}: {size} bytes, but its prefix announces "
-                             f"{expected}.")
+            raise ValueError(
+                f"{source} is {problem}: {size} bytes, but its prefix announces {expected}."
+            )
     (stored,) = _CRC.unpack_from(view, size - _CRC.size)
     if zlib.crc32(view[: size - _CRC.size]) != stored:
         raise ValueError(f"{source} is corrupt: its checksum does not match.")
     if header_size > MAX_HEADER_BYTES:
-        raise ValueError(f"{source} has a header of {header_size} bytes, more than the "
-                         f"{MAX_HEADER_BYTES} a configuration can need.")
+        raise ValueError(
+            f"{source} has a header of {header_size} bytes, more than the "
+            f"{MAX_HEADER_BYTES} a configuration can need."
+        )
     try:
-        header = json.loads(bytes(view[prefix.size:header_end]).decode("utf-8"))
+        header = json.loads(bytes(view[prefix.size : header_end]).decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as error:
         raise ValueError(f"{source} has an unreadable header ({type(error).__name__}).") from None
     if not isinstance(header, dict):
         raise ValueError(f"{source} has a header that is not a JSON object.")
-    payload = view[header_end: header_end + payload_size]
+    payload = view[header_end : header_end + payload_size]
     if version == 1:
         return _decode_v1(header, payload, source)
     type_name, state_format = header.get("type"), header.get("format")
     config, entries = header.get("config"), header.get("arrays")
-    if not isinstance(type_name, str) or isinstance(state_format, bool) or not isinstance(
-            state_format, int) or not isinstance(config, dict) or not isinstance(entries, list):
-        raise ValueError(f"{source} has a header without a valid type, format, config and "
-                         f"array list.")
+    if (
+        not isinstance(type_name, str)
+        or isinstance(state_format, bool)
+        or not isinstance(state_format, int)
+        or not isinstance(config, dict)
+        or not isinstance(entries, list)
+    ):
+        raise ValueError(
+            f"{source} has a header without a valid type, format, config and array list."
+        )
     arrays: dict[str, np.ndarray] = {}
     offset = 0
     for entry in entries:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-                and entry[1] in _DTYPES and entry[0] not in arrays):
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and isinstance(entry[0], str)
+            and entry[1] in _DTYPES
+            and entry[0] not in arrays
+        ):
             raise ValueError(f"{source} has an invalid array entry {str(entry)[:80]!r}.")
         name, dtype_name, shape_list = entry
         shape = _check_shape(shape_list, f"{source} array {name!r}")
         dtype = _DTYPES[dtype_name]
         nbytes = _num_items(shape) * dtype.itemsize
         if offset + nbytes > payload_size:
-            raise ValueError(f"{source} announces more array data than its payload of "
-                             f"{payload_size} bytes holds.")
-        array = np.frombuffer(payload, dtype=dtype, count=nbytes // dtype.itemsize,
-                              offset=offset)
+            raise ValueError(
+                f"{source} announces more array data than its payload of "
+                f"{payload_size} bytes holds."
+            )
+        array = np.frombuffer(payload, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
         arrays[name] = array.reshape(shape).astype(dtype.newbyteorder("="))
         offset += nbytes
     if offset != payload_size:
-        raise ValueError(f"{source} has {payload_size - offset} payload bytes that no array "
-                         f"announces; it is corrupt.")
+        raise ValueError(
+            f"{source} has {payload_size - offset} payload bytes that no array "
+            f"announces; it is corrupt."
+        )
     return type_name, state_format, config, arrays
 
 
-def _decode_v1(header: dict[str, Any], payload: memoryview, source: str
-               ) -> tuple[str, int, dict[str, Any], dict[str, np.ndarray]]:
+def _decode_v1(
+    header: dict[str, Any], payload: memoryview, source: str
+) -> tuple[str, int, dict[str, Any], dict[str, np.ndarray]]:
     """Container format 1: a ConfusionAccumulator's configuration and one K×K matrix."""
     dtype = _DTYPES.get(header.pop("dtype", None))  # type: ignore[arg-type]
     shape = header.pop("shape", None)
@@ -353,8 +396,10 @@ def _decode_v1(header: dict[str, Any], payload: memoryview, source: str
         raise ValueError(f"{source} has an invalid format-1 header.")
     shape = _check_shape(shape, f"{source} matrix")
     if len(shape) != 2 or _num_items(shape) * dtype.itemsize != len(payload):
-        raise ValueError(f"{source} is truncated or padded: its header describes a matrix of "
-                         f"shape {list(shape)}, its payload has {len(payload)} bytes.")
+        raise ValueError(
+            f"{source} is truncated or padded: its header describes a matrix of "
+            f"shape {list(shape)}, its payload has {len(payload)} bytes."
+        )
     matrix = np.frombuffer(payload, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
     return "ConfusionAccumulator", state_format, header, {"matrix": matrix}
 
@@ -373,8 +418,9 @@ def save_bytes(data: bytes, path: str | os.PathLike[str]) -> Path:
     # os.open with mode 0o666 honours the umask, as a plain open() would; tempfile's files would
     # be private (0o600). O_EXCL and a random name keep concurrent writers apart.
     temporary = directory / f".{target.name}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
-                 0o666)
+    fd = os.open(
+        temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
+    )
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -400,7 +446,7 @@ def stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
     target = Path(os.fspath(path))
     found = []
     for candidate in target.parent.glob(f".{target.name}.*.tmp"):
-        middle = candidate.name[len(target.name) + 2: -len(".tmp")]
+        middle = candidate.name[len(target.name) + 2 : -len(".tmp")]
         if len(middle) == 12 and all(c in "0123456789abcdef" for c in middle):
             found.append(candidate)
     return sorted(found)
@@ -424,8 +470,9 @@ def read_file(path: str | os.PathLike[str]) -> tuple[bytes, str]:
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"{source} is not a regular file; only files written by `save()` "
-                             f"load.")
+            raise ValueError(
+                f"{source} is not a regular file; only files written by `save()` load."
+            )
         prefix = handle.read(_PREFIX.size)
         if len(prefix) < _PREFIX_V1.size or prefix[: len(MAGIC)] != MAGIC:
             return prefix, source  # decode names what is wrong (foreign or truncated)
@@ -437,8 +484,10 @@ def read_file(path: str | os.PathLike[str]) -> tuple[bytes, str]:
             total = info.st_size  # format 1 announces no total; the size on disk bounds it
         if total != info.st_size:
             problem = "truncated" if info.st_size < total else "followed by extra bytes"
-            raise ValueError(f"{source} is {problem}: {info.st_size} bytes on disk, but its "
-                             f"prefix announces {total}.")
+            raise ValueError(
+                f"{source} is {problem}: {info.st_size} bytes on disk, but its "
+                f"prefix announces {total}."
+            )
         if total > _STREAMED_CHECK_BYTES:
             # A large file (possibly sparse, or garbage behind a valid prefix) is checksummed
             # in pieces first, in constant memory: only a file whose checksum holds is then
@@ -447,8 +496,9 @@ def read_file(path: str | os.PathLike[str]) -> tuple[bytes, str]:
             handle.seek(len(prefix))
         rest = handle.read(total - len(prefix))
         if len(rest) != total - len(prefix):
-            raise ValueError(f"{source} changed while it was read (it is shorter than its "
-                             f"prefix announces).")
+            raise ValueError(
+                f"{source} changed while it was read (it is shorter than its prefix announces)."
+            )
     return prefix + rest, source
 
 
@@ -463,8 +513,9 @@ def _check_streamed(handle: Any, prefix: bytes, total: int, source: str) -> None
     while remaining > 0:
         piece = handle.read(min(_PIECE_BYTES, remaining))
         if not piece:
-            raise ValueError(f"{source} changed while it was read (it is shorter than its "
-                             f"prefix announces).")
+            raise ValueError(
+                f"{source} changed while it was read (it is shorter than its prefix announces)."
+            )
         crc = zlib.crc32(piece, crc)
         remaining -= len(piece)
     stored = handle.read(_CRC.size)

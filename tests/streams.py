@@ -21,8 +21,11 @@ class Case:
 
     @property
     def id(self) -> str:
-        kind = "unweighted" if self.weights is None else (
-            "intw" if self.weights.dtype.kind == "i" else "floatw")
+        kind = (
+            "unweighted"
+            if self.weights is None
+            else ("intw" if self.weights.dtype.kind == "i" else "floatw")
+        )
         return f"seed{self.seed}-K{self.num_classes}-N{self.y_true.size}-{kind}"
 
     def batches(self):
@@ -38,10 +41,12 @@ def make_case(seed: int) -> Case:
     rng = np.random.default_rng(seed)
     num_classes = int(rng.choice([1, 2, 3, 5, 8, 13, 30]))
     size = int(rng.choice([1, 5, 40, 300, 2000]))
-    true_classes = rng.choice(num_classes, size=max(1, rng.integers(1, num_classes + 1)),
-                              replace=False)
-    pred_classes = rng.choice(num_classes, size=max(1, rng.integers(1, num_classes + 1)),
-                              replace=False)
+    true_classes = rng.choice(
+        num_classes, size=max(1, rng.integers(1, num_classes + 1)), replace=False
+    )
+    pred_classes = rng.choice(
+        num_classes, size=max(1, rng.integers(1, num_classes + 1)), replace=False
+    )
     p_true = rng.dirichlet(np.ones(true_classes.size) * 0.7)
     y_true = rng.choice(true_classes, size=size, p=p_true)
     # Predictions agree with the truth part of the time, so metrics are not all near chance.
@@ -61,5 +66,12 @@ def make_case(seed: int) -> Case:
     cuts = np.sort(rng.integers(0, size + 1, size=num_cuts))
     subset_size = int(rng.integers(1, num_classes + 1))
     labels_subset = rng.choice(num_classes, size=subset_size, replace=False)
-    return Case(seed, num_classes, y_true.astype(np.int64), y_pred.astype(np.int64), weights,
-                cuts, labels_subset)
+    return Case(
+        seed,
+        num_classes,
+        y_true.astype(np.int64),
+        y_pred.astype(np.int64),
+        weights,
+        cuts,
+        labels_subset,
+    )

@@ -103,8 +103,9 @@ def group_data(n: int = 6000, seed: int = 0) -> dict[str, np.ndarray]:
     return {"y_true": y_true, "y_pred": y_pred, "weights": rng.integers(0, 4, size=n)}
 
 
-def feed(group: AccumulatorGroup, data: dict[str, np.ndarray], shard: slice,
-         batch: int = 500) -> AccumulatorGroup:
+def feed(
+    group: AccumulatorGroup, data: dict[str, np.ndarray], shard: slice, batch: int = 500
+) -> AccumulatorGroup:
     y_true, y_pred, weights = data["y_true"][shard], data["y_pred"][shard], data["weights"][shard]
     for start in range(0, len(y_true), batch):
         part = slice(start, start + batch)
@@ -115,8 +116,11 @@ def feed(group: AccumulatorGroup, data: dict[str, np.ndarray], shard: slice,
 def states(target: Accumulator | AccumulatorGroup) -> dict[str, list]:
     """Every state array as nested lists, keyed ``member/array`` (JSON-able)."""
     if isinstance(target, AccumulatorGroup):
-        return {f"{name}/{key}": array.tolist() for name, member in target.items()
-                for key, array in member.state_arrays().items()}
+        return {
+            f"{name}/{key}": array.tolist()
+            for name, member in target.items()
+            for key, array in member.state_arrays().items()
+        }
     return {key: array.tolist() for key, array in target.state_arrays().items()}
 
 
@@ -168,8 +172,9 @@ class FakeWorld:
 
         return reduce_sum
 
-    def run(self, targets: Sequence[Any], *, inplace: bool = True,
-            engine: str = "all_reduce") -> list[Any]:
+    def run(
+        self, targets: Sequence[Any], *, inplace: bool = True, engine: str = "all_reduce"
+    ) -> list[Any]:
         """Every rank syncs its target; returns each rank's result or exception."""
         from metricstream import _sync
 
@@ -179,8 +184,12 @@ class FakeWorld:
         def one(rank: int) -> None:
             try:
                 results[rank] = _sync.synchronize(
-                    targets[rank], gather=self.gather(rank), reduce_sum=self.reduce_sum(rank),
-                    engine=engine, inplace=inplace)
+                    targets[rank],
+                    gather=self.gather(rank),
+                    reduce_sum=self.reduce_sum(rank),
+                    engine=engine,
+                    inplace=inplace,
+                )
             except BaseException as error:  # noqa: BLE001 - reported to the test
                 results[rank] = error
 

@@ -78,9 +78,9 @@ def test_warns_each_time_an_undefined_metric_is_read():
 
 
 def test_copy_pickle_and_equality():
-    acc = ConfusionAccumulator(3, class_names=["a", "b", "c"], ignore_index=9,
-                               weighted=True, class_axis=-1).update([0, 9, 2], [0, 1, 1],
-                                                                    [0.5, 1, 2])
+    acc = ConfusionAccumulator(
+        3, class_names=["a", "b", "c"], ignore_index=9, weighted=True, class_axis=-1
+    ).update([0, 9, 2], [0, 1, 1], [0.5, 1, 2])
     for clone in (acc.copy(), copy.copy(acc), copy.deepcopy(acc), pickle.loads(pickle.dumps(acc))):
         assert clone == acc and clone is not acc
         assert clone.class_names == ("a", "b", "c") and clone.class_axis == -1
@@ -115,8 +115,9 @@ def test_functions_accept_a_plain_matrix():
     acc = ConfusionAccumulator.from_matrix(matrix)
     assert metrics.f1(matrix, average="macro") == acc.f1(average="macro")
     assert metrics.cohen_kappa(matrix) == acc.cohen_kappa()
-    np.testing.assert_array_equal(metrics.normalize_confusion_matrix(matrix, "all"),
-                                  acc.confusion_matrix("all"))
+    np.testing.assert_array_equal(
+        metrics.normalize_confusion_matrix(matrix, "all"), acc.confusion_matrix("all")
+    )
     with pytest.raises(TypeError, match="`matrix` must hold numbers"):
         metrics.accuracy([["a", "b"], ["c", "d"]])
 
@@ -150,7 +151,7 @@ def test_ignore_absent_is_passed_through():
     acc = ConfusionAccumulator(3).update([0, 0, 1, 1], [0, 1, 1, 1])
     assert acc.jaccard(average="macro", ignore_absent=True) == acc.miou()
     for method in (acc.precision, acc.recall, acc.f1, acc.jaccard):
-        assert method(average="macro", ignore_absent=True) == method(
-            average="macro", labels=[0, 1])
+        assert method(average="macro", ignore_absent=True) == method(average="macro", labels=[0, 1])
     assert acc.fbeta(2.0, average="macro", ignore_absent=True) == acc.fbeta(
-        2.0, average="macro", labels=[0, 1])
+        2.0, average="macro", labels=[0, 1]
+    )

@@ -28,8 +28,13 @@ def _cases():
     # degenerate first (they run by default): one class only, never predicted, never true,
     # nothing correct; then random streams, whole and weighted (most of them slow: CI only)
     cases = []
-    for y_true, y_pred in [([0, 0, 0], [0, 0, 0]), ([1, 1], [1, 1]), ([0, 0, 1], [1, 1, 0]),
-                           ([1, 1, 1], [0, 0, 0]), ([0, 0, 0], [1, 1, 1])]:
+    for y_true, y_pred in [
+        ([0, 0, 0], [0, 0, 0]),
+        ([1, 1], [1, 1]),
+        ([0, 0, 1], [1, 1, 0]),
+        ([1, 1, 1], [0, 0, 0]),
+        ([0, 0, 0], [1, 1, 1]),
+    ]:
         cases.append((np.array(y_true), np.array(y_pred), None))
     rng = np.random.default_rng(20)
     for n in (1, 2, 7, 50):
@@ -51,8 +56,11 @@ BINARY_METRICS = [
     (lambda m, **k: M.fbeta(m, 0.5, **k), lambda *a, **k: skm.fbeta_score(*a, beta=0.5, **k), {}),
     (lambda m, **k: M.fbeta(m, 2.0, **k), lambda *a, **k: skm.fbeta_score(*a, beta=2.0, **k), {}),
     (lambda m, **k: M.fbeta(m, 0.0, **k), lambda *a, **k: skm.fbeta_score(*a, beta=0.0, **k), {}),
-    (lambda m, **k: M.fbeta(m, np.inf, **k),
-     lambda *a, **k: skm.fbeta_score(*a, beta=np.inf, **k), {}),
+    (
+        lambda m, **k: M.fbeta(m, np.inf, **k),
+        lambda *a, **k: skm.fbeta_score(*a, beta=np.inf, **k),
+        {},
+    ),
     (M.jaccard, skm.jaccard_score, {"nan": False}),
 ]
 
@@ -75,10 +83,18 @@ def test_binary_average_matches_sklearn(index, pos_label, zero_division):
     for ours_fn, theirs_fn, options in BINARY_METRICS:
         if options.get("nan") is False and zero_division is np.nan:
             continue
-        theirs = quietly(theirs_fn, y_true, y_pred, average="binary", pos_label=pos_label,
-                         zero_division=zero_division, sample_weight=weights)
-        ours = quietly(ours_fn, matrix, average="binary", pos_label=pos_label,
-                       zero_division=zero_division)
+        theirs = quietly(
+            theirs_fn,
+            y_true,
+            y_pred,
+            average="binary",
+            pos_label=pos_label,
+            zero_division=zero_division,
+            sample_weight=weights,
+        )
+        ours = quietly(
+            ours_fn, matrix, average="binary", pos_label=pos_label, zero_division=zero_division
+        )
         _assert_same(ours, theirs)
 
 
@@ -90,24 +106,36 @@ def test_binary_rates_are_the_other_class_seen_from_the_positive_one(index, pos_
     negative = 1 - pos_label
     # specificity of the positive class is the recall of the negative class, NPV its precision
     spec = M.specificity(matrix, average="binary", pos_label=pos_label, zero_division=np.nan)
-    npv = M.negative_predictive_value(matrix, average="binary", pos_label=pos_label,
-                                      zero_division=np.nan)
-    expect_spec = skm.recall_score(y_true, y_pred, average="binary", pos_label=negative,
-                                   zero_division=np.nan, sample_weight=weights)
-    expect_npv = skm.precision_score(y_true, y_pred, average="binary", pos_label=negative,
-                                     zero_division=np.nan, sample_weight=weights)
+    npv = M.negative_predictive_value(
+        matrix, average="binary", pos_label=pos_label, zero_division=np.nan
+    )
+    expect_spec = skm.recall_score(
+        y_true,
+        y_pred,
+        average="binary",
+        pos_label=negative,
+        zero_division=np.nan,
+        sample_weight=weights,
+    )
+    expect_npv = skm.precision_score(
+        y_true,
+        y_pred,
+        average="binary",
+        pos_label=negative,
+        zero_division=np.nan,
+        sample_weight=weights,
+    )
     _assert_same(spec, expect_spec)
     _assert_same(npv, expect_npv)
-    fnr = M.false_negative_rate(matrix, average="binary", pos_label=pos_label,
-                                zero_division=np.nan)
+    fnr = M.false_negative_rate(matrix, average="binary", pos_label=pos_label, zero_division=np.nan)
     recall = M.recall(matrix, average="binary", pos_label=pos_label, zero_division=np.nan)
     if not np.isnan(recall):
         assert fnr == pytest.approx(1 - recall, abs=1e-15)
-    informedness = M.informedness(matrix, average="binary", pos_label=pos_label,
-                                  zero_division=np.nan)
+    informedness = M.informedness(
+        matrix, average="binary", pos_label=pos_label, zero_division=np.nan
+    )
     if not np.isnan(informedness):
-        expected = skm.balanced_accuracy_score(y_true, y_pred, adjusted=True,
-                                               sample_weight=weights)
+        expected = skm.balanced_accuracy_score(y_true, y_pred, adjusted=True, sample_weight=weights)
         np.testing.assert_allclose(informedness, expected, **TOL)
 
 
@@ -116,10 +144,18 @@ def test_prfs_binary_matches_sklearn(index):
     y_true, y_pred, weights = CASES[index]
     matrix = _matrix(y_true, y_pred, weights)
     for beta in (0.0, 0.5, 1.0, np.inf):
-        ours = quietly(M.precision_recall_fscore_support, matrix, beta=beta, average="binary",
-                       pos_label=0)
-        theirs = quietly(skm.precision_recall_fscore_support, y_true, y_pred, beta=beta,
-                         average="binary", pos_label=0, sample_weight=weights)
+        ours = quietly(
+            M.precision_recall_fscore_support, matrix, beta=beta, average="binary", pos_label=0
+        )
+        theirs = quietly(
+            skm.precision_recall_fscore_support,
+            y_true,
+            y_pred,
+            beta=beta,
+            average="binary",
+            pos_label=0,
+            sample_weight=weights,
+        )
         assert ours[3] is None and theirs[3] is None
         np.testing.assert_allclose(ours[:3], theirs[:3], **TOL)
 
@@ -136,20 +172,26 @@ def test_binary_warning_text_matches_sklearn():
 def test_binary_rejects_more_than_two_classes_as_sklearn():
     matrix = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]
     for function in (M.precision, M.recall, M.f1, M.jaccard, M.specificity):
-        with pytest.raises(ValueError, match=r"Target is multiclass \(3 classes\) but "
-                           r"average='binary'. Please choose another average setting"):
+        with pytest.raises(
+            ValueError,
+            match=r"Target is multiclass \(3 classes\) but "
+            r"average='binary'. Please choose another average setting",
+        ):
             function(matrix, average="binary")
     with pytest.raises(ValueError, match="Target is multiclass"):
         skm.precision_score([0, 1, 2], [0, 1, 2], average="binary")
 
 
-@pytest.mark.parametrize("pos_label, error, match", [
-    (2, ValueError, r"`pos_label` is 2, but class indices must be in \[0, 2\)"),
-    (-1, ValueError, r"`pos_label` is -1"),
-    (1.0, TypeError, r"`pos_label` must be an integer class index, got float 1.0"),
-    (True, TypeError, r"`pos_label` must be an integer class index, got bool"),
-    ("1", TypeError, r"`pos_label` must be an integer class index, got str"),
-])
+@pytest.mark.parametrize(
+    "pos_label, error, match",
+    [
+        (2, ValueError, r"`pos_label` is 2, but class indices must be in \[0, 2\)"),
+        (-1, ValueError, r"`pos_label` is -1"),
+        (1.0, TypeError, r"`pos_label` must be an integer class index, got float 1.0"),
+        (True, TypeError, r"`pos_label` must be an integer class index, got bool"),
+        ("1", TypeError, r"`pos_label` must be an integer class index, got str"),
+    ],
+)
 def test_bad_pos_label(pos_label, error, match):
     with pytest.raises(error, match=match):
         M.precision([[1, 0], [0, 1]], average="binary", pos_label=pos_label)
@@ -157,8 +199,11 @@ def test_bad_pos_label(pos_label, error, match):
 
 def test_pos_label_without_binary_warns_as_sklearn():
     matrix = [[2, 1], [0, 3]]
-    with pytest.warns(UserWarning, match=r"Note that pos_label \(set to 0\) is ignored when "
-                      r"average != 'binary' \(got 'macro'\)"):
+    with pytest.warns(
+        UserWarning,
+        match=r"Note that pos_label \(set to 0\) is ignored when "
+        r"average != 'binary' \(got 'macro'\)",
+    ):
         ours = M.precision(matrix, average="macro", pos_label=0)
     assert ours == M.precision(matrix, average="macro")
     with warnings.catch_warnings():
@@ -170,8 +215,7 @@ def test_binary_ignores_labels_and_ignore_absent_as_sklearn():
     matrix = [[2, 1], [0, 0]]
     value = M.recall(matrix, average="binary", pos_label=0, labels=[1], ignore_absent=True)
     assert value == M.recall(matrix, average="binary", pos_label=0) == 2 / 3
-    expected = skm.recall_score([0, 0, 0], [0, 0, 1], average="binary", pos_label=0,
-                                labels=[1])
+    expected = skm.recall_score([0, 0, 0], [0, 0, 1], average="binary", pos_label=0, labels=[1])
     assert value == expected
 
 
@@ -187,19 +231,30 @@ def test_one_element_labels_selection_is_documented_behaviour(zero_division):
     y_true = np.repeat([0, 0, 0, 1, 1, 1, 2, 2, 2], matrix.ravel())
     y_pred = np.repeat([0, 1, 2, 0, 1, 2, 0, 1, 2], matrix.ravel())
     for i in range(3):
-        for ours_fn, theirs_fn in [(M.precision, skm.precision_score),
-                                   (M.recall, skm.recall_score), (M.f1, skm.f1_score)]:
+        for ours_fn, theirs_fn in [
+            (M.precision, skm.precision_score),
+            (M.recall, skm.recall_score),
+            (M.f1, skm.f1_score),
+        ]:
             per_class = quietly(ours_fn, matrix, labels=[i], zero_division=zero_division)
             assert isinstance(per_class, np.ndarray) and per_class.shape == (1,)
-            theirs = quietly(theirs_fn, y_true, y_pred, labels=[i], average=None,
-                             zero_division=zero_division)
+            theirs = quietly(
+                theirs_fn, y_true, y_pred, labels=[i], average=None, zero_division=zero_division
+            )
             np.testing.assert_allclose(per_class, theirs, equal_nan=True, **TOL)
             for average in ("micro", "macro", "weighted"):
-                value = quietly(ours_fn, matrix, labels=[i], average=average,
-                                zero_division=zero_division)
+                value = quietly(
+                    ours_fn, matrix, labels=[i], average=average, zero_division=zero_division
+                )
                 assert isinstance(value, float)
-                expected = quietly(theirs_fn, y_true, y_pred, labels=[i], average=average,
-                                   zero_division=zero_division)
+                expected = quietly(
+                    theirs_fn,
+                    y_true,
+                    y_pred,
+                    labels=[i],
+                    average=average,
+                    zero_division=zero_division,
+                )
                 np.testing.assert_allclose(value, expected, equal_nan=True, **TOL)
     # a scalar is a one-element selection too
     np.testing.assert_array_equal(M.recall(matrix, labels=1), M.recall(matrix, labels=[1]))
@@ -249,8 +304,9 @@ END_TO_END = [
 
 @pytest.mark.parametrize("pos_label", [0, 1])
 @pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("make, threshold", [c[1:] for c in END_TO_END],
-                         ids=[c[0] for c in END_TO_END])
+@pytest.mark.parametrize(
+    "make, threshold", [c[1:] for c in END_TO_END], ids=[c[0] for c in END_TO_END]
+)
 def test_binary_scores_end_to_end(make, threshold, weighted, pos_label):
     from metricstream import ConfusionAccumulator
 
@@ -269,15 +325,18 @@ def test_binary_scores_end_to_end(make, threshold, weighted, pos_label):
         (acc.jaccard, skm.jaccard_score, {}),
     ]
     for ours, theirs, options in pairs:
-        expected = theirs(y_true, y_hat, average="binary", pos_label=pos_label,
-                          sample_weight=w, **options)
+        expected = theirs(
+            y_true, y_hat, average="binary", pos_label=pos_label, sample_weight=w, **options
+        )
         value = ours(average="binary", pos_label=pos_label)
         assert isinstance(value, float)
         np.testing.assert_allclose(value, expected, **TOL)
-    np.testing.assert_array_equal(acc.confusion_matrix(),
-                                  skm.confusion_matrix(y_true, y_hat, sample_weight=w))
-    assert acc.accuracy() == pytest.approx(skm.accuracy_score(y_true, y_hat, sample_weight=w),
-                                           abs=1e-12)
+    np.testing.assert_array_equal(
+        acc.confusion_matrix(), skm.confusion_matrix(y_true, y_hat, sample_weight=w)
+    )
+    assert acc.accuracy() == pytest.approx(
+        skm.accuracy_score(y_true, y_hat, sample_weight=w), abs=1e-12
+    )
 
 
 def test_binary_scores_need_a_threshold_and_two_classes():

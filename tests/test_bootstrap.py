@@ -50,8 +50,18 @@ def _chi_square_pvalue(draws: np.ndarray, pmf: np.ndarray) -> float:
 
 @pytest.mark.parametrize(
     ("n", "p"),
-    [(1, 0.5), (7, 0.3), (100, 0.02), (40, 0.25), (25, 0.4), (37, 0.5), (1000, 0.3),
-     (1000, 0.97), (200_000, 0.001), (5000, 0.5)],
+    [
+        (1, 0.5),
+        (7, 0.3),
+        (100, 0.02),
+        (40, 0.25),
+        (25, 0.4),
+        (37, 0.5),
+        (1000, 0.3),
+        (1000, 0.97),
+        (200_000, 0.001),
+        (5000, 0.5),
+    ],
     ids=lambda v: str(v),
 )
 def test_binomial_sampler_matches_the_distribution(n: int, p: float) -> None:
@@ -72,8 +82,9 @@ def test_binomial_sampler_edges() -> None:
     assert abs(z.mean()) < 0.2 and 0.85 < z.std() < 1.15
 
 
-@pytest.mark.parametrize("lam", [0.3, 1.0, 4.5, 9.99, 10.0, 17.3, 100.0, 2500.0],
-                         ids=lambda v: f"lam={v}")
+@pytest.mark.parametrize(
+    "lam", [0.3, 1.0, 4.5, 9.99, 10.0, 17.3, 100.0, 2500.0], ids=lambda v: f"lam={v}"
+)
 def test_poisson_sampler_matches_the_distribution(lam: float) -> None:
     draws = kernels.poisson_draws(lam, 777, 40_000)
     assert draws.min() >= 0
@@ -90,8 +101,12 @@ def test_multinomial_replicates_have_multinomial_moments() -> None:
     p = counts / total
     assert np.allclose(draws.mean(axis=0), total * p, rtol=0.02, atol=0.05)
     covariance = total * (np.diag(p) - np.outer(p, p))
-    assert np.allclose(np.cov(draws.T), covariance, rtol=0.06, atol=0.05 * np.sqrt(
-        np.outer(np.diag(covariance), np.diag(covariance))).max() ** 0.5)
+    assert np.allclose(
+        np.cov(draws.T),
+        covariance,
+        rtol=0.06,
+        atol=0.05 * np.sqrt(np.outer(np.diag(covariance), np.diag(covariance))).max() ** 0.5,
+    )
     # each cell's marginal is Binomial(N, p_k)
     for k in (1, 3, 5):
         pmf = stats.binom.pmf(np.arange(total + 1), total, p[k])
@@ -125,14 +140,14 @@ def test_replicates_depend_only_on_seed_and_index() -> None:
 # ---------------------------------------------------------------------------- batched metrics
 def _random_stack(rng: np.random.Generator, b: int, k: int) -> np.ndarray:
     stack = rng.integers(0, 4, size=(b, k, k)) * (rng.random((b, k, k)) < 0.5)
-    stack[0] = 0                       # no samples
+    stack[0] = 0  # no samples
     stack[1] = 0
-    stack[1, 2, 2] = 5                 # one class only
-    stack[2, :, 1] = 0                 # class 1 never predicted
-    stack[2, 1, :] = 0                 # ... nor true: absent
-    stack[3, 0, :] = 0                 # class 0 never true
+    stack[1, 2, 2] = 5  # one class only
+    stack[2, :, 1] = 0  # class 1 never predicted
+    stack[2, 1, :] = 0  # ... nor true: absent
+    stack[3, 0, :] = 0  # class 0 never true
     stack[4] = 0
-    stack[4, 0, 1] = 3                 # every sample wrong
+    stack[4, 0, 1] = 3  # every sample wrong
     return stack
 
 
@@ -145,11 +160,13 @@ BATCHED_CASES = [
     ("fwiou", {}),
     ("matthews_corrcoef", {}),
     ("cohen_kappa", {}),
-    *[(name, {"average": average, "zero_division": zd, "ignore_absent": ignore})
-      for name in ("precision", "recall", "f1", "jaccard")
-      for average in (None, "micro", "macro", "weighted")
-      for zd in (0, 1, np.nan)
-      for ignore in (False, True)],
+    *[
+        (name, {"average": average, "zero_division": zd, "ignore_absent": ignore})
+        for name in ("precision", "recall", "f1", "jaccard")
+        for average in (None, "micro", "macro", "weighted")
+        for zd in (0, 1, np.nan)
+        for ignore in (False, True)
+    ],
     ("fbeta", {"beta": 0.5, "average": "macro"}),
     ("fbeta", {"beta": 0.0, "average": "weighted"}),
     ("fbeta", {"beta": np.inf, "average": "macro"}),
@@ -159,15 +176,15 @@ BATCHED_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "kwargs"), BATCHED_CASES,
-                         ids=[f"{n}-{k}" for n, k in BATCHED_CASES])
+@pytest.mark.parametrize(
+    ("name", "kwargs"), BATCHED_CASES, ids=[f"{n}-{k}" for n, k in BATCHED_CASES]
+)
 def test_batched_metric_equals_scalar_metric(name: str, kwargs: dict) -> None:
     rng = np.random.default_rng(7)
     stack = _random_stack(rng, 40, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UndefinedMetricWarning)
-        expected = np.array([getattr(metrics, name)(m, **kwargs) for m in stack],
-                            dtype=np.float64)
+        expected = np.array([getattr(metrics, name)(m, **kwargs) for m in stack], dtype=np.float64)
     got = batched.BATCHED[name](stack, **kwargs)
     assert got.shape == expected.shape
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15, equal_nan=True)
@@ -206,22 +223,23 @@ def test_seed_none_is_reported_and_reproduces() -> None:
     first = bootstrap(MATRIX, "accuracy", n_resamples=50)
     again = bootstrap(MATRIX, "accuracy", n_resamples=50, seed=first.seed)
     assert np.array_equal(first.replicates, again.replicates)
-    from_generator = bootstrap(MATRIX, "accuracy", n_resamples=50,
-                               seed=np.random.default_rng(0))
+    from_generator = bootstrap(MATRIX, "accuracy", n_resamples=50, seed=np.random.default_rng(0))
     assert isinstance(from_generator.seed, int)
 
 
 @pytest.mark.parametrize("method", ["percentile", "basic", "normal", "bca"])
 @pytest.mark.parametrize("resampling", ["multinomial", "poisson"])
 def test_batched_and_callable_paths_agree(method: str, resampling: str) -> None:
-    fast = bootstrap(MATRIX, "f1", average="macro", n_resamples=400, seed=3, method=method,
-                     resampling=resampling)
+    fast = bootstrap(
+        MATRIX, "f1", average="macro", n_resamples=400, seed=3, method=method, resampling=resampling
+    )
 
     def macro_f1(matrix: np.ndarray) -> float:
         return metrics.f1(matrix, average="macro")
 
-    slow = bootstrap(MATRIX, macro_f1, n_resamples=400, seed=3, method=method,
-                     resampling=resampling)
+    slow = bootstrap(
+        MATRIX, macro_f1, n_resamples=400, seed=3, method=method, resampling=resampling
+    )
     np.testing.assert_allclose(fast.replicates, slow.replicates, rtol=1e-12)
     assert fast.low == pytest.approx(slow.low, rel=1e-12)
     assert fast.high == pytest.approx(slow.high, rel=1e-12)
@@ -234,13 +252,10 @@ def test_interval_formulas() -> None:
     assert result.low == pytest.approx(np.quantile(values, 0.05))
     assert result.high == pytest.approx(np.quantile(values, 0.95))
     assert result.standard_error == pytest.approx(values.std(ddof=1))
-    basic = bootstrap(MATRIX, "accuracy", n_resamples=999, seed=1, confidence=0.9,
-                      method="basic")
+    basic = bootstrap(MATRIX, "accuracy", n_resamples=999, seed=1, confidence=0.9, method="basic")
     assert basic.low == pytest.approx(2 * result.estimate - result.high)
-    normal = bootstrap(MATRIX, "accuracy", n_resamples=999, seed=1, confidence=0.9,
-                       method="normal")
-    assert normal.high - normal.estimate == pytest.approx(
-        stats.norm.ppf(0.95) * values.std(ddof=1))
+    normal = bootstrap(MATRIX, "accuracy", n_resamples=999, seed=1, confidence=0.9, method="normal")
+    assert normal.high - normal.estimate == pytest.approx(stats.norm.ppf(0.95) * values.std(ddof=1))
 
 
 def test_bca_matches_a_direct_computation() -> None:
@@ -257,8 +272,9 @@ def test_bca_matches_a_direct_computation() -> None:
     jack, weights = np.array(jack), np.array(weights, dtype=float)
     mean = np.average(jack, weights=weights)
     a = np.sum(weights * (mean - jack) ** 3) / (6 * np.sum(weights * (mean - jack) ** 2) ** 1.5)
-    levels = [stats.norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z)))
-              for z in stats.norm.ppf([0.025, 0.975])]
+    levels = [
+        stats.norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z))) for z in stats.norm.ppf([0.025, 0.975])
+    ]
     assert result.low == pytest.approx(np.quantile(values, levels[0]), rel=1e-9)
     assert result.high == pytest.approx(np.quantile(values, levels[1]), rel=1e-9)
 
@@ -271,8 +287,12 @@ def test_bootstrap_agrees_with_resampling_the_samples() -> None:
     values = []
     for _ in range(2000):
         index = rng.integers(0, y_true.size, y_true.size)
-        values.append(metrics.f1(np.bincount(3 * y_true[index] + y_pred[index],
-                                             minlength=9).reshape(3, 3), average="macro"))
+        values.append(
+            metrics.f1(
+                np.bincount(3 * y_true[index] + y_pred[index], minlength=9).reshape(3, 3),
+                average="macro",
+            )
+        )
     fast = bootstrap(MATRIX, "macro_f1", n_resamples=4000, seed=2)
     assert fast.standard_error == pytest.approx(np.std(values, ddof=1), rel=0.08)
     assert fast.low == pytest.approx(np.quantile(values, 0.025), abs=0.01)
@@ -305,10 +325,10 @@ def test_aliases_and_metric_names() -> None:
 
 
 def test_metrics_without_batched_form_use_the_loop() -> None:
-    weighted_kappa = bootstrap(MATRIX, "cohen_kappa", weights="quadratic", n_resamples=100,
-                               seed=0)
+    weighted_kappa = bootstrap(MATRIX, "cohen_kappa", weights="quadratic", n_resamples=100, seed=0)
     assert weighted_kappa.estimate == pytest.approx(
-        metrics.cohen_kappa(MATRIX, weights="quadratic"))
+        metrics.cohen_kappa(MATRIX, weights="quadratic")
+    )
     nmi = bootstrap(MATRIX, "normalized_mutual_information", n_resamples=50, seed=0)
     assert 0 < nmi.low < nmi.high < 1
 
@@ -320,8 +340,7 @@ def test_replicate_warnings_are_silenced_but_point_estimate_warns() -> None:
     assert np.isfinite(result.replicates).all()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        nan_result = bootstrap(matrix, "precision", n_resamples=100, seed=0,
-                               zero_division=np.nan)
+        nan_result = bootstrap(matrix, "precision", n_resamples=100, seed=0, zero_division=np.nan)
     assert np.isnan(nan_result.estimate[1]) and np.isnan(nan_result.low[1])
 
 
@@ -339,8 +358,9 @@ def test_generic_counts_with_a_callable() -> None:
 
 def test_weighted_matrices() -> None:
     whole = bootstrap(MATRIX.astype(float), "accuracy", n_resamples=100, seed=0)
-    assert np.array_equal(whole.replicates,
-                          bootstrap(MATRIX, "accuracy", n_resamples=100, seed=0).replicates)
+    assert np.array_equal(
+        whole.replicates, bootstrap(MATRIX, "accuracy", n_resamples=100, seed=0).replicates
+    )
     acc = ConfusionAccumulator.from_matrix([[0.5, 0.0], [2.0, 1.0]])
     with pytest.raises(ValueError, match=r"fractional count 0\.5 at position \(0, 0\)"):
         bootstrap(acc, "accuracy", n_resamples=10)
@@ -413,23 +433,23 @@ def _numeric_variance(matrix: np.ndarray, name: str, kwargs: dict) -> float:
         up, down = base.copy(), base.copy()
         up[index] += h
         down[index] -= h
-        g[index] = (getattr(metrics, name)(up, **kwargs)
-                    - getattr(metrics, name)(down, **kwargs)) / (2 * h)
+        g[index] = (
+            getattr(metrics, name)(up, **kwargs) - getattr(metrics, name)(down, **kwargs)
+        ) / (2 * h)
     return float((base * g**2).sum() - (base * g).sum() ** 2 / base.sum())
 
 
-@pytest.mark.parametrize(("name", "kwargs"), DELTA_CASES,
-                         ids=[f"{n}-{k}" for n, k in DELTA_CASES])
+@pytest.mark.parametrize(("name", "kwargs"), DELTA_CASES, ids=[f"{n}-{k}" for n, k in DELTA_CASES])
 def test_delta_gradient_matches_finite_differences(name: str, kwargs: dict) -> None:
     rng = np.random.default_rng(1)
     matrix = rng.integers(1, 20, size=(4, 4)) + np.diag([60, 40, 70, 30])
     result = delta_method(matrix, name, **kwargs)
-    assert result.standard_error**2 == pytest.approx(_numeric_variance(matrix, name, kwargs),
-                                                     rel=1e-5)
+    assert result.standard_error**2 == pytest.approx(
+        _numeric_variance(matrix, name, kwargs), rel=1e-5
+    )
 
 
-@pytest.mark.parametrize(("name", "kwargs"), DELTA_CASES,
-                         ids=[f"{n}-{k}" for n, k in DELTA_CASES])
+@pytest.mark.parametrize(("name", "kwargs"), DELTA_CASES, ids=[f"{n}-{k}" for n, k in DELTA_CASES])
 def test_delta_agrees_with_bootstrap(name: str, kwargs: dict) -> None:
     rng = np.random.default_rng(5)
     matrix = rng.integers(0, 30, size=(5, 5)) + np.diag([300, 200, 400, 250, 150])
@@ -444,8 +464,9 @@ def test_delta_per_class_rates_are_the_binomial_ones() -> None:
     np.testing.assert_allclose(result.standard_error, np.sqrt(r * (1 - r) / MATRIX.sum(axis=1)))
     precision = delta_method(MATRIX, "precision", labels=[2])
     p = MATRIX[2, 2] / MATRIX[:, 2].sum()
-    np.testing.assert_allclose(precision.standard_error,
-                               [np.sqrt(p * (1 - p) / MATRIX[:, 2].sum())])
+    np.testing.assert_allclose(
+        precision.standard_error, [np.sqrt(p * (1 - p) / MATRIX[:, 2].sum())]
+    )
     micro = delta_method(MATRIX, "micro_f1")
     acc = metrics.accuracy(MATRIX)
     assert micro.standard_error == pytest.approx(np.sqrt(acc * (1 - acc) / MATRIX.sum()))
@@ -474,8 +495,14 @@ def test_delta_refuses_what_it_cannot_do() -> None:
 def test_interval_report_formats() -> None:
     data = interval_report(MATRIX, n_resamples=200)
     assert isinstance(data, dict)
-    assert list(data["metrics"]) == ["accuracy", "balanced_accuracy", "macro_f1", "miou", "mcc",
-                                     "kappa"]
+    assert list(data["metrics"]) == [
+        "accuracy",
+        "balanced_accuracy",
+        "macro_f1",
+        "miou",
+        "mcc",
+        "kappa",
+    ]
     assert json.loads(json.dumps(data))["seed"] == 0
     row = data["metrics"]["macro_f1"]
     again = bootstrap(MATRIX, "macro_f1", n_resamples=200, seed=0)
@@ -515,7 +542,7 @@ def test_auroc_interval_from_a_score_histogram() -> None:
     y = rng.integers(0, 2, 3000)
     scores = np.clip(rng.normal(0.4 + 0.2 * y, 0.2), 0, 1).astype(np.float32)
     acc = ScoreAccumulator("binary").update(y, scores)
-    histogram = acc.state_arrays()["curves"][0]          # (bins, [negatives, positives])
+    histogram = acc.state_arrays()["curves"][0]  # (bins, [negatives, positives])
     result = bootstrap(histogram, lambda h: auroc(h[:, 1], h[:, 0]), n_resamples=400, seed=0)
     assert result.estimate == pytest.approx(roc_auc_score(y, scores), abs=1e-4)
     values = []
@@ -528,13 +555,30 @@ def test_auroc_interval_from_a_score_histogram() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(stack=arrays(np.int64, st.tuples(st.integers(1, 4), st.integers(1, 5), st.integers(1, 5))
-                    .filter(lambda s: s[1] == s[2]),
-                    elements=st.integers(0, 3)),
-       name=st.sampled_from(["accuracy", "balanced_accuracy", "miou", "fwiou",
-                             "matthews_corrcoef", "cohen_kappa", "f1", "precision", "jaccard"]),
-       average=st.sampled_from([None, "micro", "macro", "weighted"]),
-       zd=st.sampled_from([0, 1, np.nan]))
+@given(
+    stack=arrays(
+        np.int64,
+        st.tuples(st.integers(1, 4), st.integers(1, 5), st.integers(1, 5)).filter(
+            lambda s: s[1] == s[2]
+        ),
+        elements=st.integers(0, 3),
+    ),
+    name=st.sampled_from(
+        [
+            "accuracy",
+            "balanced_accuracy",
+            "miou",
+            "fwiou",
+            "matthews_corrcoef",
+            "cohen_kappa",
+            "f1",
+            "precision",
+            "jaccard",
+        ]
+    ),
+    average=st.sampled_from([None, "micro", "macro", "weighted"]),
+    zd=st.sampled_from([0, 1, np.nan]),
+)
 def test_batched_metrics_property(stack, name, average, zd) -> None:
     kwargs: dict = {"zero_division": zd}
     if name in ("f1", "precision", "jaccard"):
@@ -543,10 +587,10 @@ def test_batched_metrics_property(stack, name, average, zd) -> None:
         kwargs["zero_division"] = 0.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UndefinedMetricWarning)
-        expected = np.array([getattr(metrics, name)(m, **kwargs) for m in stack],
-                            dtype=np.float64)
-    np.testing.assert_allclose(batched.BATCHED[name](stack, **kwargs), expected, rtol=1e-12,
-                               atol=1e-15, equal_nan=True)
+        expected = np.array([getattr(metrics, name)(m, **kwargs) for m in stack], dtype=np.float64)
+    np.testing.assert_allclose(
+        batched.BATCHED[name](stack, **kwargs), expected, rtol=1e-12, atol=1e-15, equal_nan=True
+    )
 
 
 def test_auroc_and_ap_of_a_binary_score_accumulator_by_name() -> None:
@@ -569,6 +613,7 @@ def test_auroc_and_ap_of_a_binary_score_accumulator_by_name() -> None:
     with pytest.raises(ValueError, match="takes no arguments"):
         bootstrap(acc, "auroc", average="macro", n_resamples=10)
     multiclass = ScoreAccumulator("multiclass", 3).update(
-        rng.integers(0, 3, 50), rng.dirichlet(np.ones(3), 50))
+        rng.integers(0, 3, 50), rng.dirichlet(np.ones(3), 50)
+    )
     with pytest.raises(ValueError, match="one-vs-rest score histograms of 3 classes"):
         bootstrap(multiclass, "auroc", n_resamples=10)

@@ -54,8 +54,14 @@ def run(*args: str | os.PathLike) -> Result:
 
 def run_process(*args: str | os.PathLike, cwd: Path | None = None) -> Result:
     """``python -m metricstream ARGS`` as a separate process (pipes, not terminals)."""
-    done = subprocess.run([sys.executable, "-m", "metricstream", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-m", "metricstream", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     return Result(done.returncode, done.stdout, done.stderr)
 
 
@@ -83,8 +89,10 @@ def test_report_prints_the_library_summary_and_writes_json_and_markdown(tmp_path
     assert body.rstrip("\n") == acc.summary("text")
     assert json.loads((tmp_path / "r.json").read_text()) == acc.summary("dict")
     assert (tmp_path / "r.md").read_text() == acc.summary("markdown") + "\n"
-    assert result.stderr.splitlines() == [f"metricstream: wrote {tmp_path / 'r.json'}",
-                                          f"metricstream: wrote {tmp_path / 'r.md'}"]
+    assert result.stderr.splitlines() == [
+        f"metricstream: wrote {tmp_path / 'r.json'}",
+        f"metricstream: wrote {tmp_path / 'r.md'}",
+    ]
 
 
 def test_json_to_stdout_matches_the_library_report():
@@ -110,8 +118,11 @@ def test_text_labels_equal_sklearn_classification_report():
 
 
 def test_a_class_seen_only_in_predictions_gets_a_row(tmp_path):
-    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"],
-                     [["cat", "cat"], ["dog", "dog"], ["dog", "fox"], ["cat", "dog"]])
+    path = write_csv(
+        tmp_path / "p.csv",
+        ["y_true", "y_pred"],
+        [["cat", "cat"], ["dog", "dog"], ["dog", "fox"], ["cat", "dog"]],
+    )
     result = run("report", path, "--format", "json", "--zero-division", "nan")
     data = json.loads(result.stdout)
     assert [c["name"] for c in data["per_class"]] == ["cat", "dog", "fox"]
@@ -125,8 +136,9 @@ def test_weights_column_and_ignore(tmp_path):
     result = run("report", path, "--weight", "w", "--ignore", "255", "--format", "json")
     assert result.returncode == 0, result.stderr
     kept = [r for r in rows if r[0] != 255]
-    expected = skm.confusion_matrix([r[0] for r in kept], [r[1] for r in kept],
-                                    sample_weight=[r[2] for r in kept])
+    expected = skm.confusion_matrix(
+        [r[0] for r in kept], [r[1] for r in kept], sample_weight=[r[2] for r in kept]
+    )
     acc = ConfusionAccumulator.from_matrix(expected, class_names=["0", "1"], weighted=True)
     assert json.loads(result.stdout) == acc.summary("dict")
     text = run("report", path, "--weight", "w", "--ignore", "255")
@@ -135,8 +147,20 @@ def test_weights_column_and_ignore(tmp_path):
 
 def test_classes_fix_the_order(tmp_path):
     path = write_csv(tmp_path / "p.csv", ["t", "p"], [["b", "a"], ["a", "a"]])
-    result = run("report", path, "--true", "t", "--pred", "p", "--classes", "b,a,c",
-                 "--format", "json", "--zero-division", "0")
+    result = run(
+        "report",
+        path,
+        "--true",
+        "t",
+        "--pred",
+        "p",
+        "--classes",
+        "b,a,c",
+        "--format",
+        "json",
+        "--zero-division",
+        "0",
+    )
     assert [c["name"] for c in json.loads(result.stdout)["per_class"]] == ["b", "a", "c"]
 
 
@@ -161,8 +185,9 @@ def test_undefined_metrics_warn_once_on_one_line(tmp_path):
 @needs_matplotlib
 def test_plots_are_written_as_png(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = run("report", DIGITS, "--plot", "cm.png", "--plot-per-class", "bars.png",
-                 "--normalize", "true")
+    result = run(
+        "report", DIGITS, "--plot", "cm.png", "--plot-per-class", "bars.png", "--normalize", "true"
+    )
     assert result.returncode == 0, result.stderr
     for name in ("cm.png", "bars.png"):
         data = (tmp_path / name).read_bytes()
@@ -175,17 +200,22 @@ def test_plot_without_matplotlib_is_a_usage_error(monkeypatch, capsys):
         cli_module.main(["report", str(DIGITS), "--plot", "x.png"])
     assert caught.value.code == 2
     err = capsys.readouterr().err
-    assert err == ("metricstream: error: writing plots needs matplotlib, which is not installed; "
-                   "install it with `pip install 'metricstream[plot]'`.\n")
+    assert err == (
+        "metricstream: error: writing plots needs matplotlib, which is not installed; "
+        "install it with `pip install 'metricstream[plot]'`.\n"
+    )
 
 
 # ---------------------------------------------------------------------- exit codes and errors
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["report"], "the following arguments are required: PATH"),
-     (["report", "x.csv", "--bogus"], "unrecognized arguments: --bogus"),
-     ([], "the following arguments are required: COMMAND")],
-    ids=["no-path", "unknown-option", "no-command"])
+    [
+        (["report"], "the following arguments are required: PATH"),
+        (["report", "x.csv", "--bogus"], "unrecognized arguments: --bogus"),
+        ([], "the following arguments are required: COMMAND"),
+    ],
+    ids=["no-path", "unknown-option", "no-command"],
+)
 def test_bad_usage_exits_2(args, message):
     result = run(*args)
     assert result.returncode == 2
@@ -216,7 +246,8 @@ def test_unknown_column_is_one_line_and_exit_2():
     assert result.returncode == 2
     assert result.stderr == (
         f"metricstream: error: {DIGITS}: no column 'prediction' (given by `--pred`); the file's "
-        f"columns are 'y_true', 'y_pred', 'confidence'.\n")
+        f"columns are 'y_true', 'y_pred', 'confidence'.\n"
+    )
 
 
 @pytest.mark.parametrize("reader", ["pyarrow", "python"])
@@ -234,32 +265,39 @@ def test_unparsable_row_names_file_column_and_row(tmp_path, reader):
     assert result.stderr == (
         f"metricstream: error: {tmp_path / 'p.csv'}: column 'y_pred', row 290001: 'two' is not an "
         f"integer, and the column's labels are read as numbers; pass `--labels str` to read them "
-        f"as class names.\n")
+        f"as class names.\n"
+    )
 
 
 @pytest.mark.parametrize("reader", ["pyarrow", "python"])
 def test_labels_int_reports_the_first_text_label(tmp_path, reader):
     if reader == "pyarrow" and importlib.util.find_spec("pyarrow") is None:
         pytest.skip("pyarrow is not installed")
-    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred", "w"],
-                     [[0, 0, 1], [1, 1, 1], [2, "two", 1]])
+    path = write_csv(
+        tmp_path / "p.csv", ["y_true", "y_pred", "w"], [[0, 0, 1], [1, 1, 1], [2, "two", 1]]
+    )
     result = run("report", path, "--labels", "int", "--reader", reader)
     assert result.returncode == 1
     assert f"{path}: column 'y_pred', row 3: 'two' is not an integer" in result.stderr
-    bad_weight = write_csv(tmp_path / "w.csv", ["y_true", "y_pred", "w"],
-                           [[0, 0, 1], [1, 1, "heavy"]])
+    bad_weight = write_csv(
+        tmp_path / "w.csv", ["y_true", "y_pred", "w"], [[0, 0, 1], [1, 1, "heavy"]]
+    )
     result = run("report", bad_weight, "--weight", "w", "--reader", reader)
     assert result.returncode == 1
-    assert result.stderr == (f"metricstream: error: {bad_weight}: column 'w', row 2: 'heavy' is "
-                             f"not a number; weights must be numbers.\n")
+    assert result.stderr == (
+        f"metricstream: error: {bad_weight}: column 'w', row 2: 'heavy' is "
+        f"not a number; weights must be numbers.\n"
+    )
 
 
 def test_negative_weight_names_its_row(tmp_path):
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred", "w"], [[0, 0, 1], [1, 1, -2]])
     result = run("report", path, "--weight", "w")
     assert result.returncode == 1
-    assert result.stderr == (f"metricstream: error: {path}: column 'w', row 2: weight -2.0 is "
-                             f"not a finite non-negative number.\n")
+    assert result.stderr == (
+        f"metricstream: error: {path}: column 'w', row 2: weight -2.0 is "
+        f"not a finite non-negative number.\n"
+    )
 
 
 # ---------------------------------------------------------------------- progress
@@ -284,8 +322,12 @@ def test_progress_can_be_forced_and_is_drawn_on_a_terminal():
     import termios
 
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    process = subprocess.Popen([sys.executable, "-m", "metricstream", "report", str(DIGITS)],
-                               stdout=follower, stderr=follower, stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "metricstream", "report", str(DIGITS)],
+        stdout=follower,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(follower)
     output = b""
     while True:
@@ -339,21 +381,28 @@ def test_json_report_rebuilds_the_accumulator_and_has_the_averages(tmp_path):
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred", "w"], rows)
     result = run("report", path, "--weight", "w", "--format", "json", "--zero-division", "0")
     data = json.loads(result.stdout)
-    rebuilt = ConfusionAccumulator.from_matrix(np.array(data["confusion_matrix"]),
-                                               class_names=data["class_names"],
-                                               weighted=data["weighted"])
-    expected = skm.confusion_matrix([r[0] for r in rows], [r[1] for r in rows],
-                                    sample_weight=[r[2] for r in rows])
+    rebuilt = ConfusionAccumulator.from_matrix(
+        np.array(data["confusion_matrix"]),
+        class_names=data["class_names"],
+        weighted=data["weighted"],
+    )
+    expected = skm.confusion_matrix(
+        [r[0] for r in rows], [r[1] for r in rows], sample_weight=[r[2] for r in rows]
+    )
     assert data["class_names"] == ["cat", "dog", "hen"]
     np.testing.assert_array_equal(rebuilt.matrix, expected)
     assert rebuilt.summary("dict", zero_division=0) == data
     y_true, y_pred, w = zip(*rows, strict=True)
     for average in ("macro", "weighted"):
-        p, r, f, _ = skm.precision_recall_fscore_support(y_true, y_pred, sample_weight=w,
-                                                         average=average, zero_division=0)
+        p, r, f, _ = skm.precision_recall_fscore_support(
+            y_true, y_pred, sample_weight=w, average=average, zero_division=0
+        )
         overall = data["overall"]
-        assert (overall[f"{average}_precision"], overall[f"{average}_recall"],
-                overall[f"{average}_f1"]) == pytest.approx((p, r, f), rel=1e-15)
+        assert (
+            overall[f"{average}_precision"],
+            overall[f"{average}_recall"],
+            overall[f"{average}_f1"],
+        ) == pytest.approx((p, r, f), rel=1e-15)
 
 
 # ---------------------------------------------------------------------- labels and their messages
@@ -361,14 +410,19 @@ def test_class_names_member_is_named_and_the_void_label_suggested(tmp_path):
     masks = np.zeros((2, 4, 4), dtype=np.uint8)
     truth = masks.copy()
     truth[1, 2, 3] = 255
-    np.savez(tmp_path / "m.npz", y_true=truth, y_pred=masks,
-             class_names=np.array(["sky", "road", "car", "tree", "sign"]))
+    np.savez(
+        tmp_path / "m.npz",
+        y_true=truth,
+        y_pred=masks,
+        class_names=np.array(["sky", "road", "car", "tree", "sign"]),
+    )
     result = run("report", tmp_path / "m.npz")
     assert result.returncode == 1
     assert result.stderr == (
         f"metricstream: error: {tmp_path / 'm.npz'}: column 'y_true', element (1, 2, 3): label "
         f"255 is not an index into the 5 classes named by the file's `class_names` member; pass "
-        f"`--ignore 255` if it marks void pixels or rows without a label.\n")
+        f"`--ignore 255` if it marks void pixels or rows without a label.\n"
+    )
     ignored = run("report", tmp_path / "m.npz", "--ignore", "255", "--zero-division", "0")
     assert ignored.returncode == 0, ignored.stderr
     assert "ignoring true label 255 (1 label)" in ignored.stdout.splitlines()[0]
@@ -383,9 +437,11 @@ def test_a_void_looking_label_is_pointed_out_once(tmp_path):
     result = run("report", tmp_path / "m.npz", "--zero-division", "0")
     assert result.returncode == 0
     notes = [line for line in result.stderr.splitlines() if "255" in line]
-    assert notes == ["metricstream: warning: true label 255 is never predicted and lies far above "
-                     "the other labels (0–4); if it marks void pixels or rows without a label, "
-                     "pass `--ignore 255` to leave those rows out."]
+    assert notes == [
+        "metricstream: warning: true label 255 is never predicted and lies far above "
+        "the other labels (0–4); if it marks void pixels or rows without a label, "
+        "pass `--ignore 255` to leave those rows out."
+    ]
     quiet = run("report", tmp_path / "m.npz", "--ignore", "255", "--zero-division", "0")
     assert quiet.stderr == ""
     # an ordinary extra class is not a void label
@@ -393,17 +449,27 @@ def test_a_void_looking_label_is_pointed_out_once(tmp_path):
     assert run("report", path, "--zero-division", "0").stderr == ""
 
 
-@pytest.mark.parametrize(("value", "hint"), [
-    ("-1", "pass `--ignore -1` if it marks void pixels or rows without a label, or `--labels str`"),
-    ("65535", "pass `--ignore 65535` if it marks void pixels or rows without a label, "
-              "`--max-classes 65536` if the file really has that many classes"),
-])
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        (
+            "-1",
+            "pass `--ignore -1` if it marks void pixels or rows without a label, or `--labels str`",
+        ),
+        (
+            "65535",
+            "pass `--ignore 65535` if it marks void pixels or rows without a label, "
+            "`--max-classes 65536` if the file really has that many classes",
+        ),
+    ],
+)
 def test_void_like_labels_outside_the_classes_suggest_ignore(tmp_path, value, hint):
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [[0, 0], [value, 1]])
     result = run("report", path)
     assert result.returncode == 1
-    assert result.stderr.startswith(f"metricstream: error: {path}: column 'y_true', row 2: label "
-                                    f"{value} ")
+    assert result.stderr.startswith(
+        f"metricstream: error: {path}: column 'y_true', row 2: label {value} "
+    )
     assert hint in result.stderr and result.stderr.count("\n") == 1
 
 
@@ -414,38 +480,46 @@ def test_text_truth_with_integer_predictions_and_classes(tmp_path, reader):
     result = run("report", path, "--classes", "cat,dog", "--reader", reader, "--format", "json")
     assert result.returncode == 0, result.stderr
     names = ["cat", "dog"]
-    expected = skm.confusion_matrix([r[0] for r in rows], [names[r[1]] for r in rows],
-                                    labels=names)
+    expected = skm.confusion_matrix([r[0] for r in rows], [names[r[1]] for r in rows], labels=names)
     assert json.loads(result.stdout)["confusion_matrix"] == expected.tolist()
     beyond = write_csv(tmp_path / "b.csv", ["y_true", "y_pred"], [["cat", 0], ["dog", 2]])
     error = run("report", beyond, "--classes", "cat,dog", "--reader", reader)
     assert error.returncode == 1
-    assert error.stderr == (f"metricstream: error: {beyond}: column 'y_pred', row 2: label 2 is "
-                            f"not an index into the 2 classes given by `--classes`.\n")
+    assert error.stderr == (
+        f"metricstream: error: {beyond}: column 'y_pred', row 2: label 2 is "
+        f"not an index into the 2 classes given by `--classes`.\n"
+    )
 
 
 def test_ignored_text_label_is_in_the_header(tmp_path):
-    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"],
-                     [["cat", "cat"], ["void", "dog"], ["dog", "dog"], ["void", "cat"]])
+    path = write_csv(
+        tmp_path / "p.csv",
+        ["y_true", "y_pred"],
+        [["cat", "cat"], ["void", "dog"], ["dog", "dog"], ["void", "cat"]],
+    )
     result = run("report", path, "--ignore", "void")
     assert result.returncode == 0
     assert result.stdout.splitlines()[0] == (
-        f"{path}: 4 rows; truth 'y_true', prediction 'y_pred'; ignoring true label 'void' "
-        f"(2 rows)")
+        f"{path}: 4 rows; truth 'y_true', prediction 'y_pred'; ignoring true label 'void' (2 rows)"
+    )
 
 
 def test_warnings_name_the_command_line_option(tmp_path):
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [["a", "a"], ["b", "a"]])
     result = run("report", path)
     assert "`zero_division` parameter" not in result.stderr
-    assert ("Pass `--zero-division 0`, `1` or `nan` to choose the value and silence this "
-            "warning.") in result.stderr
+    assert (
+        "Pass `--zero-division 0`, `1` or `nan` to choose the value and silence this warning."
+    ) in result.stderr
     assert run("report", path, "--zero-division", "0").stderr == ""
 
 
 def test_fractional_weights_print_a_formatted_sample_count(tmp_path):
-    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred", "w"],
-                     [[0, 0, 20.1], [0, 1, 0.089], [1, 0, 4.1], [1, 1, 30.0]])
+    path = write_csv(
+        tmp_path / "p.csv",
+        ["y_true", "y_pred", "w"],
+        [[0, 0, 20.1], [0, 1, 0.089], [1, 0, 4.1], [1, 1, 30.0]],
+    )
     result = run("report", path, "--weight", "w")
     assert "samples: 54.2890, classes: 2" in result.stdout
     assert "54.288999" not in result.stdout
@@ -458,24 +532,37 @@ def test_max_classes_caps_names_and_indices_and_is_named(tmp_path):
     result = run("report", path, "--max-classes", "10")
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1
-    assert result.stderr.startswith(f"metricstream: error: {path}: column 'y_true', row 11: "
-                                    f"'name10' is distinct label number 11, over the limit of 10 "
-                                    f"classes")
+    assert result.stderr.startswith(
+        f"metricstream: error: {path}: column 'y_true', row 11: "
+        f"'name10' is distinct label number 11, over the limit of 10 "
+        f"classes"
+    )
     assert "pass `--max-classes 20` to raise the limit" in result.stderr
     assert run("report", path, "--max-classes", "20", "--format", "json").returncode == 0
     numbers = write_csv(tmp_path / "n.csv", ["y_true", "y_pred"], [[0, 0], [1, 15]])
     error = run("report", numbers, "--max-classes", "10")
-    assert "column 'y_pred', row 2: label 15 is too large to be a class index (at most 9); pass " \
-           "`--max-classes 16`" in error.stderr
+    assert (
+        "column 'y_pred', row 2: label 15 is too large to be a class index (at most 9); pass "
+        "`--max-classes 16`" in error.stderr
+    )
     assert run("report", numbers, "--max-classes", "0").returncode == 2
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--classes", "a,b,a"], "`--classes` lists 'a' more than once; class names must be unique."),
-    (["--ignore", str(2**64)], f"`--ignore` is {2**64}, outside the range of 64-bit integer "
-                               f"labels"),
-    (["--ignore", "cat"], "`--ignore` is 'cat', but the labels are integers"),
-], ids=["classes-twice", "ignore-beyond-int64", "ignore-text-for-numbers"])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--classes", "a,b,a"],
+            "`--classes` lists 'a' more than once; class names must be unique.",
+        ),
+        (
+            ["--ignore", str(2**64)],
+            f"`--ignore` is {2**64}, outside the range of 64-bit integer labels",
+        ),
+        (["--ignore", "cat"], "`--ignore` is 'cat', but the labels are integers"),
+    ],
+    ids=["classes-twice", "ignore-beyond-int64", "ignore-text-for-numbers"],
+)
 def test_bad_label_options_are_one_line_usage_errors(args, message):
     result = run("report", DIGITS, *args)
     assert result.returncode == 2
@@ -485,21 +572,35 @@ def test_bad_label_options_are_one_line_usage_errors(args, message):
 
 @needs_matplotlib
 def test_plot_into_a_directory_or_without_suffix(tmp_path):
-    result = run("report", DIGITS, "--plot", tmp_path, "--plot-per-class", tmp_path / "bars",
-                 "--format", "json")
+    result = run(
+        "report",
+        DIGITS,
+        "--plot",
+        tmp_path,
+        "--plot-per-class",
+        tmp_path / "bars",
+        "--format",
+        "json",
+    )
     assert result.returncode == 0, result.stderr
     plot, bars = tmp_path / "confusion_matrix.png", tmp_path / "bars.png"
-    assert result.stderr.splitlines() == [f"metricstream: wrote {plot}",
-                                          f"metricstream: wrote {bars}"]
+    assert result.stderr.splitlines() == [
+        f"metricstream: wrote {plot}",
+        f"metricstream: wrote {bars}",
+    ]
     assert (tmp_path / "confusion_matrix.png").read_bytes().startswith(b"\x89PNG")
     assert (tmp_path / "bars.png").read_bytes().startswith(b"\x89PNG")
 
 
-@pytest.mark.parametrize(("option", "target", "message"), [
-    ("--plot", "cm.foo", "unknown image format '.foo'"),
-    ("--json", ".", "is a directory; give a file name"),
-    ("--markdown", "missing/r.md", "the directory missing does not exist"),
-], ids=["plot-format", "json-directory", "markdown-missing-directory"])
+@pytest.mark.parametrize(
+    ("option", "target", "message"),
+    [
+        ("--plot", "cm.foo", "unknown image format '.foo'"),
+        ("--json", ".", "is a directory; give a file name"),
+        ("--markdown", "missing/r.md", "the directory missing does not exist"),
+    ],
+    ids=["plot-format", "json-directory", "markdown-missing-directory"],
+)
 def test_outputs_are_checked_before_reading(tmp_path, monkeypatch, option, target, message):
     monkeypatch.chdir(tmp_path)
     result = run("report", DIGITS, option, target)
@@ -507,8 +608,9 @@ def test_outputs_are_checked_before_reading(tmp_path, monkeypatch, option, targe
     assert message in result.stderr and result.stderr.count("\n") == 1
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
-                    reason="root reads files without read permission")
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads files without read permission"
+)
 def test_an_unreadable_file_is_one_line(tmp_path):
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [[0, 0]])
     path.chmod(0)
@@ -523,7 +625,7 @@ def test_a_damaged_parquet_file_is_one_line(tmp_path):
     table = pa.table({"y_true": np.arange(5000) % 7, "y_pred": np.arange(5000) % 5})
     pq.write_table(table, tmp_path / "p.parquet", row_group_size=1000, compression="none")
     raw = bytearray((tmp_path / "p.parquet").read_bytes())
-    raw[len(raw) // 2:len(raw) // 2 + 2000] = b"\xff" * 2000
+    raw[len(raw) // 2 : len(raw) // 2 + 2000] = b"\xff" * 2000
     (tmp_path / "p.parquet").write_bytes(bytes(raw))
     result = run("report", tmp_path / "p.parquet")
     assert result.returncode in (1, 2)
@@ -536,8 +638,19 @@ def test_intervals_section_in_text_and_json(tmp_path):
     text = run("report", csv_path, "--intervals", "--resamples", "300", "--seed", "1")
     assert text.returncode == 0
     assert "95% percentile bootstrap intervals, B=300" in text.stdout
-    data = json.loads(run("report", csv_path, "--intervals", "--resamples", "300", "--seed", "1",
-                          "--format", "json").stdout)
+    data = json.loads(
+        run(
+            "report",
+            csv_path,
+            "--intervals",
+            "--resamples",
+            "300",
+            "--seed",
+            "1",
+            "--format",
+            "json",
+        ).stdout
+    )
     intervals = data["intervals"]["metrics"]
     assert set(intervals) >= {"accuracy", "macro_f1", "miou", "mcc", "kappa"}
     acc = ConfusionAccumulator.from_matrix(np.array(data["confusion_matrix"]))
@@ -549,8 +662,9 @@ def test_intervals_section_in_text_and_json(tmp_path):
 
 
 def test_intervals_refuse_fractional_weights_in_one_line(tmp_path):
-    path = write_csv(tmp_path / "w.csv", ["y_true", "y_pred", "w"],
-                     [[0, 0, 0.5], [1, 1, 1.5], [1, 0, 2.0]])
+    path = write_csv(
+        tmp_path / "w.csv", ["y_true", "y_pred", "w"], [[0, 0, 0.5], [1, 1, 1.5], [1, 0, 2.0]]
+    )
     result = run("report", path, "--weight", "w", "--intervals")
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1
@@ -581,8 +695,9 @@ def test_scores_section_equals_scikit_learn(tmp_path):
     assert data["scores"]["auroc_macro"] == pytest.approx(expected, abs=1e-5)
     # without --pred, the summary is the confusion matrix of the scores' argmax
     argmax = probabilities.argmax(axis=1)
-    np.testing.assert_array_equal(data["confusion_matrix"],
-                                  skm.confusion_matrix(y_true, argmax, labels=range(10)))
+    np.testing.assert_array_equal(
+        data["confusion_matrix"], skm.confusion_matrix(y_true, argmax, labels=range(10))
+    )
     text = run("report", SCORES, "--scores", "p_*")
     assert "AUROC (macro, one-vs-rest)" in text.stdout
     assert "prediction \"argmax of 'p_*'\"" in text.stdout or "argmax of 'p_*'" in text.stdout
@@ -591,8 +706,9 @@ def test_scores_section_equals_scikit_learn(tmp_path):
 def test_score_plots_are_written(tmp_path):
     pytest.importorskip("matplotlib")
     roc, calibration = tmp_path / "roc.png", tmp_path / "calibration.png"
-    result = run("report", SCORES, "--scores", "p_*", "--plot-roc", roc,
-                 "--plot-calibration", calibration)
+    result = run(
+        "report", SCORES, "--scores", "p_*", "--plot-roc", roc, "--plot-calibration", calibration
+    )
     assert result.returncode == 0, result.stderr
     assert roc.stat().st_size > 0 and calibration.stat().st_size > 0
 
@@ -617,17 +733,22 @@ def _label_cells(rows: np.ndarray) -> list[str]:
 
 def test_multilabel_csv_report_equals_scikit_learn(tmp_path):
     y_true, y_pred = _multilabel_data()
-    path = write_csv(tmp_path / "tags.csv", ["y_true", "y_pred"],
-                     zip(_label_cells(y_true), _label_cells(y_pred), strict=True))
+    path = write_csv(
+        tmp_path / "tags.csv",
+        ["y_true", "y_pred"],
+        zip(_label_cells(y_true), _label_cells(y_pred), strict=True),
+    )
     result = run("report", path, "--multilabel", "--format", "sklearn", "--zero-division", "0")
     assert result.returncode == 0, result.stderr
     assert result.stdout == skm.classification_report(y_true, y_pred, zero_division=0)
-    data = json.loads(run("report", path, "--multilabel", "--format", "json",
-                          "--zero-division", "0").stdout)
+    data = json.loads(
+        run("report", path, "--multilabel", "--format", "json", "--zero-division", "0").stdout
+    )
     assert data["subset_accuracy"] == skm.accuracy_score(y_true, y_pred)
     assert data["hamming_loss"] == pytest.approx(skm.hamming_loss(y_true, y_pred), abs=1e-15)
     assert data["report"]["samples avg"]["f1-score"] == pytest.approx(
-        skm.f1_score(y_true, y_pred, average="samples", zero_division=0), abs=1e-12)
+        skm.f1_score(y_true, y_pred, average="samples", zero_division=0), abs=1e-12
+    )
 
 
 def test_multilabel_npz_scores_with_threshold(tmp_path):
@@ -635,11 +756,21 @@ def test_multilabel_npz_scores_with_threshold(tmp_path):
     scores = np.random.default_rng(2).random(y_true.shape).astype(np.float32)
     path = tmp_path / "tags.npz"
     np.savez(path, y_true=y_true, y_pred=scores, label_names=np.array(list("abcde")))
-    result = run("report", path, "--multilabel", "--threshold", "0.7", "--format", "sklearn",
-                 "--zero-division", "0")
+    result = run(
+        "report",
+        path,
+        "--multilabel",
+        "--threshold",
+        "0.7",
+        "--format",
+        "sklearn",
+        "--zero-division",
+        "0",
+    )
     assert result.returncode == 0, result.stderr
-    expected = skm.classification_report(y_true, (scores >= 0.7).astype(int),
-                                         target_names=list("abcde"), zero_division=0)
+    expected = skm.classification_report(
+        y_true, (scores >= 0.7).astype(int), target_names=list("abcde"), zero_division=0
+    )
     assert result.stdout == expected
 
 

@@ -40,9 +40,12 @@ def measure(tmp_path: Path, *args: str | os.PathLike, timeout: float) -> Run:
     err_path = tmp_path / "stderr.txt"
     with open(err_path, "wb") as err:
         start = time.monotonic()
-        process = subprocess.Popen([sys.executable, "-m", "metricstream", *map(str, args)],
-                                   stdout=subprocess.DEVNULL, stderr=err,
-                                   stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "metricstream", *map(str, args)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+        )
         timer = threading.Timer(timeout, process.kill)
         timer.start()
         try:
@@ -63,8 +66,9 @@ def assert_bounded(run: Run, seconds: float) -> None:
 
 def one_line_error(run: Run, code: int = 1) -> str:
     assert run.returncode == code, run.stderr
-    assert run.stderr.count("\n") == 1 and run.stderr.startswith("metricstream: error: "), \
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("metricstream: error: "), (
         run.stderr
+    )
     return run.stderr
 
 
@@ -74,7 +78,7 @@ def test_stray_quotes_in_unquoted_fields_stay_linear(tmp_path):
     with open(path, "w", encoding="utf-8") as file:
         file.write("y_true,y_pred,item\n")
         for _ in range(70):
-            file.write("".join(f"{i % 3},{(i * 7) % 3},tv 12\"\n" for i in range(10_000)))
+            file.write("".join(f'{i % 3},{(i * 7) % 3},tv 12"\n' for i in range(10_000)))
     run = measure(tmp_path, "report", path, "--format", "json", timeout=120)
     assert run.returncode == 0, run.stderr
     assert_bounded(run, 120)
@@ -121,12 +125,14 @@ def test_fortran_order_npz_is_streamed(tmp_path):
         np.savez_compressed(tmp_path / name, y_true=truth, y_pred=truth)
         return tmp_path / name
 
-    small = measure(tmp_path, "report", archive("s.npz", (1, 10, 10)), "--format", "json",
-                    timeout=60)
+    small = measure(
+        tmp_path, "report", archive("s.npz", (1, 10, 10)), "--format", "json", timeout=60
+    )
     assert small.returncode == 0, small.stderr
     size = 200_000_000  # two members of 200 MB each (uint8), about 0.4 MB compressed
-    run = measure(tmp_path, "report", archive("m.npz", (200, 1000, 1000)), "--format", "json",
-                  timeout=120)
+    run = measure(
+        tmp_path, "report", archive("m.npz", (200, 1000, 1000)), "--format", "json", timeout=120
+    )
     assert run.returncode == 0, run.stderr
     assert_bounded(run, 120)
     # streamed in the members' own order: a few chunks of a million elements, never a member
@@ -143,19 +149,24 @@ def _seed_files(tmp_path: Path) -> dict[str, bytes]:
     np.savez(tmp_path / "s.npz", y_true=truth, y_pred=pred, class_names=np.array(list("abcd")))
     np.savez_compressed(tmp_path / "f.npz", y_true=np.asfortranarray(truth), y_pred=pred)
     np.save(tmp_path / "s.npy", np.stack([truth.ravel(), pred.ravel()], 1))
-    text = "y_true,y_pred,w\n" + "".join(f'{t},"{p}",1.5\n'
-                                          for t, p in zip(truth.ravel(), pred.ravel(),
-                                                          strict=True))
-    files = {".npz": (tmp_path / "s.npz").read_bytes(), "f.npz": (tmp_path / "f.npz").read_bytes(),
-             ".npy": (tmp_path / "s.npy").read_bytes(), ".csv": text.encode(),
-             ".csv.gz": gzip.compress(text.encode())}
+    text = "y_true,y_pred,w\n" + "".join(
+        f'{t},"{p}",1.5\n' for t, p in zip(truth.ravel(), pred.ravel(), strict=True)
+    )
+    files = {
+        ".npz": (tmp_path / "s.npz").read_bytes(),
+        "f.npz": (tmp_path / "f.npz").read_bytes(),
+        ".npy": (tmp_path / "s.npy").read_bytes(),
+        ".csv": text.encode(),
+        ".csv.gz": gzip.compress(text.encode()),
+    }
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:  # pragma: no cover - depends on the environment
         return files
-    pq.write_table(pa.table({"y_true": truth.ravel(), "y_pred": pred.ravel()}),
-                   tmp_path / "s.parquet")
+    pq.write_table(
+        pa.table({"y_true": truth.ravel(), "y_pred": pred.ravel()}), tmp_path / "s.parquet"
+    )
     files[".parquet"] = (tmp_path / "s.parquet").read_bytes()
     return files
 
@@ -173,7 +184,8 @@ def _mutate(rng: np.random.Generator, data: bytes) -> bytes:
             out[at:at] = rng.integers(0, 256, int(rng.integers(1, 20)), dtype=np.uint8).tobytes()
         else:
             out[at:at] = [b'"', b"\n", b",", b"\xff", b"255", b"-1", b"nan", b"\r"][
-                int(rng.integers(0, 8))]
+                int(rng.integers(0, 8))
+            ]
     return bytes(out)
 
 
@@ -186,23 +198,35 @@ def test_mutated_files_give_a_report_or_one_line(tmp_path):
 
     seeds = _seed_files(tmp_path)
     names = sorted(seeds)
-    options = [[], ["--weight", "w"], ["--ignore", "255"], ["--labels", "str"],
-               ["--classes", "a,b,c,d"], ["--reader", "python"]]
+    options = [
+        [],
+        ["--weight", "w"],
+        ["--ignore", "255"],
+        ["--labels", "str"],
+        ["--classes", "a,b,c,d"],
+        ["--reader", "python"],
+    ]
     rng = np.random.default_rng(20261123)
     for case in range(150):
         name = names[case % len(names)]
         path = tmp_path / f"case{case}{name}"
         path.write_bytes(_mutate(rng, seeds[name]))
-        argv = ["report", str(path), "--format", "json",
-                *options[int(rng.integers(0, len(options)))]]
+        argv = [
+            "report",
+            str(path),
+            "--format",
+            "json",
+            *options[int(rng.integers(0, len(options)))],
+        ]
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(argv)
             except SystemExit as exit_:
                 code = exit_.code
-        errors = [line for line in err.getvalue().splitlines()
-                  if line.startswith("metricstream: error: ")]
+        errors = [
+            line for line in err.getvalue().splitlines() if line.startswith("metricstream: error: ")
+        ]
         if code == 0:
             assert errors == [] and out.getvalue().startswith("{"), argv
         else:

@@ -35,8 +35,7 @@ def _expected_replicates(y_true, y_pred, clusters, seed, b, k=K, weights=None):
     for row, cluster in enumerate(ids):
         mask = clusters == cluster
         counts = np.zeros((k, k), dtype=out.dtype)
-        np.add.at(counts, (y_true[mask], y_pred[mask]),
-                  1 if weights is None else weights[mask])
+        np.add.at(counts, (y_true[mask], y_pred[mask]), 1 if weights is None else weights[mask])
         out += w[row][:, None, None] * counts
     return out
 
@@ -56,10 +55,16 @@ def test_weighted_replicates() -> None:
     weights = np.random.default_rng(1).random(y_true.size)
     acc = BootstrapConfusionAccumulator(K, n_replicates=10, seed=2, weighted=True)
     acc.update(y_true, y_pred, weights, cluster_ids=clusters)
-    np.testing.assert_allclose(acc.replicates, _expected_replicates(
-        y_true, y_pred, clusters, 2, 10, weights=weights), rtol=1e-12)
-    np.testing.assert_allclose(acc.matrix, ConfusionAccumulator(K, weighted=True).update(
-        y_true, y_pred, weights).matrix, rtol=1e-12)
+    np.testing.assert_allclose(
+        acc.replicates,
+        _expected_replicates(y_true, y_pred, clusters, 2, 10, weights=weights),
+        rtol=1e-12,
+    )
+    np.testing.assert_allclose(
+        acc.matrix,
+        ConfusionAccumulator(K, weighted=True).update(y_true, y_pred, weights).matrix,
+        rtol=1e-12,
+    )
 
 
 def test_one_cluster_per_call_and_scalar_ids() -> None:
@@ -89,11 +94,11 @@ def test_per_item_ids_equal_per_sample_ids_in_any_memory_order() -> None:
     per_item = BootstrapConfusionAccumulator(K, n_replicates=16, seed=4)
     per_item.update(masks_true, masks_pred, cluster_ids=ids)
     per_sample = BootstrapConfusionAccumulator(K, n_replicates=16, seed=4)
-    per_sample.update(masks_true, masks_pred,
-                      cluster_ids=np.broadcast_to(ids[:, None, None], masks_true.shape))
+    per_sample.update(
+        masks_true, masks_pred, cluster_ids=np.broadcast_to(ids[:, None, None], masks_true.shape)
+    )
     fortran = BootstrapConfusionAccumulator(K, n_replicates=16, seed=4)
-    fortran.update(np.asfortranarray(masks_true), np.asfortranarray(masks_pred),
-                   cluster_ids=ids)
+    fortran.update(np.asfortranarray(masks_true), np.asfortranarray(masks_pred), cluster_ids=ids)
     one_by_one = BootstrapConfusionAccumulator(K, n_replicates=16, seed=4)
     for i in range(6):
         one_by_one.update(masks_true[i], masks_pred[i], cluster_ids=int(ids[i]))
@@ -101,8 +106,11 @@ def test_per_item_ids_equal_per_sample_ids_in_any_memory_order() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(splits=st.lists(st.integers(0, 200), max_size=6), order=st.randoms(use_true_random=False),
-       shards=st.integers(1, 4))
+@given(
+    splits=st.lists(st.integers(0, 200), max_size=6),
+    order=st.randoms(use_true_random=False),
+    shards=st.integers(1, 4),
+)
 def test_any_split_shard_and_merge_order_gives_the_same_state(splits, order, shards) -> None:
     y_true, y_pred, clusters = _data(4)
     whole = BootstrapConfusionAccumulator(K, n_replicates=8, seed=9)
@@ -135,8 +143,9 @@ def test_poisson1_weights_are_poisson_and_independent() -> None:
 
 def test_views_delegate_to_the_main_matrix() -> None:
     y_true, y_pred, clusters = _data(5)
-    acc = BootstrapConfusionAccumulator(K, n_replicates=10, seed=0,
-                                        class_names=["a", "b", "c", "d"])
+    acc = BootstrapConfusionAccumulator(
+        K, n_replicates=10, seed=0, class_names=["a", "b", "c", "d"]
+    )
     acc.update(y_true, y_pred, cluster_ids=clusters)
     plain = ConfusionAccumulator(K, ["a", "b", "c", "d"]).update(y_true, y_pred)
     assert acc.f1(average="macro") == plain.f1(average="macro")
@@ -168,7 +177,8 @@ def test_interval_from_the_replicates() -> None:
     assert result.resampling == "cluster-poisson" and result.n_resamples == 200
     normal = acc.interval("accuracy", method="normal", confidence=0.9)
     assert normal.high - normal.estimate == pytest.approx(
-        stats.norm.ppf(0.95) * normal.standard_error)
+        stats.norm.ppf(0.95) * normal.standard_error
+    )
     custom = acc.interval(lambda m: m[0, 0] / m.sum())
     assert custom.low < custom.estimate < custom.high
     with pytest.raises(ValueError, match="'percentile', 'basic' or 'normal'"):
@@ -182,8 +192,7 @@ def test_singleton_clusters_match_the_iid_bootstrap() -> None:
     acc = BootstrapConfusionAccumulator(K, n_replicates=1000, seed=3)
     acc.update(y_true, y_pred, cluster_ids=np.arange(y_true.size))
     iid = bootstrap(acc.matrix, "macro_f1", n_resamples=4000, seed=0, resampling="poisson")
-    assert acc.interval("macro_f1").standard_error == pytest.approx(iid.standard_error,
-                                                                     rel=0.1)
+    assert acc.interval("macro_f1").standard_error == pytest.approx(iid.standard_error, rel=0.1)
 
 
 def test_clustered_data_widen_the_interval() -> None:
@@ -216,8 +225,9 @@ def test_scores_and_threshold_inputs() -> None:
     probabilities = rng.random(10)
     truth = rng.integers(0, 2, 10)
     binary.update(truth, probabilities, cluster_ids=np.arange(10))
-    assert np.array_equal(binary.matrix, ConfusionAccumulator(2, threshold=0.5).update(
-        truth, probabilities).matrix)
+    assert np.array_equal(
+        binary.matrix, ConfusionAccumulator(2, threshold=0.5).update(truth, probabilities).matrix
+    )
     with pytest.raises(ValueError, match="holds NaN"):
         acc.update(y_true, np.full((5, 3, 6), np.nan), cluster_ids=np.arange(5))
 
@@ -228,8 +238,12 @@ def test_ignore_index() -> None:
     acc = BootstrapConfusionAccumulator(3, n_replicates=5, seed=0, ignore_index=255)
     acc.update(y_true, y_pred, cluster_ids=np.array([1, 1, 2, 2, 3, 3]))
     assert acc.num_samples == 4
-    assert np.array_equal(acc.replicates, _expected_replicates(
-        np.array([0, 1, 1, 2]), np.array([0, 1, 2, 2]), np.array([1, 2, 2, 3]), 0, 5, k=3))
+    assert np.array_equal(
+        acc.replicates,
+        _expected_replicates(
+            np.array([0, 1, 1, 2]), np.array([0, 1, 2, 2]), np.array([1, 2, 2, 3]), 0, 5, k=3
+        ),
+    )
 
 
 def test_state_round_trips() -> None:
@@ -247,8 +261,9 @@ def test_state_round_trips() -> None:
 
 
 def test_group_member() -> None:
-    group = AccumulatorGroup(plain=ConfusionAccumulator(K),
-                             boot=BootstrapConfusionAccumulator(K, n_replicates=4))
+    group = AccumulatorGroup(
+        plain=ConfusionAccumulator(K), boot=BootstrapConfusionAccumulator(K, n_replicates=4)
+    )
     y_true, y_pred, _ = _data(11)
     group.update(y_true, y_pred)
     assert np.array_equal(group["boot"].matrix, group["plain"].matrix)
@@ -309,7 +324,8 @@ def test_merge_requires_the_same_seed_and_replicates() -> None:
         BootstrapConfusionAccumulator(K, seed=0).merge(BootstrapConfusionAccumulator(K, seed=1))
     with pytest.raises(ValueError, match="different `n_replicates`"):
         BootstrapConfusionAccumulator(K, n_replicates=3).merge(
-            BootstrapConfusionAccumulator(K, n_replicates=4))
+            BootstrapConfusionAccumulator(K, n_replicates=4)
+        )
 
 
 def test_interval_from_replicates_checks_its_input() -> None:
@@ -375,8 +391,7 @@ def test_item_path_equals_per_sample_path(layout: str, monkeypatch: pytest.Monke
     np.testing.assert_allclose(by_items.replicates, by_samples.replicates, rtol=1e-12)
 
 
-def test_item_path_errors_name_the_position_in_the_batch(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_item_path_errors_name_the_position_in_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     import metricstream.clustered as module
 
     monkeypatch.setattr(module, "ITEM_MIN_SAMPLES", 1)
@@ -390,8 +405,9 @@ def test_item_path_errors_name_the_position_in_the_batch(
 
 def test_per_class_intervals_with_names() -> None:
     y_true, y_pred, clusters = _data(16, n=800)
-    acc = BootstrapConfusionAccumulator(K, n_replicates=60, seed=2,
-                                        class_names=["a", "b", "c", "d"])
+    acc = BootstrapConfusionAccumulator(
+        K, n_replicates=60, seed=2, class_names=["a", "b", "c", "d"]
+    )
     acc.update(y_true, y_pred, cluster_ids=clusters)
     result = acc.interval("recall", labels=["d", "a"])
     assert result.estimate.shape == (2,) and result.replicates.shape == (60, 2)
@@ -409,19 +425,24 @@ def test_interleaved_cluster_ids(shuffle: bool, weighted: bool) -> None:
     weights = np.random.default_rng(1).random(y_true.size) if weighted else None
     acc = BootstrapConfusionAccumulator(K, n_replicates=11, seed=8, weighted=weighted)
     acc.update(y_true, y_pred, weights, cluster_ids=clusters)
-    np.testing.assert_allclose(acc.replicates, _expected_replicates(
-        y_true, y_pred, clusters, 8, 11, weights=weights), rtol=1e-12)
+    np.testing.assert_allclose(
+        acc.replicates,
+        _expected_replicates(y_true, y_pred, clusters, 8, 11, weights=weights),
+        rtol=1e-12,
+    )
 
 
 def test_save_load_and_groups(tmp_path) -> None:
     y_true, y_pred, clusters = _data(18)
-    acc = BootstrapConfusionAccumulator(K, n_replicates=5, seed=1, class_names=list("abcd"),
-                                        ignore_index=255)
+    acc = BootstrapConfusionAccumulator(
+        K, n_replicates=5, seed=1, class_names=list("abcd"), ignore_index=255
+    )
     acc.update(y_true, y_pred, cluster_ids=clusters)
     path = acc.save(tmp_path / "boot.msacc")
     assert BootstrapConfusionAccumulator.load(path) == acc
-    with pytest.raises(ValueError, match="holds a BootstrapConfusionAccumulator, not a "
-                                         "ConfusionAccumulator"):
+    with pytest.raises(
+        ValueError, match="holds a BootstrapConfusionAccumulator, not a ConfusionAccumulator"
+    ):
         ConfusionAccumulator.from_bytes(acc.to_bytes())
     group = AccumulatorGroup(boot=acc, plain=ConfusionAccumulator(K, list("abcd"), 255))
     restored = AccumulatorGroup.from_bytes(group.to_bytes())

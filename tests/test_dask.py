@@ -85,8 +85,9 @@ def case_channels_last():
 
 def case_dataframe_columns():
     y_true, y_pred, _, weights = _data()
-    frame = dd.from_pandas(pd.DataFrame({"label": y_true, "prediction": y_pred, "w": weights}),
-                           npartitions=7)
+    frame = dd.from_pandas(
+        pd.DataFrame({"label": y_true, "prediction": y_pred, "w": weights}), npartitions=7
+    )
     expected = ConfusionAccumulator(K, weighted=True).update(y_true, y_pred, weights)
     args = (frame["label"], frame["prediction"])
     return args, {"weights": frame["w"], "weighted": True}, expected
@@ -127,8 +128,13 @@ def test_tree_fan_in_does_not_change_the_result(split_every):
 
 def test_merges_form_a_tree():
     y_true, y_pred, _, _ = _data(n=1600)
-    delayed = confusion(da.from_array(y_true, chunks=100), da.from_array(y_pred, chunks=100),
-                        K, split_every=4, compute=False)
+    delayed = confusion(
+        da.from_array(y_true, chunks=100),
+        da.from_array(y_pred, chunks=100),
+        K,
+        split_every=4,
+        compute=False,
+    )
     names = [str(key[0] if isinstance(key, tuple) else key) for key in dict(delayed.dask)]
     assert sum(name.startswith("_count_piece") for name in names) == 16
     assert sum(name.startswith("_merge") for name in names) == 4 + 1  # 16 -> 4 -> 1
@@ -146,24 +152,35 @@ def test_merges_form_a_tree():
 def test_any_chunking_equals_in_memory(n, true_chunk, pred_chunk, split_every, seed):
     rng = np.random.default_rng(seed)
     y_true, y_pred = rng.integers(0, 3, size=n), rng.integers(0, 3, size=n)
-    acc = confusion(da.from_array(y_true, chunks=true_chunk),
-                    da.from_array(y_pred, chunks=pred_chunk), 3, split_every=split_every,
-                    scheduler="sync")
+    acc = confusion(
+        da.from_array(y_true, chunks=true_chunk),
+        da.from_array(y_pred, chunks=pred_chunk),
+        3,
+        split_every=split_every,
+        scheduler="sync",
+    )
     assert acc == ConfusionAccumulator(3).update(y_true, y_pred)
 
 
 def test_configuration_is_kept():
     y_true, y_pred, _, _ = _data(n=100)
     names = [f"c{i}" for i in range(K)]
-    acc = confusion(da.from_array(y_true, chunks=30), da.from_array(y_pred, chunks=30), K,
-                    class_names=names, ignore_index=-1, scheduler="sync")
+    acc = confusion(
+        da.from_array(y_true, chunks=30),
+        da.from_array(y_pred, chunks=30),
+        K,
+        class_names=names,
+        ignore_index=-1,
+        scheduler="sync",
+    )
     assert acc.class_names == tuple(names) and acc.ignore_index == -1
 
 
 def test_numpy_inputs_and_empty_inputs():
     y_true, y_pred, _, _ = _data(n=500)
     assert confusion(y_true, y_pred, K, scheduler="sync") == ConfusionAccumulator(K).update(
-        y_true, y_pred)
+        y_true, y_pred
+    )
     empty = confusion(da.zeros((0,), dtype=int, chunks=5), da.zeros((0,), dtype=int, chunks=5), K)
     assert empty == ConfusionAccumulator(K)
 
@@ -175,8 +192,13 @@ class LabelwiseCounts(Accumulator):
 
     def __init__(self, num_labels: int) -> None:
         self._num_labels = int(num_labels)
-        super().__init__({"tp": ((num_labels,), np.int64), "pos": ((num_labels,), np.int64),
-                          "rows": ((1,), np.float64)})
+        super().__init__(
+            {
+                "tp": ((num_labels,), np.int64),
+                "pos": ((num_labels,), np.int64),
+                "rows": ((1,), np.float64),
+            }
+        )
 
     def config(self):
         return {"num_labels": self._num_labels}
@@ -184,8 +206,10 @@ class LabelwiseCounts(Accumulator):
     def _prepare(self, y_true, y_pred, weights=None):
         y_true, y_pred = np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)
         if y_true.ndim != 2 or y_true.shape[1] != self._num_labels or y_pred.shape != y_true.shape:
-            raise ValueError(f"`y_true` must have shape (N, {self._num_labels}), got "
-                             f"{y_true.shape} (and `y_pred` {y_pred.shape}).")
+            raise ValueError(
+                f"`y_true` must have shape (N, {self._num_labels}), got "
+                f"{y_true.shape} (and `y_pred` {y_pred.shape})."
+            )
         w = np.ones(len(y_true)) if weights is None else np.asarray(weights, dtype=np.float64)
         return y_true, y_pred, w
 
@@ -199,13 +223,20 @@ class LabelwiseCounts(Accumulator):
 def _group_case():
     y_true, y_pred, _, _ = _data()
     weights = np.random.default_rng(5).integers(0, 3, size=len(y_true))
-    group = make_group(wide=ConfusionAccumulator(50), labels=LabelHistogram(K),
-                       totals=WeightTotals(K), counts=ConfusionAccumulator(K),
-                       weighted=ConfusionAccumulator(K, weighted=True),
-                       weighted_wide=ConfusionAccumulator(K, weighted=True, class_axis=1))
+    group = make_group(
+        wide=ConfusionAccumulator(50),
+        labels=LabelHistogram(K),
+        totals=WeightTotals(K),
+        counts=ConfusionAccumulator(K),
+        weighted=ConfusionAccumulator(K, weighted=True),
+        weighted_wide=ConfusionAccumulator(K, weighted=True, class_axis=1),
+    )
     expected = group.copy().update(y_true, y_pred, weights)
-    args = (da.from_array(y_true, chunks=3000), da.from_array(y_pred, chunks=2500),
-            da.from_array(weights, chunks=4000))
+    args = (
+        da.from_array(y_true, chunks=3000),
+        da.from_array(y_pred, chunks=2500),
+        da.from_array(weights, chunks=4000),
+    )
     return group, args, expected
 
 
@@ -213,8 +244,9 @@ def _group_case():
 def test_group_of_accumulators_equals_one_in_memory_update(split_every):
     group, (y_true, y_pred, weights), expected = _group_case()
     before = group.copy()
-    result = accumulate(group, y_true, y_pred, weights, split_every=split_every,
-                        scheduler="threads")
+    result = accumulate(
+        group, y_true, y_pred, weights, split_every=split_every, scheduler="threads"
+    )
     assert isinstance(result, AccumulatorGroup) and result == expected
     assert group == before  # the template is left untouched (and empty)
     assert list(result) == list(group)
@@ -222,8 +254,13 @@ def test_group_of_accumulators_equals_one_in_memory_update(split_every):
 
 def test_single_non_confusion_accumulator_and_delayed_tree():
     y_true, y_pred, _, _ = _data(n=1600)
-    delayed = accumulate(WeightTotals(K), da.from_array(y_true, chunks=100),
-                         da.from_array(y_pred, chunks=100), split_every=4, compute=False)
+    delayed = accumulate(
+        WeightTotals(K),
+        da.from_array(y_true, chunks=100),
+        da.from_array(y_pred, chunks=100),
+        split_every=4,
+        compute=False,
+    )
     names = [str(key[0] if isinstance(key, tuple) else key) for key in dict(delayed.dask)]
     assert sum(name.startswith("_count_piece") for name in names) == 16
     assert sum(name.startswith("_merge") for name in names) == 4 + 1
@@ -235,48 +272,72 @@ def test_rows_are_never_split_for_accumulators_of_whole_samples():
     y_true, y_pred = rng.integers(0, 2, size=(900, 6)), rng.integers(0, 2, size=(900, 6))
     row_weights = rng.random(900)
     # Chunked along the labels too: accumulate must hand each task whole rows.
-    result = accumulate(LabelwiseCounts(6), da.from_array(y_true, chunks=(200, 4)),
-                        da.from_array(y_pred, chunks=(300, 3)),
-                        da.from_array(row_weights, chunks=250), scheduler="sync")
+    result = accumulate(
+        LabelwiseCounts(6),
+        da.from_array(y_true, chunks=(200, 4)),
+        da.from_array(y_pred, chunks=(300, 3)),
+        da.from_array(row_weights, chunks=250),
+        scheduler="sync",
+    )
     expected = LabelwiseCounts(6).update(y_true, y_pred, row_weights)
     assert result.state_arrays()["tp"].tolist() == expected.state_arrays()["tp"].tolist()
-    np.testing.assert_allclose(result.state_arrays()["rows"], expected.state_arrays()["rows"],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        result.state_arrays()["rows"], expected.state_arrays()["rows"], rtol=1e-12
+    )
 
 
 def test_group_of_scores_and_labels_views():
     y_true, _, logits, _ = _data()
     group = AccumulatorGroup(first=ConfusionAccumulator(K), last=ConfusionAccumulator(K))
-    result = accumulate(group, da.from_array(y_true, chunks=5000),
-                        da.from_array(logits, chunks=(3000, 4)), scheduler="threads")
+    result = accumulate(
+        group,
+        da.from_array(y_true, chunks=5000),
+        da.from_array(logits, chunks=(3000, 4)),
+        scheduler="threads",
+    )
     assert result["first"] == ConfusionAccumulator(K).update(y_true, logits)
 
 
 def test_empty_inputs_give_an_empty_copy_of_the_template():
-    empty = accumulate(make_group(), da.zeros((0,), dtype=int, chunks=5),
-                       da.zeros((0,), dtype=int, chunks=5), scheduler="sync")
+    empty = accumulate(
+        make_group(),
+        da.zeros((0,), dtype=int, chunks=5),
+        da.zeros((0,), dtype=int, chunks=5),
+        scheduler="sync",
+    )
     assert empty == make_group()
 
 
 @pytest.mark.parametrize(
     "template, error, match",
     [
-        (np.zeros((3, 3)), TypeError,
-         r"`template` must be an accumulator or an AccumulatorGroup, got ndarray"),
-        (ConfusionAccumulator(K).update([0], [1]), ValueError,
-         r"`template` already holds counts; pass an empty accumulator"),
-        (AccumulatorGroup(a=ConfusionAccumulator(K), b=LabelHistogram(K).update([1], [1])),
-         ValueError, r"`template` \(member 'b'\) already holds counts"),
-        (AccumulatorGroup(a=ConfusionAccumulator(K), b=ConfusionAccumulator(K, class_axis=-1)),
-         ValueError, r"different `class_axis` settings \[-1, 1\]; pass `class_axis=`"),
+        (
+            np.zeros((3, 3)),
+            TypeError,
+            r"`template` must be an accumulator or an AccumulatorGroup, got ndarray",
+        ),
+        (
+            ConfusionAccumulator(K).update([0], [1]),
+            ValueError,
+            r"`template` already holds counts; pass an empty accumulator",
+        ),
+        (
+            AccumulatorGroup(a=ConfusionAccumulator(K), b=LabelHistogram(K).update([1], [1])),
+            ValueError,
+            r"`template` \(member 'b'\) already holds counts",
+        ),
+        (
+            AccumulatorGroup(a=ConfusionAccumulator(K), b=ConfusionAccumulator(K, class_axis=-1)),
+            ValueError,
+            r"different `class_axis` settings \[-1, 1\]; pass `class_axis=`",
+        ),
     ],
     ids=["not-an-accumulator", "not-empty", "member-not-empty", "class-axes-differ"],
 )
 def test_template_is_checked_before_any_task_runs(template, error, match):
     y_true = da.from_array(np.zeros(10, dtype=int), chunks=5)
     calls = []
-    y_true = y_true.map_blocks(lambda block: calls.append(1) or block,
-                               meta=np.zeros(0, dtype=int))
+    y_true = y_true.map_blocks(lambda block: calls.append(1) or block, meta=np.zeros(0, dtype=int))
     with pytest.raises(error, match=match):
         accumulate(template, y_true, y_true, scheduler="sync")
     assert calls == []
@@ -287,8 +348,11 @@ def test_template_whose_config_does_not_rebuild_it_is_refused():
         def config(self):
             return {**super().config(), "colour": "blue"}  # not a constructor argument
 
-    with pytest.raises(ValueError, match=r"`template` cannot be rebuilt from its type and "
-                                         r"config\(\): .*colour"):
+    with pytest.raises(
+        ValueError,
+        match=r"`template` cannot be rebuilt from its type and "
+        r"config\(\): .*colour",
+    ):
         accumulate(Talkative(3), np.zeros(3, dtype=int), np.zeros(3, dtype=int))
 
 
@@ -296,33 +360,55 @@ def test_bad_input_in_a_group_names_the_chunk():
     group, _, _ = _group_case()
     y_true, y_pred, _, _ = _data(n=1000)
     y_pred[650] = K  # fine for the 50-class member, not for the others
-    with pytest.raises(ValueError, match=r"`y_pred` .*\(The position is counted within dask "
-                                         r"chunk \(3,\) of `y_true`, which starts at index "
-                                         r"\(600,\)\.\)"):
-        accumulate(group, da.from_array(y_true, chunks=200), da.from_array(y_pred, chunks=200),
-                   scheduler="sync")
+    with pytest.raises(
+        ValueError,
+        match=r"`y_pred` .*\(The position is counted within dask "
+        r"chunk \(3,\) of `y_true`, which starts at index "
+        r"\(600,\)\.\)",
+    ):
+        accumulate(
+            group,
+            da.from_array(y_true, chunks=200),
+            da.from_array(y_pred, chunks=200),
+            scheduler="sync",
+        )
     assert group == group.copy().reset()
 
 
 def test_weights_must_match_labels_or_rows():
-    with pytest.raises(ValueError, match=r"`weights` has shape \(9,\), but `y_true` has shape "
-                                         r"\(10,\); give weights of shape \(10,\)\."):
-        accumulate(ConfusionAccumulator(3), da.zeros(10, dtype=int), da.zeros(10, dtype=int),
-                   da.ones(9))
+    with pytest.raises(
+        ValueError,
+        match=r"`weights` has shape \(9,\), but `y_true` has shape "
+        r"\(10,\); give weights of shape \(10,\)\.",
+    ):
+        accumulate(
+            ConfusionAccumulator(3), da.zeros(10, dtype=int), da.zeros(10, dtype=int), da.ones(9)
+        )
     with pytest.raises(ValueError, match=r"or \(10,\) \(one per row\)"):
-        accumulate(LabelwiseCounts(2), da.zeros((10, 2), dtype=int),
-                   da.zeros((10, 2), dtype=int), da.ones(9))
+        accumulate(
+            LabelwiseCounts(2),
+            da.zeros((10, 2), dtype=int),
+            da.zeros((10, 2), dtype=int),
+            da.ones(9),
+        )
 
 
 # ---------------------------------------------------------------------------- errors
 def test_bad_label_names_the_chunk():
     y_true, y_pred, _, _ = _data(n=1000)
     y_true[777] = 9
-    with pytest.raises(ValueError, match=r"holds label 9 at position 177, but `num_classes` is 6"
-                                         r".*within dask chunk \(3,\) of `y_true`, which starts "
-                                         r"at index \(600,\)"):
-        confusion(da.from_array(y_true, chunks=200), da.from_array(y_pred, chunks=200), K,
-                  scheduler="sync")
+    with pytest.raises(
+        ValueError,
+        match=r"holds label 9 at position 177, but `num_classes` is 6"
+        r".*within dask chunk \(3,\) of `y_true`, which starts "
+        r"at index \(600,\)",
+    ):
+        confusion(
+            da.from_array(y_true, chunks=200),
+            da.from_array(y_pred, chunks=200),
+            K,
+            scheduler="sync",
+        )
 
 
 def test_bad_label_names_the_partition():
@@ -334,21 +420,50 @@ def test_bad_label_names_the_partition():
 @pytest.mark.parametrize(
     "y_true, y_pred, kwargs, error, match",
     [
-        (da.zeros(10, dtype=int), da.zeros(11, dtype=int), {}, ValueError,
-         r"`y_true` has shape \(10,\) and `y_pred` has shape \(11,\)"),
-        (da.zeros(10, dtype=int), da.zeros((10, 5)), {}, ValueError,
-         r"scores of shape \(10, 5\) with classes on axis 1, but .* `num_classes` is 6"),
-        (da.zeros(10, dtype=int), da.zeros((10, 6, 2)), {}, ValueError,
-         r"must have the same shape \(labels\) or one more dimension"),
-        (da.zeros(10, dtype=int), da.zeros(10, dtype=int), {"weights": da.ones(9)}, ValueError,
-         r"`weights` has shape \(9,\), but `y_true` has shape \(10,\)"),
-        (da.zeros(10, dtype=int), da.zeros(10, dtype=int), {"split_every": 1}, ValueError,
-         r"`split_every` must be an int of at least 2, got 1"),
-        (da.zeros(10, dtype=int), da.zeros(10, dtype=int), {"class_names": ["a"]}, ValueError,
-         r"`class_names` has 1 names, but `num_classes` is 6"),
+        (
+            da.zeros(10, dtype=int),
+            da.zeros(11, dtype=int),
+            {},
+            ValueError,
+            r"`y_true` has shape \(10,\) and `y_pred` has shape \(11,\)",
+        ),
+        (
+            da.zeros(10, dtype=int),
+            da.zeros((10, 5)),
+            {},
+            ValueError,
+            r"scores of shape \(10, 5\) with classes on axis 1, but .* `num_classes` is 6",
+        ),
+        (
+            da.zeros(10, dtype=int),
+            da.zeros((10, 6, 2)),
+            {},
+            ValueError,
+            r"must have the same shape \(labels\) or one more dimension",
+        ),
+        (
+            da.zeros(10, dtype=int),
+            da.zeros(10, dtype=int),
+            {"weights": da.ones(9)},
+            ValueError,
+            r"`weights` has shape \(9,\), but `y_true` has shape \(10,\)",
+        ),
+        (
+            da.zeros(10, dtype=int),
+            da.zeros(10, dtype=int),
+            {"split_every": 1},
+            ValueError,
+            r"`split_every` must be an int of at least 2, got 1",
+        ),
+        (
+            da.zeros(10, dtype=int),
+            da.zeros(10, dtype=int),
+            {"class_names": ["a"]},
+            ValueError,
+            r"`class_names` has 1 names, but `num_classes` is 6",
+        ),
     ],
-    ids=["length", "score-classes", "too-many-dims", "weights-shape", "split-every",
-         "bad-config"],
+    ids=["length", "score-classes", "too-many-dims", "weights-shape", "split-every", "bad-config"],
 )
 def test_bad_arguments(y_true, y_pred, kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -371,8 +486,12 @@ def test_dataframe_inputs_must_be_columns_partitioned_alike():
 def client():
     distributed = pytest.importorskip("distributed")
     cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=None, silence_logs=logging.ERROR,
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
     )
     client = distributed.Client(cluster, set_as_default=False, timeout=120)
     try:
@@ -398,8 +517,9 @@ def test_local_cluster_equals_in_memory(client, case):
 def test_cluster_counts_on_the_workers(client):
     distributed = pytest.importorskip("distributed")
     y_true, y_pred, _, _ = _data()
-    delayed = confusion(da.from_array(y_true, chunks=2000), da.from_array(y_pred, chunks=2000), K,
-                        compute=False)
+    delayed = confusion(
+        da.from_array(y_true, chunks=2000), da.from_array(y_pred, chunks=2000), K, compute=False
+    )
     with distributed.get_task_stream(client) as stream:
         result = client.compute(delayed).result(timeout=120)
     assert result == ConfusionAccumulator(K).update(y_true, y_pred)
@@ -414,8 +534,12 @@ def test_cluster_reports_bad_labels(client):
     y_true, y_pred, _, _ = _data(n=1000)
     y_true[5] = -1
     with pytest.raises(ValueError, match=r"negative labels are not allowed.*dask chunk \(0,\)"):
-        confusion(da.from_array(y_true, chunks=500), da.from_array(y_pred, chunks=500), K,
-                  scheduler=client)
+        confusion(
+            da.from_array(y_true, chunks=500),
+            da.from_array(y_pred, chunks=500),
+            K,
+            scheduler=client,
+        )
 
 
 def test_local_cluster_accumulates_a_group(client):

@@ -55,42 +55,74 @@ TIMEOUT = 300  # seconds for the whole 2-rank session, far above the ~10 s it ne
 CHECK = 6 * WORLD  # the check all-gathers 6 int64 values per rank
 
 COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
-    "all_gather_object", "broadcast",
-    "broadcast_object_list", "reduce", "gather", "scatter", "reduce_scatter",
-    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier", "send", "recv",
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "all_gather_object",
+    "broadcast",
+    "broadcast_object_list",
+    "reduce",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "send",
+    "recv",
 )
 
 MISMATCHES = {
     # name: (rank-1 configuration change, expected message fragment)
-    "num_classes": ({"num_classes": K + 1, "class_names": [*NAMES, "extra"]},
-                    r"`num_classes` is 7 on rank 0 and 8 on rank 1\."),
-    "class_names": ({"class_names": NAMES[::-1]},
-                    r"`class_names\[0\]` is 'class-0' on rank 0 and 'class-6' on rank 1\."),
-    "ignore_index-None": ({"ignore_index": None},
-                          r"`ignore_index` is 255 on rank 0 and None on rank 1\."),
-    "ignore_index-value": ({"ignore_index": 254},
-                           r"`ignore_index` is 255 on rank 0 and 254 on rank 1\."),
+    "num_classes": (
+        {"num_classes": K + 1, "class_names": [*NAMES, "extra"]},
+        r"`num_classes` is 7 on rank 0 and 8 on rank 1\.",
+    ),
+    "class_names": (
+        {"class_names": NAMES[::-1]},
+        r"`class_names\[0\]` is 'class-0' on rank 0 and 'class-6' on rank 1\.",
+    ),
+    "ignore_index-None": (
+        {"ignore_index": None},
+        r"`ignore_index` is 255 on rank 0 and None on rank 1\.",
+    ),
+    "ignore_index-value": (
+        {"ignore_index": 254},
+        r"`ignore_index` is 255 on rank 0 and 254 on rank 1\.",
+    ),
     "weighted": ({"weighted": True}, r"`weighted` is False on rank 0 and True on rank 1\."),
     "class_axis": ({"class_axis": -1}, r"`class_axis` is 1 on rank 0 and -1 on rank 1\."),
 }
 
 GROUP_MISMATCHES = {
     # name: (rank 1's group, expected message fragment)
-    "member-config": (lambda: make_group(weighted=ConfusionAccumulator(
-        K, ignore_index=254, weighted=True)),
-        r"member 'weighted': `ignore_index` is 255 on rank 0 and 254 on rank 1\."),
-    "member-type": (lambda: make_group(labels=WeightTotals(K)),
-                    r"member 'labels': the accumulator type is LabelHistogram on rank 0 and "
-                    r"WeightTotals on rank 1\."),
-    "member-names": (lambda: AccumulatorGroup({("renamed" if name == "wide" else name): member
-                                               for name, member in make_group().items()}),
-                     r"the ranks hold different accumulators: a group of \['counts', "
-                     r"'weighted', 'wide', .* on rank 0 and a group of \['counts', 'weighted', "
-                     r"'renamed', .* on rank 1\."),
-    "group-vs-single": (lambda: ConfusionAccumulator(K, NAMES, VOID),
-                        r"a group of \['counts', .*\] on rank 0 and a single "
-                        r"ConfusionAccumulator on rank 1\."),
+    "member-config": (
+        lambda: make_group(weighted=ConfusionAccumulator(K, ignore_index=254, weighted=True)),
+        r"member 'weighted': `ignore_index` is 255 on rank 0 and 254 on rank 1\.",
+    ),
+    "member-type": (
+        lambda: make_group(labels=WeightTotals(K)),
+        r"member 'labels': the accumulator type is LabelHistogram on rank 0 and "
+        r"WeightTotals on rank 1\.",
+    ),
+    "member-names": (
+        lambda: AccumulatorGroup(
+            {
+                ("renamed" if name == "wide" else name): member
+                for name, member in make_group().items()
+            }
+        ),
+        r"the ranks hold different accumulators: a group of \['counts', "
+        r"'weighted', 'wide', .* on rank 0 and a group of \['counts', 'weighted', "
+        r"'renamed', .* on rank 1\.",
+    ),
+    "group-vs-single": (
+        lambda: ConfusionAccumulator(K, NAMES, VOID),
+        r"a group of \['counts', .*\] on rank 0 and a single "
+        r"ConfusionAccumulator on rank 1\.",
+    ),
 }
 
 
@@ -117,8 +149,7 @@ def config(**changes) -> dict:
 
 
 # ============================================================================ in process
-def _group_world(size: int, **kwargs) -> tuple[FakeWorld, list[AccumulatorGroup],
-                                                 AccumulatorGroup]:
+def _group_world(size: int, **kwargs) -> tuple[FakeWorld, list[AccumulatorGroup], AccumulatorGroup]:
     data = group_data()
     groups = [feed(make_group(), data, slice(rank, None, size)) for rank in range(size)]
     return FakeWorld(size, **kwargs), groups, feed(make_group(), data, slice(None))
@@ -147,8 +178,11 @@ def test_group_sync_equals_one_process_counting_everything(size, inplace):
             assert states(groups[rank]) == before[rank]  # the local state was left as it was
             assert all(result[name] is not groups[rank][name] for name in result)
         # One check, then one SUM per state dtype, whatever the number of members.
-        assert world.calls[rank] == [("gather", 6, "<i8"), ("sum", GROUP_INT_SIZE, "<i8"),
-                                     ("sum", GROUP_FLOAT_SIZE, "<f8")]
+        assert world.calls[rank] == [
+            ("gather", 6, "<i8"),
+            ("sum", GROUP_INT_SIZE, "<i8"),
+            ("sum", GROUP_FLOAT_SIZE, "<f8"),
+        ]
 
 
 def test_group_sync_when_the_engine_returns_a_new_buffer():
@@ -160,8 +194,10 @@ def test_group_sync_when_the_engine_returns_a_new_buffer():
 @pytest.mark.parametrize("copy_result", [False, True], ids=["in-place", "new-buffer"])
 def test_single_accumulator_is_summed_without_packing(copy_result):
     data = dataset()
-    accs = [ConfusionAccumulator(**config()).update(data["y_true"][r::3], data["y_pred"][r::3])
-            for r in range(3)]
+    accs = [
+        ConfusionAccumulator(**config()).update(data["y_true"][r::3], data["y_pred"][r::3])
+        for r in range(3)
+    ]
     expected = ConfusionAccumulator(**config()).update(data["y_true"], data["y_pred"])
     world = FakeWorld(3, copy_result=copy_result)
     for rank, result in enumerate(world.run(accs)):
@@ -170,16 +206,16 @@ def test_single_accumulator_is_summed_without_packing(copy_result):
 
 
 def test_float_only_and_empty_group():
-    accs = [ConfusionAccumulator(3, weighted=True).update([0, 1], [1, 1], [0.5, 0.25])
-            for _ in range(2)]
+    accs = [
+        ConfusionAccumulator(3, weighted=True).update([0, 1], [1, 1], [0.5, 0.25]) for _ in range(2)
+    ]
     world = FakeWorld(2)
     for result in world.run(accs):
         assert result.matrix[0, 1] == 1.0 and result.matrix[1, 1] == 0.5
         assert result.num_samples == 1.5
     assert world.calls[0] == [("gather", 6, "<i8"), ("sum", 9, "<f8")]
     world = FakeWorld(2)
-    assert all(r == AccumulatorGroup() for r in world.run([AccumulatorGroup(),
-                                                           AccumulatorGroup()]))
+    assert all(r == AccumulatorGroup() for r in world.run([AccumulatorGroup(), AccumulatorGroup()]))
     assert world.calls == [[("gather", 6, "<i8")]] * 2  # nothing to sum
 
 
@@ -207,8 +243,9 @@ def _mismatch_messages(targets) -> list[str]:
 @pytest.mark.parametrize("name", MISMATCHES)
 def test_mismatched_accumulators_raise_the_same_error_on_every_rank(name):
     change, fragment = MISMATCHES[name]
-    message = _mismatch_messages([ConfusionAccumulator(**config()),
-                                  ConfusionAccumulator(**config(**change))])[0]
+    message = _mismatch_messages(
+        [ConfusionAccumulator(**config()), ConfusionAccumulator(**config(**change))]
+    )[0]
     assert "cannot all_reduce accumulators configured differently across the 2 ranks" in message
     assert re.search(fragment, message), message
 
@@ -224,18 +261,35 @@ def test_mismatched_groups_name_the_member_the_field_and_each_ranks_value(name):
 @pytest.mark.parametrize(
     "accs, message",
     [
-        ([ConfusionAccumulator(7), ConfusionAccumulator(8), ConfusionAccumulator(7),
-          ConfusionAccumulator(7)], "`num_classes` is 7 on ranks 0, 2, 3 and 8 on rank 1."),
-        ([ConfusionAccumulator(3), ConfusionAccumulator(4), ConfusionAccumulator(5)],
-         "`num_classes` is 3 on rank 0; 4 on rank 1; 5 on rank 2."),
-        ([ConfusionAccumulator(2, ignore_index=-1), ConfusionAccumulator(2)],
-         "`ignore_index` is -1 on rank 0 and None on rank 1."),
-        ([ConfusionAccumulator(2, class_names=["a", "b"]), ConfusionAccumulator(2)],
-         "`class_names` is ['a', 'b'] on rank 0 and None on rank 1."),
-        ([ConfusionAccumulator(2, threshold=0.5), ConfusionAccumulator(2, threshold=0.25)],
-         "`threshold` is 0.5 on rank 0 and 0.25 on rank 1."),
-        ([ConfusionAccumulator(3)] * 9 + [ConfusionAccumulator(4)],
-         "`num_classes` is 3 on ranks 0, 1, 2, 3, 4, 5, 6, 7, ... and 4 on rank 9."),
+        (
+            [
+                ConfusionAccumulator(7),
+                ConfusionAccumulator(8),
+                ConfusionAccumulator(7),
+                ConfusionAccumulator(7),
+            ],
+            "`num_classes` is 7 on ranks 0, 2, 3 and 8 on rank 1.",
+        ),
+        (
+            [ConfusionAccumulator(3), ConfusionAccumulator(4), ConfusionAccumulator(5)],
+            "`num_classes` is 3 on rank 0; 4 on rank 1; 5 on rank 2.",
+        ),
+        (
+            [ConfusionAccumulator(2, ignore_index=-1), ConfusionAccumulator(2)],
+            "`ignore_index` is -1 on rank 0 and None on rank 1.",
+        ),
+        (
+            [ConfusionAccumulator(2, class_names=["a", "b"]), ConfusionAccumulator(2)],
+            "`class_names` is ['a', 'b'] on rank 0 and None on rank 1.",
+        ),
+        (
+            [ConfusionAccumulator(2, threshold=0.5), ConfusionAccumulator(2, threshold=0.25)],
+            "`threshold` is 0.5 on rank 0 and 0.25 on rank 1.",
+        ),
+        (
+            [ConfusionAccumulator(3)] * 9 + [ConfusionAccumulator(4)],
+            "`num_classes` is 3 on ranks 0, 1, 2, 3, 4, 5, 6, 7, ... and 4 on rank 9.",
+        ),
     ],
     ids=["four-ranks", "three-values", "ignore-index", "names-vs-none", "threshold", "ten-ranks"],
 )
@@ -259,20 +313,26 @@ def test_protocol_mismatch_is_reported_first():
 
     for result in results:
         assert isinstance(result, ValueError)
-        assert (f"different sync protocols: {SYNC_PROTOCOL} on rank 0 and {SYNC_PROTOCOL - 1} "
-                f"on rank 1") in str(result)
+        assert (
+            f"different sync protocols: {SYNC_PROTOCOL} on rank 0 and {SYNC_PROTOCOL - 1} on rank 1"
+        ) in str(result)
 
 
-@pytest.mark.parametrize("bad", [np.zeros((3, 3), dtype=np.int64), {"matrix": [[1]]}, None],
-                         ids=["ndarray", "dict", "None"])
+@pytest.mark.parametrize(
+    "bad",
+    [np.zeros((3, 3), dtype=np.int64), {"matrix": [[1]]}, None],
+    ids=["ndarray", "dict", "None"],
+)
 def test_a_rank_passing_a_non_accumulator_makes_every_rank_raise(bad):
     acc = ConfusionAccumulator(3).update([0, 1], [0, 1])
     before = acc.state_arrays()
     world = FakeWorld(3, timeout=20)
     results = world.run([acc, bad, acc.copy()])
     assert isinstance(results[1], TypeError)
-    assert re.search(r"`acc` must be an accumulator or an AccumulatorGroup, got "
-                     + type(bad).__name__, str(results[1]))
+    assert re.search(
+        r"`acc` must be an accumulator or an AccumulatorGroup, got " + type(bad).__name__,
+        str(results[1]),
+    )
     for rank in (0, 2):
         assert isinstance(results[rank], ValueError), results[rank]
         assert "rank(s) 1 could not take part" in str(results[rank])
@@ -288,8 +348,7 @@ def test_a_state_that_cannot_be_described_still_joins_the_check():
     world = FakeWorld(2, timeout=20)
     results = world.run([LabelHistogram(3), Unjsonable(3)])
     assert isinstance(results[1], TypeError) and "JSON" in str(results[1])
-    assert isinstance(results[0], ValueError) and "rank(s) 1 could not take part" in str(
-        results[0])
+    assert isinstance(results[0], ValueError) and "rank(s) 1 could not take part" in str(results[0])
 
 
 def test_a_copy_that_fails_on_one_rank_still_joins_the_check():
@@ -300,8 +359,7 @@ def test_a_copy_that_fails_on_one_rank_still_joins_the_check():
     world = FakeWorld(2, timeout=20)
     results = world.run([LabelHistogram(3), NoRoom(3)], inplace=False)
     assert isinstance(results[1], MemoryError)
-    assert isinstance(results[0], ValueError) and "rank(s) 1 could not take part" in str(
-        results[0])
+    assert isinstance(results[0], ValueError) and "rank(s) 1 could not take part" in str(results[0])
     assert world.calls == [[("gather", 6, "<i8")]] * 2
 
 
@@ -313,9 +371,12 @@ def test_int64_overflow_is_refused_on_every_rank_before_summing(inplace):
     results = world.run(groups, inplace=inplace)
     for result in results:
         assert isinstance(result, ValueError)
-        assert re.search(r"cannot all_reduce: the summed int64 counts could pass 2\*\*63 - 1 \(the "
-                         r"ranks' largest counts add up to 9223372036854775808\); nothing was "
-                         r"summed\.", str(result))
+        assert re.search(
+            r"cannot all_reduce: the summed int64 counts could pass 2\*\*63 - 1 \(the "
+            r"ranks' largest counts add up to 9223372036854775808\); nothing was "
+            r"summed\.",
+            str(result),
+        )
     for group in groups:
         assert group["c"] == half
     assert world.calls == [[("gather", 6, "<i8")]] * 2
@@ -389,8 +450,11 @@ def test_group_updates_during_an_inplace_group_sync_are_not_lost():
 
 
 @settings(max_examples=25, deadline=None)
-@given(size=st.integers(1, 4), cuts=st.lists(st.integers(0, 400), max_size=6),
-       seed=st.integers(0, 2**16))
+@given(
+    size=st.integers(1, 4),
+    cuts=st.lists(st.integers(0, 400), max_size=6),
+    seed=st.integers(0, 2**16),
+)
 def test_any_split_across_any_number_of_ranks_equals_one_process(size, cuts, seed):
     data = group_data(n=400, seed=seed)
     bounds = [0, *sorted(cuts), 400]
@@ -452,8 +516,13 @@ def _install_counter(dist, log: list) -> None:
         def wrapper(*args, _original=original, _name=name, **kwargs):
             tensor = args[0] if args and hasattr(args[0], "numel") else kwargs.get("tensor")
             op = kwargs.get("op", args[1] if len(args) > 1 and _name == "all_reduce" else None)
-            log.append([_name, None if tensor is None else int(tensor.numel()),
-                        None if op is None else str(op).split(".")[-1]])
+            log.append(
+                [
+                    _name,
+                    None if tensor is None else int(tensor.numel()),
+                    None if op is None else str(op).split(".")[-1],
+                ]
+            )
             return _original(*args, **kwargs)
 
         setattr(dist, name, wrapper)
@@ -466,8 +535,13 @@ def _init(rank: int, port: int, seconds: int) -> tuple:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=WORLD, timeout=timedelta(seconds=seconds))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=timedelta(seconds=seconds),
+    )
     log: list = []
     _install_counter(dist, log)
     return dist, log
@@ -482,8 +556,12 @@ def worker(rank: int, port: int, out: str) -> None:
     results: dict = {}
 
     def record(name, acc, **extra):
-        results[name] = {"state": states(acc), "calls": list(log),
-                         "config": acc.state_dict().get("config"), **extra}
+        results[name] = {
+            "state": states(acc),
+            "calls": list(log),
+            "config": acc.state_dict().get("config"),
+            **extra,
+        }
         del log[:]
 
     # Labels, copy: the local accumulator stays as it was.
@@ -491,8 +569,12 @@ def worker(rank: int, port: int, out: str) -> None:
     local = acc.matrix.copy()
     del log[:]
     synced = all_reduce(acc, inplace=False)
-    record("copy", synced, local_untouched=bool(np.array_equal(acc.matrix, local)),
-           distinct=synced is not acc)
+    record(
+        "copy",
+        synced,
+        local_untouched=bool(np.array_equal(acc.matrix, local)),
+        distinct=synced is not acc,
+    )
 
     # In place: ``acc`` itself now holds the global counts.
     returned = all_reduce(acc)
@@ -528,8 +610,12 @@ def worker(rank: int, port: int, out: str) -> None:
     local_state = states(local_group)
     del log[:]
     synced_group = all_reduce(local_group, inplace=False)
-    record("group_copy", synced_group, local_untouched=states(local_group) == local_state,
-           distinct=synced_group is not local_group)
+    record(
+        "group_copy",
+        synced_group,
+        local_untouched=states(local_group) == local_state,
+        distinct=synced_group is not local_group,
+    )
     returned = all_reduce(local_group)
     record("group_inplace", local_group, returned_self=returned is local_group)
 
@@ -543,8 +629,11 @@ def worker(rank: int, port: int, out: str) -> None:
         try:
             all_reduce(acc)
         except ValueError as error:
-            errors[name] = {"message": str(error), "calls": list(log),
-                            "unchanged": bool(np.array_equal(acc.matrix, before))}
+            errors[name] = {
+                "message": str(error),
+                "calls": list(log),
+                "unchanged": bool(np.array_equal(acc.matrix, before)),
+            }
         else:
             errors[name] = {"message": None, "calls": list(log)}
     results["mismatch"] = errors
@@ -567,8 +656,11 @@ def hostile_worker(rank: int, port: int, out: str) -> None:
     results: dict = {}
 
     def attempt(name, target, **kwargs):
-        before = states(target) if hasattr(target, "state_arrays") or isinstance(
-            target, AccumulatorGroup) else None
+        before = (
+            states(target)
+            if hasattr(target, "state_arrays") or isinstance(target, AccumulatorGroup)
+            else None
+        )
         del log[:]
         start = time.monotonic()
         try:
@@ -577,22 +669,29 @@ def hostile_worker(rank: int, port: int, out: str) -> None:
             outcome = {"error": type(error).__name__, "message": str(error)}
         else:
             outcome = {"error": None, "message": None}
-        outcome.update(calls=list(log), seconds=time.monotonic() - start,
-                       unchanged=before is None or states(target) == before)
+        outcome.update(
+            calls=list(log),
+            seconds=time.monotonic() - start,
+            unchanged=before is None or states(target) == before,
+        )
         results[name] = outcome
 
-    good = ConfusionAccumulator(**config()).update(gdata["y_true"][shard] % K,
-                                                   gdata["y_pred"][shard])
+    good = ConfusionAccumulator(**config()).update(
+        gdata["y_true"][shard] % K, gdata["y_pred"][shard]
+    )
     attempt("non_accumulator", good if rank == 0 else good.matrix.copy())
     attempt("non_accumulator_group", make_group() if rank == 0 else {"counts": good})
     for name, (other, _) in GROUP_MISMATCHES.items():
         attempt(f"group_{name}", feed(make_group(), gdata, shard) if rank == 0 else other())
     big = np.array([[2**62, 0], [0, 1]])
-    attempt("int_overflow", AccumulatorGroup(c=ConfusionAccumulator.from_matrix(big),
-                                             h=LabelHistogram(2)))
+    attempt(
+        "int_overflow",
+        AccumulatorGroup(c=ConfusionAccumulator.from_matrix(big), h=LabelHistogram(2)),
+    )
     attempt("int_overflow_copy", ConfusionAccumulator.from_matrix(big), inplace=False)
-    attempt("float_overflow", ConfusionAccumulator.from_matrix(np.array([[1e308, 0.5],
-                                                                         [0.0, 0.0]])))
+    attempt(
+        "float_overflow", ConfusionAccumulator.from_matrix(np.array([[1e308, 0.5], [0.0, 0.0]]))
+    )
     # The process group is still in step: a normal group sync works and is right.
     group = feed(make_group(), gdata, shard)
     del log[:]
@@ -613,8 +712,13 @@ def _launch(mode: str, out: Path, timeout: float) -> tuple[list[int], list[str]]
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     port = _free_port()
     procs = [
-        subprocess.Popen([sys.executable, __file__, mode, str(rank), str(port), str(out)],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [sys.executable, __file__, mode, str(rank), str(port), str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for rank in range(WORLD)
     ]
     deadline = time.monotonic() + timeout
@@ -668,8 +772,17 @@ def _expected(name: str):
     return ConfusionAccumulator(**config()).update(data["y_true"], data["y_pred"])
 
 
-SCENARIOS = ["copy", "inplace", "weighted_logits", "big", "uneven", "subgroup", "after_mismatch",
-             "group_copy", "group_inplace"]
+SCENARIOS = [
+    "copy",
+    "inplace",
+    "weighted_logits",
+    "big",
+    "uneven",
+    "subgroup",
+    "after_mismatch",
+    "group_copy",
+    "group_inplace",
+]
 
 
 @pytest.mark.slow
@@ -704,17 +817,21 @@ def test_exactly_two_collectives_per_sync(ranks, scenario):
     """One all-gather of the 6-value check (2 ranks: 12 values), one SUM of the K*K counts."""
     k = BIG_K if scenario == "big" else K
     for rank in ranks:
-        assert rank[scenario]["calls"] == [["all_gather_single", CHECK, None],
-                                           ["all_reduce", k * k, "SUM"]]
+        assert rank[scenario]["calls"] == [
+            ["all_gather_single", CHECK, None],
+            ["all_reduce", k * k, "SUM"],
+        ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["group_copy", "group_inplace"])
 def test_group_of_six_syncs_in_one_check_and_one_sum_per_dtype(ranks, scenario):
     for rank in ranks:
-        assert rank[scenario]["calls"] == [["all_gather_single", CHECK, None],
-                                           ["all_reduce", GROUP_INT_SIZE, "SUM"],
-                                           ["all_reduce", GROUP_FLOAT_SIZE, "SUM"]]
+        assert rank[scenario]["calls"] == [
+            ["all_gather_single", CHECK, None],
+            ["all_reduce", GROUP_INT_SIZE, "SUM"],
+            ["all_reduce", GROUP_FLOAT_SIZE, "SUM"],
+        ]
 
 
 @pytest.mark.slow
@@ -777,11 +894,14 @@ def test_group_mismatch_names_member_field_and_values_on_every_rank(hostile, nam
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, fragment", [
-    ("int_overflow", "the summed int64 counts could pass 2**63 - 1"),
-    ("int_overflow_copy", "the summed int64 counts could pass 2**63 - 1"),
-    ("float_overflow", "the summed float64 weights would overflow to infinity"),
-])
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        ("int_overflow", "the summed int64 counts could pass 2**63 - 1"),
+        ("int_overflow_copy", "the summed int64 counts could pass 2**63 - 1"),
+        ("float_overflow", "the summed float64 weights would overflow to infinity"),
+    ],
+)
 def test_overflow_is_refused_on_every_rank_before_any_sum(hostile, name, fragment):
     for rank in hostile:
         outcome = rank[name]
@@ -795,8 +915,11 @@ def test_ranks_stay_in_step_after_every_refusal(hostile):
     expected = states(feed(make_group(), group_data(), slice(None)))
     for rank in hostile:
         assert rank["after"]["state"] == expected
-        assert [c[0] for c in rank["after"]["calls"]] == ["all_gather_single", "all_reduce",
-                                                          "all_reduce"]
+        assert [c[0] for c in rank["after"]["calls"]] == [
+            "all_gather_single",
+            "all_reduce",
+            "all_reduce",
+        ]
 
 
 if __name__ == "__main__":

@@ -16,8 +16,13 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 def _run(script: str, *args: str) -> str:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for _attempt in range(3):
-        proc = subprocess.run([sys.executable, str(EXAMPLES / script), *args],
-                              capture_output=True, text=True, timeout=600, env=env)
+        proc = subprocess.run(
+            [sys.executable, str(EXAMPLES / script), *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
         # A free port probed by the example can be taken by another process before it binds.
         if proc.returncode == 0 or "address already in use" not in proc.stderr.lower():
             break

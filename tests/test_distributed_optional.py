@@ -13,8 +13,7 @@ HEAVY = ("torch", "dask", "distributed", "mpi4py", "torchmetrics")
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
 
 def test_import_metricstream_imports_no_integration():
@@ -32,20 +31,39 @@ def test_import_metricstream_imports_no_integration():
 @pytest.mark.parametrize(
     "blocked, call, fragments",
     [
-        ("torch", "from metricstream.distributed import all_reduce; all_reduce(acc)",
-         ["metricstream.distributed needs PyTorch, which is not installed",
-          'pip install "metricstream[torch]"']),
-        ("dask", "from metricstream.dask import confusion; confusion([0], [0], 2)",
-         ["metricstream.dask needs dask", 'pip install "metricstream[dask]"']),
-        ("dask", "from metricstream.dask import accumulate; accumulate(acc, [0], [0])",
-         ["metricstream.dask needs dask", 'pip install "metricstream[dask]"']),
-        ("torch", "from metricstream.distributed import all_reduce\n    "
-                  "from metricstream import AccumulatorGroup\n    "
-                  "all_reduce(AccumulatorGroup(a=acc))",
-         ["metricstream.distributed needs PyTorch, which is not installed"]),
-        ("mpi4py", "from metricstream.mpi import allreduce; allreduce(acc)",
-         ["metricstream.mpi needs mpi4py and an MPI library",
-          'pip install "metricstream[mpi]" and install MPI']),
+        (
+            "torch",
+            "from metricstream.distributed import all_reduce; all_reduce(acc)",
+            [
+                "metricstream.distributed needs PyTorch, which is not installed",
+                'pip install "metricstream[torch]"',
+            ],
+        ),
+        (
+            "dask",
+            "from metricstream.dask import confusion; confusion([0], [0], 2)",
+            ["metricstream.dask needs dask", 'pip install "metricstream[dask]"'],
+        ),
+        (
+            "dask",
+            "from metricstream.dask import accumulate; accumulate(acc, [0], [0])",
+            ["metricstream.dask needs dask", 'pip install "metricstream[dask]"'],
+        ),
+        (
+            "torch",
+            "from metricstream.distributed import all_reduce\n    "
+            "from metricstream import AccumulatorGroup\n    "
+            "all_reduce(AccumulatorGroup(a=acc))",
+            ["metricstream.distributed needs PyTorch, which is not installed"],
+        ),
+        (
+            "mpi4py",
+            "from metricstream.mpi import allreduce; allreduce(acc)",
+            [
+                "metricstream.mpi needs mpi4py and an MPI library",
+                'pip install "metricstream[mpi]" and install MPI',
+            ],
+        ),
     ],
     ids=["torch", "dask", "dask-accumulate", "torch-group", "mpi4py"],
 )

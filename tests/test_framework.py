@@ -49,8 +49,11 @@ def test_undefined_metric_warning_points_at_the_callers_line():
 
 def test_class_names_work_as_pos_label_and_labels():
     acc = ConfusionAccumulator(2, class_names=["ham", "spam"]).update([0, 1, 1, 0], [0, 1, 0, 0])
-    assert acc.precision(average="binary", pos_label="spam") == acc.precision(
-        average="binary", pos_label=1) == 1.0
+    assert (
+        acc.precision(average="binary", pos_label="spam")
+        == acc.precision(average="binary", pos_label=1)
+        == 1.0
+    )
     assert acc.recall(average="binary", pos_label="ham") == 1.0
     assert acc.f1(labels=["spam"]).tolist() == acc.f1(labels=[1]).tolist()
     with pytest.raises(ValueError, match=r"unknown class name 'eggs'"):
@@ -68,8 +71,12 @@ def test_matthews_default_is_silent_zero_as_scikit_learn():
 def test_class_counts_are_read_only_snapshots():
     acc = ConfusionAccumulator(3).update([0, 1, 2], [0, 1, 1])
     counts = acc.class_counts()
-    for array in (counts.matrix, counts.true_positives, counts.actual_positives,
-                  counts.predicted_positives):
+    for array in (
+        counts.matrix,
+        counts.true_positives,
+        counts.actual_positives,
+        counts.predicted_positives,
+    ):
         with pytest.raises(ValueError):
             array[0] = 7
     acc.update([2], [2])
@@ -142,10 +149,15 @@ def test_merge_refuses_int64_overflow_and_leaves_state():
     np.testing.assert_array_equal(big.state_arrays()["matrix"], before["matrix"])
 
 
-@pytest.mark.parametrize("bad", [np.array([[2**64 - 1, 0], [0, 0]], dtype=np.uint64),
-                                 np.array([[1e300, 0.0], [0.0, 0.0]]),
-                                 np.array([[2.0**63, 0.0], [0.0, 0.0]])],
-                         ids=["uint64-max", "1e300", "2-63"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.array([[2**64 - 1, 0], [0, 0]], dtype=np.uint64),
+        np.array([[1e300, 0.0], [0.0, 0.0]]),
+        np.array([[2.0**63, 0.0], [0.0, 0.0]]),
+    ],
+    ids=["uint64-max", "1e300", "2-63"],
+)
 def test_from_matrix_refuses_counts_beyond_int64(bad):
     with pytest.raises(ValueError, match=r"`matrix`: holds .* beyond the int64 counts"):
         ConfusionAccumulator.from_matrix(bad, weighted=False)
@@ -266,14 +278,29 @@ def test_import_metricstream_pulls_in_no_optional_library():
     import subprocess
     import sys
 
-    code = ("import sys, metricstream; bad = [m for m in ('torch', 'dask', 'pyarrow', "
-            "'matplotlib', 'mpi4py', 'sklearn') if m in sys.modules]; print(bad)")
+    code = (
+        "import sys, metricstream; bad = [m for m in ('torch', 'dask', 'pyarrow', "
+        "'matplotlib', 'mpi4py', 'sklearn') if m in sys.modules]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("module", ["base", "accumulator", "serialization", "_sync",
-                                    "distributed", "mpi", "dask", "report", "cli", "_io"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "base",
+        "accumulator",
+        "serialization",
+        "_sync",
+        "distributed",
+        "mpi",
+        "dask",
+        "report",
+        "cli",
+        "_io",
+    ],
+)
 def test_every_module_imports_alone(module):
     """No import cycle: each module imports first in a fresh interpreter."""
     import subprocess

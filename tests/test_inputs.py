@@ -12,23 +12,52 @@ Y_TRUE = RNG.integers(0, 6, size=(3, 7, 5))
 Y_PRED = RNG.integers(0, 6, size=(3, 7, 5))
 REFERENCE = ConfusionAccumulator(6).update(Y_TRUE.ravel(), Y_PRED.ravel()).matrix.copy()
 
-DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-          np.float16, np.float32, np.float64]
+DTYPES = [
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+]
 
 
 # Every (y_pred, y_true) dtype pair is its own kernel specialisation, 2-3 s of compilation
 # each on a cold cache. The default run keeps the pairs the rest of the suite compiles anyway
 # plus one narrow signed, one wide unsigned and one half-precision truth; CI runs the whole grid.
-DEFAULT_DTYPE_PAIRS = {("int64", "int64"), ("int64", "float32"), ("int64", "float64"),
-                       ("uint8", "uint8"), ("uint8", "float32"), ("float32", "float32"),
-                       ("int64", "int8"), ("int64", "uint64"), ("int64", "float16")}
+DEFAULT_DTYPE_PAIRS = {
+    ("int64", "int64"),
+    ("int64", "float32"),
+    ("int64", "float64"),
+    ("uint8", "uint8"),
+    ("uint8", "float32"),
+    ("float32", "float32"),
+    ("int64", "int8"),
+    ("int64", "uint64"),
+    ("int64", "float16"),
+}
 
 
-@pytest.mark.parametrize(("pred_dtype", "true_dtype"), [
-    pytest.param(pred, true, id=f"{np.dtype(pred).name}-{np.dtype(true).name}",
-                 marks=[] if (np.dtype(pred).name, np.dtype(true).name) in DEFAULT_DTYPE_PAIRS
-                 else [pytest.mark.slow])
-    for pred in (np.int64, np.uint8, np.float32) for true in DTYPES])
+@pytest.mark.parametrize(
+    ("pred_dtype", "true_dtype"),
+    [
+        pytest.param(
+            pred,
+            true,
+            id=f"{np.dtype(pred).name}-{np.dtype(true).name}",
+            marks=[]
+            if (np.dtype(pred).name, np.dtype(true).name) in DEFAULT_DTYPE_PAIRS
+            else [pytest.mark.slow],
+        )
+        for pred in (np.int64, np.uint8, np.float32)
+        for true in DTYPES
+    ],
+)
 def test_any_numeric_dtype(true_dtype, pred_dtype):
     acc = ConfusionAccumulator(6).update(Y_TRUE.astype(true_dtype), Y_PRED.astype(pred_dtype))
     np.testing.assert_array_equal(acc.matrix, REFERENCE)

@@ -25,8 +25,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     HAVE_PYARROW = False
 
 needs_pyarrow = pytest.mark.skipif(not HAVE_PYARROW, reason="pyarrow is not installed")
-READERS = [pytest.param(True, id="pyarrow", marks=needs_pyarrow),
-           pytest.param(False, id="stdlib")]
+READERS = [pytest.param(True, id="pyarrow", marks=needs_pyarrow), pytest.param(False, id="stdlib")]
 EXAMPLES = Path(__file__).parent.parent / "examples" / "data"
 
 
@@ -81,8 +80,9 @@ def test_registry_rejects_duplicate_classes():
 
 # ---------------------------------------------------------------------- CSV against sklearn
 @pytest.mark.parametrize("pyarrow_reader", READERS)
-def test_integer_csv_equals_sklearn_and_classes_grow_while_streaming(tmp_path, small_chunks,
-                                                                     pyarrow_reader):
+def test_integer_csv_equals_sklearn_and_classes_grow_while_streaming(
+    tmp_path, small_chunks, pyarrow_reader
+):
     rng = np.random.default_rng(0)
     # Class 11 first appears near the end, class 5 never: the matrix grows, then 5 is dropped.
     y_true = rng.choice([0, 1, 2, 3, 4, 6, 7], size=400)
@@ -104,8 +104,11 @@ def test_text_labels_share_one_registry(tmp_path, small_chunks, pyarrow_reader):
     y_true = names[rng.integers(0, 3, size=300)].tolist()
     y_pred = [t if rng.random() < 0.6 else str(rng.choice(names[:3])) for t in y_true]
     y_pred[250] = "ox"  # seen only in the predictions, late in the stream
-    path = write_csv(tmp_path / "p.csv", ["id", "y_pred", "y_true"],
-                     ((i, p, t) for i, (t, p) in enumerate(zip(y_true, y_pred, strict=True))))
+    path = write_csv(
+        tmp_path / "p.csv",
+        ["id", "y_pred", "y_true"],
+        ((i, p, t) for i, (t, p) in enumerate(zip(y_true, y_pred, strict=True))),
+    )
     result = read_confusion(path, prefer_pyarrow=pyarrow_reader)
     expected, labels = sklearn_matrix(y_true, y_pred)
     assert result.mode == "names"
@@ -120,8 +123,9 @@ def test_weights_equal_sklearn_sample_weight(tmp_path, small_chunks, pyarrow_rea
     rng = np.random.default_rng(2)
     y_true, y_pred = rng.integers(0, 4, 200), rng.integers(0, 4, 200)
     weights = np.round(rng.exponential(size=200), 3)
-    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred", "w"],
-                     zip(y_true, y_pred, weights, strict=True))
+    path = write_csv(
+        tmp_path / "p.csv", ["y_true", "y_pred", "w"], zip(y_true, y_pred, weights, strict=True)
+    )
     result = read_confusion(path, weight="w", prefer_pyarrow=pyarrow_reader)
     expected, _ = sklearn_matrix(y_true.tolist(), y_pred.tolist(), weights)
     assert result.accumulator.weighted
@@ -129,9 +133,8 @@ def test_weights_equal_sklearn_sample_weight(tmp_path, small_chunks, pyarrow_rea
 
 
 @pytest.mark.parametrize("pyarrow_reader", READERS)
-def test_quoted_fields_with_newlines_and_a_byte_order_mark(tmp_path, small_chunks,
-                                                           pyarrow_reader):
-    names = ['plain', 'with "quotes"', "two\nlines", "comma, inside", "NA"]
+def test_quoted_fields_with_newlines_and_a_byte_order_mark(tmp_path, small_chunks, pyarrow_reader):
+    names = ["plain", 'with "quotes"', "two\nlines", "comma, inside", "NA"]
     rng = np.random.default_rng(6)
     y_true = [names[i] for i in rng.integers(0, 5, 120)]
     y_pred = [names[i] for i in rng.integers(0, 5, 120)]
@@ -148,8 +151,9 @@ def test_quoted_fields_with_newlines_and_a_byte_order_mark(tmp_path, small_chunk
 
 @pytest.mark.parametrize("pyarrow_reader", READERS)
 def test_default_columns_are_the_first_two_without_y_true(tmp_path, pyarrow_reader):
-    path = write_csv(tmp_path / "p.tsv", ["label", "guess", "score"],
-                     [[0, 1, 0.5], [1, 1, 0.9]], delimiter="\t")
+    path = write_csv(
+        tmp_path / "p.tsv", ["label", "guess", "score"], [[0, 1, 0.5], [1, 1, 0.9]], delimiter="\t"
+    )
     result = read_confusion(path, prefer_pyarrow=pyarrow_reader)
     assert (result.selection.truth, result.selection.pred) == ("label", "guess")
     np.testing.assert_array_equal(result.accumulator.matrix, [[0, 1], [0, 1]])
@@ -160,8 +164,9 @@ def test_ignore_skips_true_labels_in_both_modes(tmp_path, pyarrow_reader):
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [[0, 0], [255, 1], [1, 1]])
     acc = read_confusion(path, ignore="255", prefer_pyarrow=pyarrow_reader).accumulator
     np.testing.assert_array_equal(acc.matrix, [[1, 0], [0, 1]])
-    named = write_csv(tmp_path / "n.csv", ["y_true", "y_pred"],
-                      [["a", "a"], ["void", "b"], ["b", "b"]])
+    named = write_csv(
+        tmp_path / "n.csv", ["y_true", "y_pred"], [["a", "a"], ["void", "b"], ["b", "b"]]
+    )
     acc = read_confusion(named, ignore="void", prefer_pyarrow=pyarrow_reader).accumulator
     assert acc.class_names == ("a", "b")
     np.testing.assert_array_equal(acc.matrix, [[1, 0], [0, 1]])
@@ -170,13 +175,11 @@ def test_ignore_skips_true_labels_in_both_modes(tmp_path, pyarrow_reader):
 @pytest.mark.parametrize("pyarrow_reader", READERS)
 def test_classes_fix_the_order_of_names_and_name_integer_indices(tmp_path, pyarrow_reader):
     named = write_csv(tmp_path / "n.csv", ["y_true", "y_pred"], [["b", "a"], ["a", "a"]])
-    acc = read_confusion(named, classes=["b", "a", "c"], prefer_pyarrow=pyarrow_reader)\
-        .accumulator
+    acc = read_confusion(named, classes=["b", "a", "c"], prefer_pyarrow=pyarrow_reader).accumulator
     assert acc.class_names == ("b", "a", "c")
     np.testing.assert_array_equal(acc.matrix, [[0, 1, 0], [0, 1, 0], [0, 0, 0]])
     ints = write_csv(tmp_path / "i.csv", ["y_true", "y_pred"], [[1, 0], [0, 0]])
-    acc = read_confusion(ints, classes=["b", "a", "c"], prefer_pyarrow=pyarrow_reader)\
-        .accumulator
+    acc = read_confusion(ints, classes=["b", "a", "c"], prefer_pyarrow=pyarrow_reader).accumulator
     assert acc.class_names == ("b", "a", "c")
     np.testing.assert_array_equal(acc.matrix, [[1, 0, 0], [1, 0, 0], [0, 0, 0]])
 
@@ -201,9 +204,12 @@ def test_shipped_digits_csv_matches_its_named_twin():
 
 @pytest.mark.filterwarnings("ignore:A single label was found:UserWarning")
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from("abcde"), st.sampled_from("abcdef")), min_size=1,
-                max_size=60),
-       st.integers(min_value=1, max_value=9))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abcde"), st.sampled_from("abcdef")), min_size=1, max_size=60
+    ),
+    st.integers(min_value=1, max_value=9),
+)
 def test_any_chunk_size_gives_the_sklearn_matrix(tmp_path_factory, rows, chunk_rows):
     path = write_csv(tmp_path_factory.mktemp("h") / "p.csv", ["y_true", "y_pred"], rows)
     old = _io.STDLIB_CHUNK_ROWS
@@ -249,8 +255,9 @@ def test_npy_structured_and_two_dimensional(tmp_path, monkeypatch):
 
     np.save(tmp_path / "2d.npy", np.column_stack([table["y_true"], table["y_pred"]]))
     acc = read_confusion(tmp_path / "2d.npy").accumulator
-    np.testing.assert_array_equal(acc.matrix, sklearn_matrix(table["y_true"].tolist(),
-                                                             table["y_pred"].tolist())[0])
+    np.testing.assert_array_equal(
+        acc.matrix, sklearn_matrix(table["y_true"].tolist(), table["y_pred"].tolist())[0]
+    )
 
 
 @pytest.mark.parametrize("compressed", [True, False], ids=["savez_compressed", "savez"])
@@ -262,8 +269,12 @@ def test_npz_masks_stream_with_void_and_class_names(tmp_path, monkeypatch, compr
     predicted = np.where(rng.random(masks.shape) < 0.7, masks, rng.integers(0, 4, masks.shape))
     predicted = np.where(predicted == 255, 0, predicted).astype(np.uint8)
     save = np.savez_compressed if compressed else np.savez
-    save(tmp_path / "m.npz", y_true=masks, y_pred=predicted,
-         class_names=np.array(["sky", "road", "car", "tree"]))
+    save(
+        tmp_path / "m.npz",
+        y_true=masks,
+        y_pred=predicted,
+        class_names=np.array(["sky", "road", "car", "tree"]),
+    )
     acc = read_confusion(tmp_path / "m.npz", ignore="255").accumulator
     keep = masks != 255
     expected = skm.confusion_matrix(masks[keep], predicted[keep], labels=[0, 1, 2, 3])
@@ -279,7 +290,8 @@ def test_shipped_segmentation_example():
     keep = y_true != 255
     assert (~keep).any() and y_true.ndim == 3
     np.testing.assert_array_equal(
-        acc.matrix, skm.confusion_matrix(y_true[keep], y_pred[keep], labels=range(11)))
+        acc.matrix, skm.confusion_matrix(y_true[keep], y_pred[keep], labels=range(11))
+    )
     assert list(acc.class_names) == names and names[0] == "background"
 
 
@@ -296,8 +308,11 @@ def test_missing_file_and_unknown_suffix_are_usage_errors(tmp_path):
 @pytest.mark.parametrize("pyarrow_reader", READERS)
 def test_unknown_column_names_the_file_and_the_columns(tmp_path, pyarrow_reader):
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [[0, 0]])
-    with pytest.raises(InputError, match=r"p\.csv: no column 'label' \(given by `--true`\); "
-                                         r"the file's columns are 'y_true', 'y_pred'") as caught:
+    with pytest.raises(
+        InputError,
+        match=r"p\.csv: no column 'label' \(given by `--true`\); "
+        r"the file's columns are 'y_true', 'y_pred'",
+    ) as caught:
         read_confusion(path, truth="label", prefer_pyarrow=pyarrow_reader)
     assert caught.value.usage
 
@@ -307,9 +322,12 @@ def test_a_late_unparsable_value_names_column_and_row(tmp_path, small_chunks, py
     rows = [[i % 3, (i + 1) % 3] for i in range(200)]
     rows[150][1] = "oops"  # after the first chunk: the column was read as integers
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], rows)
-    with pytest.raises(InputError, match=r"p\.csv: column 'y_pred', row 151: 'oops' is not an "
-                                         r"integer, and the column's labels are read as numbers; "
-                                         r"pass `--labels str`") as caught:
+    with pytest.raises(
+        InputError,
+        match=r"p\.csv: column 'y_pred', row 151: 'oops' is not an "
+        r"integer, and the column's labels are read as numbers; "
+        r"pass `--labels str`",
+    ) as caught:
         read_confusion(path, prefer_pyarrow=pyarrow_reader)
     assert not caught.value.usage
 
@@ -325,14 +343,18 @@ def test_a_row_with_too_few_fields_is_named(tmp_path, small_chunks, pyarrow_read
 @pytest.mark.parametrize("pyarrow_reader", READERS)
 @pytest.mark.parametrize(
     ("value", "column", "message"),
-    [("-1", "y_true", r"label -1 is negative"),
-     ("", "y_true", r"the value is empty"),
-     ("2.5", "y_pred", r"label 2.5 is not a whole number"),
-     ("nan", "w", r"weight nan is not a finite non-negative number"),
-     ("-3", "w", r"weight -3.0 is not a finite non-negative number")],
-    ids=["negative", "empty", "fractional", "nan-weight", "negative-weight"])
-def test_invalid_values_name_column_and_row(tmp_path, small_chunks, pyarrow_reader, value,
-                                            column, message):
+    [
+        ("-1", "y_true", r"label -1 is negative"),
+        ("", "y_true", r"the value is empty"),
+        ("2.5", "y_pred", r"label 2.5 is not a whole number"),
+        ("nan", "w", r"weight nan is not a finite non-negative number"),
+        ("-3", "w", r"weight -3.0 is not a finite non-negative number"),
+    ],
+    ids=["negative", "empty", "fractional", "nan-weight", "negative-weight"],
+)
+def test_invalid_values_name_column_and_row(
+    tmp_path, small_chunks, pyarrow_reader, value, column, message
+):
     rows = [["1", "0.0", "1.5"] for _ in range(30)]
     rows[22][["y_true", "y_pred", "w"].index(column)] = value
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred", "w"], rows)
@@ -342,8 +364,11 @@ def test_invalid_values_name_column_and_row(tmp_path, small_chunks, pyarrow_read
 
 def test_unknown_name_with_fixed_classes_and_empty_labels(tmp_path):
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], [["a", "a"], ["a", "zebra"]])
-    with pytest.raises(InputError, match=r"column 'y_pred', row 2: 'zebra' is not one of the "
-                                         r"classes given by `--classes` \(a, b\)"):
+    with pytest.raises(
+        InputError,
+        match=r"column 'y_pred', row 2: 'zebra' is not one of the "
+        r"classes given by `--classes` \(a, b\)",
+    ):
         read_confusion(path, classes=["a", "b"], prefer_pyarrow=False)
     path = write_csv(tmp_path / "e.csv", ["y_true", "y_pred"], [["a", "a"], ["", "a"]])
     with pytest.raises(InputError, match=r"column 'y_true', row 2: the label is empty"):
@@ -363,8 +388,11 @@ def test_npz_error_gives_the_element_position(tmp_path):
     masks = np.zeros((2, 3, 4), dtype=np.int16)
     masks[1, 2, 3] = -5
     np.savez(tmp_path / "m.npz", y_true=masks, y_pred=np.zeros_like(masks))
-    with pytest.raises(InputError, match=r"m\.npz: column 'y_true', element \(1, 2, 3\): "
-                                         r"label -5 is negative"):
+    with pytest.raises(
+        InputError,
+        match=r"m\.npz: column 'y_true', element \(1, 2, 3\): "
+        r"label -5 is negative",
+    ):
         read_confusion(tmp_path / "m.npz")
 
 
@@ -397,8 +425,9 @@ def test_no_header_and_an_explicit_delimiter(tmp_path, pyarrow_reader):
 
 
 def test_npy_text_labels_share_the_registry(tmp_path):
-    table = np.array([("cat", "cat"), ("dog", "fox"), ("dog", "dog")],
-                     dtype=[("y_true", "U8"), ("y_pred", "U8")])
+    table = np.array(
+        [("cat", "cat"), ("dog", "fox"), ("dog", "dog")], dtype=[("y_true", "U8"), ("y_pred", "U8")]
+    )
     np.save(tmp_path / "t.npy", table)
     acc = read_confusion(tmp_path / "t.npy").accumulator
     assert acc.class_names == ("cat", "dog", "fox")
@@ -406,14 +435,18 @@ def test_npy_text_labels_share_the_registry(tmp_path):
 
 
 # ---------------------------------------------------------------------- hostile text
-@pytest.mark.parametrize(("data", "end"), [
-    (b'a,b\n1,"x\ny"\n2,3\n', 16),            # a newline inside a quoted field
-    (b'a,b\n1,tv 12"\n2,3\n4,"open\n5', 17),   # a stray quote, then a quoted field still open
-    (b'1,"a""b"\n2,"c\n', 9),                  # an escaped quote; an open field at the end
-    (b'x\r\ny\r\n"q', 6),                      # CRLF records
-    (b'"ab"cd,1\n2', 9),                       # a quoted field that goes on unquoted
-    (b'no newline yet', 0),
-], ids=["quoted-newline", "stray-quote", "escaped-quote", "crlf", "quoted-then-text", "none"])
+@pytest.mark.parametrize(
+    ("data", "end"),
+    [
+        (b'a,b\n1,"x\ny"\n2,3\n', 16),  # a newline inside a quoted field
+        (b'a,b\n1,tv 12"\n2,3\n4,"open\n5', 17),  # a stray quote, then a quoted field still open
+        (b'1,"a""b"\n2,"c\n', 9),  # an escaped quote; an open field at the end
+        (b'x\r\ny\r\n"q', 6),  # CRLF records
+        (b'"ab"cd,1\n2', 9),  # a quoted field that goes on unquoted
+        (b"no newline yet", 0),
+    ],
+    ids=["quoted-newline", "stray-quote", "escaped-quote", "crlf", "quoted-then-text", "none"],
+)
 def test_record_end_reads_quotes_as_pyarrow_does(data, end):
     assert _io._record_end(bytearray(data), len(data)) == end
 
@@ -454,8 +487,11 @@ def test_a_huge_field_is_one_line_error_with_the_standard_library(tmp_path):
 def test_bytes_that_are_not_utf8_name_the_line(tmp_path, pyarrow_reader):
     path = tmp_path / "p.csv"
     path.write_bytes(b"y_true,y_pred\ncat,cat\n\xe9t\xe9,cat\n")
-    with pytest.raises(InputError, match=r"p\.csv: line 3 is not UTF-8 text \(byte 0xe9 at "
-                                         r"offset 22\); save the file as UTF-8"):
+    with pytest.raises(
+        InputError,
+        match=r"p\.csv: line 3 is not UTF-8 text \(byte 0xe9 at "
+        r"offset 22\); save the file as UTF-8",
+    ):
         read_confusion(path, prefer_pyarrow=pyarrow_reader)
 
 
@@ -465,13 +501,20 @@ def test_utf8_error_position_across_read_blocks(tmp_path, monkeypatch):
     head = b"y_true,y_pred\n" + b"a" * ((1 << 20) - 15) + b"\xc3\xa9,b\n"
     path.write_bytes(head + b"c,\xff\n")
     error = _io._utf8_error(path)
-    assert str(error).startswith(f"{path}: line 3 is not UTF-8 text (byte 0xff at offset "
-                                 f"{len(head) + 2:,})")
+    assert str(error).startswith(
+        f"{path}: line 3 is not UTF-8 text (byte 0xff at offset {len(head) + 2:,})"
+    )
 
 
-@pytest.mark.parametrize(("magic", "what"), [
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed data"), (b"PK\x03\x04", "a zip archive"),
-    (b"PAR1", "a Parquet file"), (b"\x93NUMPY", "a numpy array")])
+@pytest.mark.parametrize(
+    ("magic", "what"),
+    [
+        (b"\x28\xb5\x2f\xfd", "zstd-compressed data"),
+        (b"PK\x03\x04", "a zip archive"),
+        (b"PAR1", "a Parquet file"),
+        (b"\x93NUMPY", "a numpy array"),
+    ],
+)
 def test_binary_data_named_csv_is_named(tmp_path, magic, what):
     path = tmp_path / "p.csv"
     path.write_bytes(magic + bytes(100))
@@ -490,11 +533,15 @@ def test_a_pipe_is_not_read(tmp_path):
 # ---------------------------------------------------------------------- class limits and --classes
 @pytest.mark.parametrize("pyarrow_reader", READERS)
 def test_distinct_names_are_capped(tmp_path, small_chunks, pyarrow_reader):
-    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"],
-                     [[f"id{i}", "id0"] for i in range(50)])
-    with pytest.raises(InputError, match=r"column 'y_true', row 31: 'id30' is distinct label "
-                                         r"number 31, over the limit of 30 classes.*"
-                                         r"`--max-classes 60`"):
+    path = write_csv(
+        tmp_path / "p.csv", ["y_true", "y_pred"], [[f"id{i}", "id0"] for i in range(50)]
+    )
+    with pytest.raises(
+        InputError,
+        match=r"column 'y_true', row 31: 'id30' is distinct label "
+        r"number 31, over the limit of 30 classes.*"
+        r"`--max-classes 60`",
+    ):
         read_confusion(path, max_classes=30, prefer_pyarrow=pyarrow_reader)
     result = read_confusion(path, max_classes=50, prefer_pyarrow=pyarrow_reader)
     assert result.accumulator.num_classes == 50
@@ -507,8 +554,9 @@ def test_distinct_names_are_capped(tmp_path, small_chunks, pyarrow_reader):
 def test_integer_column_indexes_classes_beside_a_text_column(tmp_path, pyarrow_reader):
     rows = [["cat", 1], ["dog", 1], ["void", 0], ["cat", 0]]
     path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"], rows)
-    result = read_confusion(path, classes=["cat", "dog"], ignore="void",
-                            prefer_pyarrow=pyarrow_reader)
+    result = read_confusion(
+        path, classes=["cat", "dog"], ignore="void", prefer_pyarrow=pyarrow_reader
+    )
     np.testing.assert_array_equal(result.accumulator.matrix, [[1, 1], [0, 1]])
     assert result.ignored_rows == 1 and result.ignore == "void"
     # without classes, the numbers are names as well
@@ -525,8 +573,9 @@ def test_ignore_outside_int64_and_duplicate_classes(tmp_path):
 
 
 def test_void_label_note_and_ignored_count(tmp_path):
-    path = write_csv(tmp_path / "p.csv", ["y_true", "y_pred"],
-                     [[0, 0], [1, 1], [2, 1], [255, 0], [255, 2]])
+    path = write_csv(
+        tmp_path / "p.csv", ["y_true", "y_pred"], [[0, 0], [1, 1], [2, 1], [255, 0], [255, 2]]
+    )
     result = read_confusion(path)
     assert len(result.notes) == 1 and "`--ignore 255`" in result.notes[0]
     ignored = read_confusion(path, ignore="255")
@@ -572,15 +621,21 @@ def _rewrite_member(path: Path, member: str, change) -> None:
 def test_object_damaged_and_truncated_members_are_one_line_errors(tmp_path):
     labels = np.array(["a", "b"], dtype=object)
     np.savez(tmp_path / "o.npz", y_true=labels, y_pred=labels)
-    with pytest.raises(InputError, match=r"member 'y_true.npy' holds Python objects \(dtype "
-                                         r"object\), which are not read"):
+    with pytest.raises(
+        InputError,
+        match=r"member 'y_true.npy' holds Python objects \(dtype "
+        r"object\), which are not read",
+    ):
         read_confusion(tmp_path / "o.npz")
 
     truth, pred = _masks()
     np.savez(tmp_path / "s.npz", y_true=truth, y_pred=pred)
     _rewrite_member(tmp_path / "s.npz", "y_pred.npy", lambda data: data[:-80])
-    with pytest.raises(InputError, match=r"member 'y_pred.npy' ends after 95 elements, but its "
-                                         r"header announces shape \(3, 5, 7\) \(105 elements\)"):
+    with pytest.raises(
+        InputError,
+        match=r"member 'y_pred.npy' ends after 95 elements, but its "
+        r"header announces shape \(3, 5, 7\) \(105 elements\)",
+    ):
         read_confusion(tmp_path / "s.npz")
 
     np.savez(tmp_path / "h.npz", y_true=truth, y_pred=pred)
@@ -591,7 +646,7 @@ def test_object_damaged_and_truncated_members_are_one_line_errors(tmp_path):
     np.savez_compressed(tmp_path / "c.npz", y_true=truth, y_pred=pred)
     raw = bytearray((tmp_path / "c.npz").read_bytes())
     at = raw.find(b"y_pred.npy") + 120
-    raw[at:at + 40] = bytes(40)
+    raw[at : at + 40] = bytes(40)
     (tmp_path / "c.npz").write_bytes(bytes(raw))
     with pytest.raises(InputError, match=r"member 'y_pred.npy' is (damaged|not a readable)"):
         read_confusion(tmp_path / "c.npz")
@@ -599,20 +654,29 @@ def test_object_damaged_and_truncated_members_are_one_line_errors(tmp_path):
 
 def test_class_names_member_is_bounded_and_typed(tmp_path):
     truth, pred = _masks()
-    np.savez(tmp_path / "o.npz", y_true=truth, y_pred=pred,
-             class_names=np.array(["a", "b"], dtype=object))
+    np.savez(
+        tmp_path / "o.npz",
+        y_true=truth,
+        y_pred=pred,
+        class_names=np.array(["a", "b"], dtype=object),
+    )
     with pytest.raises(InputError, match=r"'class_names.npy' must hold strings or numbers"):
         read_confusion(tmp_path / "o.npz")
     np.savez(tmp_path / "big.npz", y_true=truth, y_pred=pred, class_names=np.arange(8))
-    _rewrite_member(tmp_path / "big.npz", "class_names.npy",
-                    lambda data: data.replace(b"(8,)", b"(99999999999,)"))
+    _rewrite_member(
+        tmp_path / "big.npz",
+        "class_names.npy",
+        lambda data: data.replace(b"(8,)", b"(99999999999,)"),
+    )
     with pytest.raises(InputError, match=r"must be one short list of names"):
         read_confusion(tmp_path / "big.npz")
 
 
 @pytest.mark.parametrize("pyarrow_reader", READERS)
-@pytest.mark.parametrize(("compression", "name"), [
-    ("gzip", "p.csv.gz"), ("bz2", "p.csv.bz2"), ("xz", "p.tsv.xz"), ("gzip", "named.csv")])
+@pytest.mark.parametrize(
+    ("compression", "name"),
+    [("gzip", "p.csv.gz"), ("bz2", "p.csv.bz2"), ("xz", "p.tsv.xz"), ("gzip", "named.csv")],
+)
 def test_compressed_text_is_streamed(tmp_path, small_chunks, pyarrow_reader, compression, name):
     import bz2
     import gzip

@@ -17,8 +17,18 @@ from hypothesis import strategies as st
 import metricstream
 from metricstream import ConfusionAccumulator, _dispatch, _kernels
 
-LABEL_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
-                np.float32, np.float64]
+LABEL_DTYPES = [
+    np.int8,
+    np.uint8,
+    np.int16,
+    np.uint16,
+    np.int32,
+    np.uint32,
+    np.int64,
+    np.uint64,
+    np.float32,
+    np.float64,
+]
 
 
 @pytest.fixture(params=["serial", "threads"])
@@ -43,8 +53,7 @@ def expected_matrix(y_true, y_pred, num_classes, weights=None, ignore_index=None
     keep = np.ones(y_true.shape, bool) if ignore_index is None else y_true != ignore_index
     flat = num_classes * y_true[keep] + y_pred[keep]
     w = None if weights is None else np.asarray(weights)[keep]
-    return np.bincount(flat, weights=w, minlength=num_classes ** 2).reshape(num_classes,
-                                                                            num_classes)
+    return np.bincount(flat, weights=w, minlength=num_classes**2).reshape(num_classes, num_classes)
 
 
 # Each label dtype is its own kernel specialisation (2-3 s of compilation on a cold cache): the
@@ -52,9 +61,13 @@ def expected_matrix(y_true, y_pred, num_classes, weights=None, ignore_index=None
 MIDDLE_WIDTHS = (np.int16, np.uint16, np.int32, np.uint32)
 
 
-@pytest.mark.parametrize("dtype", [
-    pytest.param(d, id=np.dtype(d).name, marks=[pytest.mark.slow] if d in MIDDLE_WIDTHS else [])
-    for d in LABEL_DTYPES])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        pytest.param(d, id=np.dtype(d).name, marks=[pytest.mark.slow] if d in MIDDLE_WIDTHS else [])
+        for d in LABEL_DTYPES
+    ],
+)
 @pytest.mark.parametrize("size", [0, 1, 255, 256, 257, 1000, 5000])
 def test_label_counts_equal_bincount(dtype, size, path):
     rng = np.random.default_rng(size)
@@ -74,7 +87,8 @@ def test_ignore_index_skips_true_labels_only(ignore_index, path):
     y_pred = rng.integers(0, num_classes, 3000)
     acc = ConfusionAccumulator(num_classes, ignore_index=ignore_index).update(y_true, y_pred)
     np.testing.assert_array_equal(
-        acc.matrix, expected_matrix(y_true, y_pred, num_classes, ignore_index=ignore_index))
+        acc.matrix, expected_matrix(y_true, y_pred, num_classes, ignore_index=ignore_index)
+    )
 
 
 @pytest.mark.parametrize("weighted", [False, True], ids=["int64-matrix", "float64-matrix"])
@@ -84,15 +98,13 @@ def test_weights_equal_bincount(weighted, path):
     y_pred = rng.integers(0, 6, 2000)
     weights = rng.random(2000) if weighted else rng.integers(0, 5, 2000)
     acc = ConfusionAccumulator(6, weighted=weighted).update(y_true, y_pred, weights)
-    np.testing.assert_allclose(acc.matrix, expected_matrix(y_true, y_pred, 6, weights),
-                               rtol=1e-12)
+    np.testing.assert_allclose(acc.matrix, expected_matrix(y_true, y_pred, 6, weights), rtol=1e-12)
 
 
 @pytest.mark.parametrize("weighted", [False, True], ids=["int64-matrix", "float64-matrix"])
 @pytest.mark.parametrize("where", ["first", "block-edge", "middle", "last"])
 @pytest.mark.parametrize("what", ["y_true", "y_pred", "negative", "weight"])
-def test_failed_update_reports_first_bad_element_and_changes_nothing(weighted, where, what,
-                                                                     path):
+def test_failed_update_reports_first_bad_element_and_changes_nothing(weighted, where, what, path):
     rng = np.random.default_rng(3)
     size = 3000
     position = {"first": 0, "block-edge": _kernels.BLOCK, "middle": 1717, "last": size - 1}[where]
@@ -101,10 +113,10 @@ def test_failed_update_reports_first_bad_element_and_changes_nothing(weighted, w
     weights = rng.integers(0, 3, size).astype(np.float64)
     if what == "y_true":
         y_true[position] = 4
-        y_true[position + 1:][::50] = 9  # later bad elements must not be the ones reported
+        y_true[position + 1 :][::50] = 9  # later bad elements must not be the ones reported
     elif what == "y_pred":
         y_pred[position] = 4
-        y_pred[position + 1:][::50] = 9
+        y_pred[position + 1 :][::50] = 9
     elif what == "negative":
         y_true[position] = -2
     else:
@@ -160,8 +172,9 @@ def special_scores(rng, size, num_classes, dtype):
     return scores
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float64, np.int32, np.int64], ids=lambda d: np.dtype(d).name
+)
 @pytest.mark.parametrize("num_classes", [1, 2, 3, 17, 100])
 def test_row_scores_argmax_equals_numpy(dtype, num_classes, path):
     rng = np.random.default_rng(num_classes)
@@ -173,7 +186,8 @@ def test_row_scores_argmax_equals_numpy(dtype, num_classes, path):
     y_true = rng.integers(0, num_classes, size)
     acc = ConfusionAccumulator(num_classes).update(y_true, scores)
     np.testing.assert_array_equal(
-        acc.matrix, expected_matrix(y_true, np.argmax(scores, axis=1), num_classes))
+        acc.matrix, expected_matrix(y_true, np.argmax(scores, axis=1), num_classes)
+    )
 
 
 def test_channels_first_scores_argmax_equals_numpy(path):
@@ -182,8 +196,9 @@ def test_channels_first_scores_argmax_equals_numpy(path):
     scores = np.moveaxis(scores, -1, 1).copy()  # (B, C, H, W)
     y_true = rng.integers(0, 4, (2, 31, 29))
     acc = ConfusionAccumulator(4).update(y_true, scores)
-    np.testing.assert_array_equal(acc.matrix, expected_matrix(y_true.ravel(),
-                                                              np.argmax(scores, 1).ravel(), 4))
+    np.testing.assert_array_equal(
+        acc.matrix, expected_matrix(y_true.ravel(), np.argmax(scores, 1).ravel(), 4)
+    )
 
 
 def test_non_contiguous_row_scores(path):
@@ -191,8 +206,7 @@ def test_non_contiguous_row_scores(path):
     scores = rng.normal(size=(9, 800)).astype(np.float32).T  # (800, 9), Fortran order
     y_true = rng.integers(0, 9, 800)
     acc = ConfusionAccumulator(9).update(y_true, scores)
-    np.testing.assert_array_equal(acc.matrix,
-                                  expected_matrix(y_true, np.argmax(scores, axis=1), 9))
+    np.testing.assert_array_equal(acc.matrix, expected_matrix(y_true, np.argmax(scores, axis=1), 9))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
@@ -201,7 +215,7 @@ def test_nan_score_is_reported_and_changes_nothing(dtype, row, path):
     rng = np.random.default_rng(7)
     scores = rng.normal(size=(1000, 5)).astype(dtype)
     scores[row, 3] = np.nan
-    scores[row + 1:, 2] = np.nan
+    scores[row + 1 :, 2] = np.nan
     acc = ConfusionAccumulator(5)
     acc.update([0, 1], [1, 1])
     before = acc.matrix.copy()
@@ -226,8 +240,9 @@ def test_kernel_contract_sign_and_dry_run():
     y_pred = np.array([0, 1, 1, 1, 0, 0], dtype=np.int64)
     out = np.zeros((3, 3), dtype=np.int64)
     flags = _kernels.COMMIT
-    status, position, counted = _kernels.count_labels(y_true, y_pred, None, out, 0, 6, 1,
-                                                      flags, 0, np.inf)
+    status, position, counted = _kernels.count_labels(
+        y_true, y_pred, None, out, 0, 6, 1, flags, 0, np.inf
+    )
     assert (status, position) == (_kernels.BAD_TRUE, 4)
     assert counted <= position
     # Everything below ``counted`` was counted, nothing above: undoing that prefix restores zero.
@@ -256,8 +271,11 @@ def test_threaded_and_serial_paths_agree(size, bad, num_classes, chunk, seed):
     for b in bad:
         y_pred[b] = num_classes
     results = []
-    saved = (_dispatch.PARALLEL_MIN_LABELS, _dispatch.PARALLEL_MIN_LABELS_PER_CELL,
-             _dispatch.CHUNK_LABELS)
+    saved = (
+        _dispatch.PARALLEL_MIN_LABELS,
+        _dispatch.PARALLEL_MIN_LABELS_PER_CELL,
+        _dispatch.CHUNK_LABELS,
+    )
     try:
         for threaded in (False, True):
             _dispatch.PARALLEL_MIN_LABELS = 1 if threaded else 1 << 62
@@ -271,8 +289,11 @@ def test_threaded_and_serial_paths_agree(size, bad, num_classes, chunk, seed):
                 error = str(caught)
             results.append((acc.matrix.copy(), error))
     finally:
-        (_dispatch.PARALLEL_MIN_LABELS, _dispatch.PARALLEL_MIN_LABELS_PER_CELL,
-         _dispatch.CHUNK_LABELS) = saved
+        (
+            _dispatch.PARALLEL_MIN_LABELS,
+            _dispatch.PARALLEL_MIN_LABELS_PER_CELL,
+            _dispatch.CHUNK_LABELS,
+        ) = saved
     (serial, serial_error), (threaded, threaded_error) = results
     np.testing.assert_array_equal(serial, threaded)
     assert serial_error == threaded_error
@@ -281,9 +302,12 @@ def test_threaded_and_serial_paths_agree(size, bad, num_classes, chunk, seed):
         assert serial.sum() == 1
     else:
         np.testing.assert_array_equal(
-            serial - np.eye(1, num_classes * num_classes, dtype=np.int64).reshape(
-                num_classes, num_classes),
-            expected_matrix(y_true, y_pred, num_classes))
+            serial
+            - np.eye(1, num_classes * num_classes, dtype=np.int64).reshape(
+                num_classes, num_classes
+            ),
+            expected_matrix(y_true, y_pred, num_classes),
+        )
 
 
 def test_import_compiles_nothing_and_imports_no_optional_library():
@@ -313,7 +337,6 @@ def test_nan_in_channels_first_scores_is_reported_and_changes_nothing(where, pat
     with pytest.raises(ValueError, match=rf"NaN at position {re.escape(str(where))}"):
         acc.update(rng.integers(0, 4, (2, 9, 11)), scores)
     np.testing.assert_array_equal(acc.matrix, before)
-
 
 
 @pytest.fixture
@@ -356,8 +379,21 @@ def _run_from_read_only_copy(root, home):
         "acc.update(np.array([0, 2]), np.array([1, 2]))\n"
         f"assert acc.matrix.sum() == 2 and metricstream.__file__.startswith({str(site)!r})\n"
     )
-    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
-                    sys.executable, "-c", code], env=env, cwd=root, check=True)
+    subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        env=env,
+        cwd=root,
+        check=True,
+    )
     return site
 
 

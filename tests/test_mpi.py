@@ -60,8 +60,13 @@ class CountingComm:
     def Allreduce(self, sendbuf, recvbuf, op):  # noqa: N802 - mpi4py's spelling
         from mpi4py import MPI
 
-        self._log.append(["Allreduce", int(np.asarray(recvbuf).size),
-                          "SUM" if op == MPI.SUM else "MAX" if op == MPI.MAX else str(op)])
+        self._log.append(
+            [
+                "Allreduce",
+                int(np.asarray(recvbuf).size),
+                "SUM" if op == MPI.SUM else "MAX" if op == MPI.MAX else str(op),
+            ]
+        )
         return self._comm.Allreduce(sendbuf, recvbuf, op=op)
 
     def Allgather(self, sendbuf, recvbuf):  # noqa: N802
@@ -91,19 +96,27 @@ def worker(out: str) -> None:
     acc.update(y_true[shard], y_pred[shard])
     local = acc.matrix.copy()
     synced = allreduce(acc, comm, inplace=False)
-    results["copy"] = {"matrix": synced.matrix.tolist(), "calls": list(log),
-                       "untouched": bool(np.array_equal(acc.matrix, local))}
+    results["copy"] = {
+        "matrix": synced.matrix.tolist(),
+        "calls": list(log),
+        "untouched": bool(np.array_equal(acc.matrix, local)),
+    }
     del log[:]
     returned = allreduce(acc, comm)
-    results["inplace"] = {"matrix": acc.matrix.tolist(), "calls": list(log),
-                          "self": returned is acc}
+    results["inplace"] = {
+        "matrix": acc.matrix.tolist(),
+        "calls": list(log),
+        "self": returned is acc,
+    }
     del log[:]
     acc = ConfusionAccumulator(K, class_names=NAMES, ignore_index=-1, weighted=True)
     acc.update(y_true[shard], y_pred[shard], weights[shard])
     allreduce(acc)  # the default communicator, COMM_WORLD
     results["weighted"] = {"matrix": acc.matrix.tolist()}
-    for name, change in {"num_classes": {"num_classes": K + 1, "class_names": None},
-                         "class_names": {"class_names": NAMES[::-1]}}.items():
+    for name, change in {
+        "num_classes": {"num_classes": K + 1, "class_names": None},
+        "class_names": {"class_names": NAMES[::-1]},
+    }.items():
         kwargs = {"num_classes": K, "class_names": NAMES, "ignore_index": -1}
         if rank == 1:
             kwargs.update(change)
@@ -122,16 +135,25 @@ def worker(out: str) -> None:
     local = states(group)
     del log[:]
     synced = allreduce(group, comm, inplace=False)
-    results["group_copy"] = {"state": states(synced), "calls": list(log),
-                             "untouched": states(group) == local}
+    results["group_copy"] = {
+        "state": states(synced),
+        "calls": list(log),
+        "untouched": states(group) == local,
+    }
     del log[:]
     returned = allreduce(group, comm)
-    results["group_inplace"] = {"state": states(group), "calls": list(log),
-                                "self": returned is group}
+    results["group_inplace"] = {
+        "state": states(group),
+        "calls": list(log),
+        "self": returned is group,
+    }
 
     def attempt(name, target):
-        before = states(target) if hasattr(target, "state_arrays") or isinstance(
-            target, AccumulatorGroup) else None
+        before = (
+            states(target)
+            if hasattr(target, "state_arrays") or isinstance(target, AccumulatorGroup)
+            else None
+        )
         del log[:]
         try:
             allreduce(target, comm)
@@ -142,8 +164,10 @@ def worker(out: str) -> None:
         outcome.update(calls=list(log), unchanged=before is None or states(target) == before)
         results[name] = outcome
 
-    attempt("group_mismatch",
-            make_group() if rank == 0 else make_group(totals=WeightTotals(GROUP_K + 1)))
+    attempt(
+        "group_mismatch",
+        make_group() if rank == 0 else make_group(totals=WeightTotals(GROUP_K + 1)),
+    )
     attempt("non_accumulator", group if rank == 0 else [1, 2, 3])
     attempt("overflow", ConfusionAccumulator.from_matrix(np.array([[2**62, 0], [0, 0]])))
     group = feed(make_group(), gdata, shard)
@@ -156,8 +180,9 @@ def _mpi_skip_reason() -> str | None:
         return "no `mpirun` on PATH (install Open MPI: apt-get install openmpi-bin)"
     if importlib.util.find_spec("mpi4py") is None:
         return 'mpi4py is not installed (pip install "metricstream[mpi]")'
-    probe = subprocess.run([sys.executable, "-c", "from mpi4py import MPI"],
-                           capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [sys.executable, "-c", "from mpi4py import MPI"], capture_output=True, text=True, timeout=60
+    )
     if probe.returncode:
         return f"mpi4py cannot load an MPI library: {probe.stderr.strip().splitlines()[-1:]}"
     return None
@@ -172,8 +197,16 @@ def ranks(tmp_path_factory):
     command = ["mpirun", "-n", "2"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-run-as-root")
-    command += ["--oversubscribe", "--mca", "btl_tcp_if_include", "lo",
-                sys.executable, __file__, "--worker", str(out)]
+    command += [
+        "--oversubscribe",
+        "--mca",
+        "btl_tcp_if_include",
+        "lo",
+        sys.executable,
+        __file__,
+        "--worker",
+        str(out),
+    ]
     env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env)
@@ -198,28 +231,32 @@ def test_allreduce_equals_one_process_on_all_data(ranks, scenario):
 
 def test_weighted_allreduce(ranks):
     for rank in ranks:
-        np.testing.assert_allclose(rank["weighted"]["matrix"], _expected(weighted=True),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(rank["weighted"]["matrix"], _expected(weighted=True), rtol=1e-12)
 
 
 def test_two_collectives_and_local_copy_untouched(ranks):
     for rank in ranks:
         for scenario in ("copy", "inplace"):
-            assert rank[scenario]["calls"] == [["Allgather", 12, None],
-                                               ["Allreduce", K * K, "SUM"]]
+            assert rank[scenario]["calls"] == [["Allgather", 12, None], ["Allreduce", K * K, "SUM"]]
         assert rank["copy"]["untouched"] is True
         assert rank["inplace"]["self"] is True
 
 
-@pytest.mark.parametrize("name, fragment", [
-    ("num_classes", r"`num_classes` is 5 on rank 0 and 6 on rank 1\."),
-    ("class_names", r"`class_names\[0\]` is 'a' on rank 0 and 'e' on rank 1\."),
-])
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        ("num_classes", r"`num_classes` is 5 on rank 0 and 6 on rank 1\."),
+        ("class_names", r"`class_names\[0\]` is 'a' on rank 0 and 'e' on rank 1\."),
+    ],
+)
 def test_mismatch_raises_the_same_error_on_every_rank(ranks, name, fragment):
     messages = [rank[f"mismatch-{name}"]["message"] for rank in ranks]
     assert messages[0] == messages[1]
-    assert re.search(r"cannot allreduce accumulators configured differently across the 2 "
-                     r"ranks: " + fragment, messages[0])
+    assert re.search(
+        r"cannot allreduce accumulators configured differently across the 2 "
+        r"ranks: " + fragment,
+        messages[0],
+    )
     for rank in ranks:
         calls = rank[f"mismatch-{name}"]["calls"]
         # The check, then the descriptions (lengths, texts); no Allreduce.
@@ -238,9 +275,11 @@ def test_group_of_six_in_one_allgather_and_one_allreduce_per_dtype(ranks):
     for rank in ranks:
         for scenario in ("group_copy", "group_inplace"):
             assert rank[scenario]["state"] == expected
-            assert rank[scenario]["calls"] == [["Allgather", 12, None],
-                                               ["Allreduce", GROUP_INT_SIZE, "SUM"],
-                                               ["Allreduce", GROUP_FLOAT_SIZE, "SUM"]]
+            assert rank[scenario]["calls"] == [
+                ["Allgather", 12, None],
+                ["Allreduce", GROUP_INT_SIZE, "SUM"],
+                ["Allreduce", GROUP_FLOAT_SIZE, "SUM"],
+            ]
         assert rank["group_copy"]["untouched"] is True
         assert rank["group_inplace"]["self"] is True
         assert rank["after_hostile"]["state"] == expected  # still in step after the refusals
@@ -262,6 +301,7 @@ def test_non_accumulator_and_overflow_raise_on_every_rank(ranks):
     for rank in ranks:
         outcome = rank["overflow"]
         assert outcome["error"] == "ValueError"
-        assert "cannot allreduce: the summed int64 counts could pass 2**63 - 1" in outcome[
-            "message"]
+        assert (
+            "cannot allreduce: the summed int64 counts could pass 2**63 - 1" in outcome["message"]
+        )
         assert outcome["calls"] == [["Allgather", 12, None]] and outcome["unchanged"] is True

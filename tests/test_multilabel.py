@@ -32,8 +32,9 @@ def quietly(function, *args, **kwargs):
 
 
 def close(ours, theirs):
-    np.testing.assert_allclose(np.asarray(ours, dtype=float), np.asarray(theirs, dtype=float),
-                               equal_nan=True, **TOL)
+    np.testing.assert_allclose(
+        np.asarray(ours, dtype=float), np.asarray(theirs, dtype=float), equal_nan=True, **TOL
+    )
 
 
 def _case(seed, n, num_labels, density=0.4, weights=None, empty_rows=0, zero_columns=0):
@@ -44,7 +45,7 @@ def _case(seed, n, num_labels, density=0.4, weights=None, empty_rows=0, zero_col
     copy = rng.random(n) < 0.3
     y_pred[copy] = y_true[copy]
     y_true[:empty_rows] = 0
-    y_pred[1:1 + empty_rows] = 0
+    y_pred[1 : 1 + empty_rows] = 0
     if zero_columns:
         y_true[:, -zero_columns:] = 0
         y_pred[:, -1] = 0
@@ -130,8 +131,15 @@ def test_scores_match_sklearn(case, average, zero_division):
     for name, ours, theirs, options in SCORES:
         if name == "jaccard" and zero_division is np.nan:
             continue  # scikit-learn's jaccard_score has no zero_division=nan
-        expected = quietly(getattr(ref, theirs), y_true, y_pred, average=average,
-                           sample_weight=w, zero_division=zero_division, **options)
+        expected = quietly(
+            getattr(ref, theirs),
+            y_true,
+            y_pred,
+            average=average,
+            sample_weight=w,
+            zero_division=zero_division,
+            **options,
+        )
         value = quietly(ours, acc, average=average, zero_division=zero_division)
         if average is not None:
             assert isinstance(value, float), name
@@ -143,10 +151,18 @@ def test_scores_match_sklearn(case, average, zero_division):
 def test_prfs_matches_sklearn(case, average, zero_division):
     y_true, y_pred, w, acc, skm = case
     for beta in (1.0, 2.0):
-        ours = quietly(acc.precision_recall_fscore_support, beta, average,
-                       zero_division=zero_division)
-        theirs = quietly(skm.precision_recall_fscore_support, y_true, y_pred, beta=beta,
-                         average=average, sample_weight=w, zero_division=zero_division)
+        ours = quietly(
+            acc.precision_recall_fscore_support, beta, average, zero_division=zero_division
+        )
+        theirs = quietly(
+            skm.precision_recall_fscore_support,
+            y_true,
+            y_pred,
+            beta=beta,
+            average=average,
+            sample_weight=w,
+            zero_division=zero_division,
+        )
         for a, b in zip(ours[:3], theirs[:3], strict=True):
             close(a, b)
         if average is None:
@@ -158,18 +174,26 @@ def test_prfs_matches_sklearn(case, average, zero_division):
 def test_example_based_and_matrix_views_match_sklearn(case):
     y_true, y_pred, w, acc, skm = case
     close(acc.subset_accuracy(), skm.accuracy_score(y_true, y_pred, sample_weight=w))
-    close(acc.subset_accuracy(normalize=False),
-          skm.accuracy_score(y_true, y_pred, normalize=False, sample_weight=w))
+    close(
+        acc.subset_accuracy(normalize=False),
+        skm.accuracy_score(y_true, y_pred, normalize=False, sample_weight=w),
+    )
     close(acc.zero_one_loss(), skm.zero_one_loss(y_true, y_pred, sample_weight=w))
-    close(acc.zero_one_loss(normalize=False),
-          skm.zero_one_loss(y_true, y_pred, normalize=False, sample_weight=w))
+    close(
+        acc.zero_one_loss(normalize=False),
+        skm.zero_one_loss(y_true, y_pred, normalize=False, sample_weight=w),
+    )
     close(acc.hamming_loss(), skm.hamming_loss(y_true, y_pred, sample_weight=w))
     matrices = skm.multilabel_confusion_matrix(y_true, y_pred, sample_weight=w)
     close(acc.multilabel_confusion_matrix(), matrices)
     close(acc.multilabel_confusion_matrix(labels=[0]), matrices[:1])
     weights = np.ones(len(y_true)) if w is None else w
-    close(acc.label_cardinality(), np.average(y_true.sum(axis=1), weights=weights)
-          if weights.sum() else y_true.sum(axis=1).mean())
+    close(
+        acc.label_cardinality(),
+        np.average(y_true.sum(axis=1), weights=weights)
+        if weights.sum()
+        else y_true.sum(axis=1).mean(),
+    )
     histogram = np.bincount(y_pred.sum(axis=1), weights=weights, minlength=y_true.shape[1] + 1)
     close(acc.cardinality_histogram(predicted=True), histogram)
 
@@ -184,26 +208,39 @@ def test_per_label_rates(case, zero_division):
     recall = quietly(acc.recall, zero_division=np.nan)
     for j in range(y_true.shape[1]):
         negatives = (1 - y_true[:, j], 1 - y_pred[:, j])
-        close(specificity[j], quietly(skm.recall_score, *negatives, sample_weight=w,
-                                      zero_division=zero_division))
-        close(npv[j], quietly(skm.precision_score, *negatives, sample_weight=w,
-                              zero_division=zero_division))
+        close(
+            specificity[j],
+            quietly(skm.recall_score, *negatives, sample_weight=w, zero_division=zero_division),
+        )
+        close(
+            npv[j],
+            quietly(skm.precision_score, *negatives, sample_weight=w, zero_division=zero_division),
+        )
     defined = ~np.isnan(recall)
     close(fnr[defined], 1 - recall[defined])
     macro = quietly(acc.specificity, "macro", zero_division=zero_division)
     assert isinstance(macro, float)
     with pytest.raises(ValueError, match="average='samples' is not defined for specificity"):
         acc.specificity("samples")
-    close(acc.prevalence(), acc.multilabel_confusion_matrix()[:, 1, :].sum(axis=1)
-          / acc.multilabel_confusion_matrix()[0].sum())
+    close(
+        acc.prevalence(),
+        acc.multilabel_confusion_matrix()[:, 1, :].sum(axis=1)
+        / acc.multilabel_confusion_matrix()[0].sum(),
+    )
 
 
 @pytest.mark.parametrize("zero_division", ZERO_DIVISIONS, ids=str)
 @pytest.mark.parametrize("digits", [2, 4])
 def test_report_text_char_for_char(case, zero_division, digits):
     y_true, y_pred, w, acc, skm = case
-    expected = quietly(skm.classification_report, y_true, y_pred, sample_weight=w,
-                       digits=digits, zero_division=zero_division)
+    expected = quietly(
+        skm.classification_report,
+        y_true,
+        y_pred,
+        sample_weight=w,
+        digits=digits,
+        zero_division=zero_division,
+    )
     text = quietly(acc.classification_report, digits=digits, zero_division=zero_division)
     if w is None or w.dtype.kind != "f":
         assert text == expected
@@ -217,10 +254,18 @@ def test_report_text_char_for_char(case, zero_division, digits):
             except ValueError:
                 assert ours == theirs
     names = [f"tag-{j}" for j in range(y_true.shape[1])]
-    expected = quietly(skm.classification_report, y_true, y_pred, sample_weight=w,
-                       target_names=names, output_dict=True, zero_division=zero_division)
-    ours = quietly(acc.classification_report, target_names=names, output_dict=True,
-                   zero_division=zero_division)
+    expected = quietly(
+        skm.classification_report,
+        y_true,
+        y_pred,
+        sample_weight=w,
+        target_names=names,
+        output_dict=True,
+        zero_division=zero_division,
+    )
+    ours = quietly(
+        acc.classification_report, target_names=names, output_dict=True, zero_division=zero_division
+    )
     assert list(ours) == list(expected)
     for key in expected:
         for column in expected[key]:
@@ -231,30 +276,40 @@ def test_report_supports_are_integers_until_weights_are_given():
     y_true, y_pred, _ = CASES["dense"]
     acc = MultilabelAccumulator(7, weighted=True).update(y_true, y_pred)
     assert acc.classification_report(zero_division=0) == skm.classification_report(
-        y_true, y_pred, zero_division=0)
+        y_true, y_pred, zero_division=0
+    )
     acc.update(y_true[:0], y_pred[:0], np.zeros(0))
     ones = np.ones(len(y_true))
     acc.update(y_true, y_pred, ones)
     both = np.vstack([y_true, y_true]), np.vstack([y_pred, y_pred])
     assert acc.classification_report(zero_division=0) == skm.classification_report(
-        *both, sample_weight=np.ones(2 * len(y_true)), zero_division=0)
+        *both, sample_weight=np.ones(2 * len(y_true)), zero_division=0
+    )
 
 
 def test_report_uses_label_names():
     y_true, y_pred, _ = CASES["small"]
     acc = MultilabelAccumulator(4, ["a", "bb", "ccc", "a long name here"])
     acc.update(y_true, y_pred)
-    expected = skm.classification_report(y_true, y_pred, zero_division=0,
-                                         target_names=["a", "bb", "ccc", "a long name here"])
+    expected = skm.classification_report(
+        y_true, y_pred, zero_division=0, target_names=["a", "bb", "ccc", "a long name here"]
+    )
     assert acc.classification_report(zero_division=0) == expected
-    with pytest.raises(ValueError, match="Number of classes, 4, does not match size of "
-                       "target_names, 2"):
+    with pytest.raises(
+        ValueError, match="Number of classes, 4, does not match size of target_names, 2"
+    ):
         acc.classification_report(target_names=["x", "y"])
 
 
-@pytest.mark.parametrize("metric, sk_metric", [
-    ("precision", skm.precision_score), ("recall", skm.recall_score), ("f1", skm.f1_score),
-    ("jaccard", skm.jaccard_score)])
+@pytest.mark.parametrize(
+    "metric, sk_metric",
+    [
+        ("precision", skm.precision_score),
+        ("recall", skm.recall_score),
+        ("f1", skm.f1_score),
+        ("jaccard", skm.jaccard_score),
+    ],
+)
 @pytest.mark.parametrize("num_samples", [1, 3])
 def test_samples_warnings_as_sklearn(metric, sk_metric, num_samples):
     y_true = np.array([[0, 0, 0], [1, 0, 1], [0, 1, 0]])[:num_samples]
@@ -279,14 +334,20 @@ def test_fbeta_limits_silent_and_unconfigured_beta():
         warnings.simplefilter("error")
         for beta in (0.0, np.inf):
             for average in AVERAGES:
-                close(acc.fbeta(beta, average),
-                      skm.fbeta_score(y_true, y_pred, beta=beta, average=average,
-                                      zero_division=0))
-    with pytest.raises(ValueError, match=r"configured on the accumulator \(\[1.0\]\), not for "
-                       r"beta=2.0; configure MultilabelAccumulator\(..., betas="):
+                close(
+                    acc.fbeta(beta, average),
+                    skm.fbeta_score(y_true, y_pred, beta=beta, average=average, zero_division=0),
+                )
+    with pytest.raises(
+        ValueError,
+        match=r"configured on the accumulator \(\[1.0\]\), not for "
+        r"beta=2.0; configure MultilabelAccumulator\(..., betas=",
+    ):
         acc.fbeta(2.0, "samples")
-    close(acc.fbeta(2.0, "macro", zero_division=0),
-          skm.fbeta_score(y_true, y_pred, beta=2.0, average="macro", zero_division=0))
+    close(
+        acc.fbeta(2.0, "macro", zero_division=0),
+        skm.fbeta_score(y_true, y_pred, beta=2.0, average="macro", zero_division=0),
+    )
 
 
 def test_samples_average_fallbacks_of_nanaverage():
@@ -297,32 +358,50 @@ def test_samples_average_fallbacks_of_nanaverage():
     w = np.array([0.0, 2.0, 0.0])
     acc = MultilabelAccumulator(2, weighted=True).update(y_true, y_pred, w)
     for zero_division in ZERO_DIVISIONS:
-        for metric, sk_metric in [("precision", skm.precision_score),
-                                  ("recall", skm.recall_score), ("f1", skm.f1_score)]:
-            close(quietly(getattr(acc, metric), "samples", zero_division=zero_division),
-                  quietly(sk_metric, y_true, y_pred, average="samples", sample_weight=w,
-                          zero_division=zero_division))
+        for metric, sk_metric in [
+            ("precision", skm.precision_score),
+            ("recall", skm.recall_score),
+            ("f1", skm.f1_score),
+        ]:
+            close(
+                quietly(getattr(acc, metric), "samples", zero_division=zero_division),
+                quietly(
+                    sk_metric,
+                    y_true,
+                    y_pred,
+                    average="samples",
+                    sample_weight=w,
+                    zero_division=zero_division,
+                ),
+            )
 
 
 def test_labels_selection():
     y_true, y_pred, _ = CASES["dense"]
     acc = MultilabelAccumulator(7).update(y_true, y_pred)
     for average in (None, "micro", "macro", "weighted"):
-        close(acc.precision(average, labels=[4, 1]),
-              skm.precision_score(y_true, y_pred, average=average, labels=[4, 1]))
+        close(
+            acc.precision(average, labels=[4, 1]),
+            skm.precision_score(y_true, y_pred, average=average, labels=[4, 1]),
+        )
     one = acc.recall(labels=[3])
     assert isinstance(one, np.ndarray) and one.shape == (1,)
     assert acc.recall("macro", labels=[3]) == one[0]
-    close(acc.f1("samples", labels=list(range(6, -1, -1))), skm.f1_score(y_true, y_pred,
-                                                                          average="samples"))
-    with pytest.raises(ValueError, match="selects a subset of the labels, but "
-                       "average='samples' is counted over all 7 labels"):
+    close(
+        acc.f1("samples", labels=list(range(6, -1, -1))),
+        skm.f1_score(y_true, y_pred, average="samples"),
+    )
+    with pytest.raises(
+        ValueError,
+        match="selects a subset of the labels, but average='samples' is counted over all 7 labels",
+    ):
         acc.f1("samples", labels=[0, 1])
-    with pytest.raises(ValueError, match="Target is multilabel-indicator but "
-                       "average='binary'"):
+    with pytest.raises(ValueError, match="Target is multilabel-indicator but average='binary'"):
         acc.precision("binary")
-    with pytest.raises(ValueError, match="`average` must be None, 'micro', 'macro', "
-                       "'weighted' or 'samples', got 'mean'"):
+    with pytest.raises(
+        ValueError,
+        match="`average` must be None, 'micro', 'macro', 'weighted' or 'samples', got 'mean'",
+    ):
         acc.recall("mean")
 
 
@@ -335,14 +414,15 @@ def test_scores_are_thresholded_in_the_kernel():
     logits = rng.normal(size=(80, 9))
     logits[1, 1] = 0.0
     ref_p = MultilabelAccumulator(9).update(y_true, (probabilities >= 0.5).astype(np.int8))
-    ref_l = MultilabelAccumulator(9, threshold=0.0).update(y_true,
-                                                           (logits >= 0).astype(np.int8))
+    ref_l = MultilabelAccumulator(9, threshold=0.0).update(y_true, (logits >= 0).astype(np.int8))
     assert MultilabelAccumulator(9).update(y_true, probabilities) == ref_p
     assert MultilabelAccumulator(9).update(y_true, probabilities.astype(np.float32)) == ref_p
     assert MultilabelAccumulator(9, threshold=0.0).update(y_true, logits) == ref_l
     assert MultilabelAccumulator(9, threshold=0.0).update(
-        y_true, logits.astype(np.float16)) == MultilabelAccumulator(9, threshold=0.0).update(
-        y_true, (logits.astype(np.float16) >= 0).astype(np.int8))
+        y_true, logits.astype(np.float16)
+    ) == MultilabelAccumulator(9, threshold=0.0).update(
+        y_true, (logits.astype(np.float16) >= 0).astype(np.int8)
+    )
 
 
 @pytest.mark.parametrize("threshold", [0.3, 0.1 + 1e-12, 2.0**-130, -1.5])
@@ -350,16 +430,22 @@ def test_float32_scores_decide_as_in_float64(threshold):
     rng = np.random.default_rng(13)
     scores = rng.normal(scale=0.5, size=(200, 4)).astype(np.float32)
     near = np.float32(threshold)
-    scores[:5, 0] = [near, np.nextafter(near, np.float32(-1)), np.nextafter(near, np.float32(2)),
-                     0.0, -0.0]
+    scores[:5, 0] = [
+        near,
+        np.nextafter(near, np.float32(-1)),
+        np.nextafter(near, np.float32(2)),
+        0.0,
+        -0.0,
+    ]
     y_true = rng.integers(0, 2, (200, 4))
     acc = MultilabelAccumulator(4, threshold=threshold).update(y_true, scores)
     exact = (scores.astype(np.float64) >= threshold).astype(np.uint8)
     assert acc == MultilabelAccumulator(4, threshold=threshold).update(y_true, exact)
 
 
-@pytest.mark.parametrize("dtype", [bool, np.uint8, np.int8, np.int16, np.uint16, np.int32,
-                                   np.int64, np.float64])
+@pytest.mark.parametrize(
+    "dtype", [bool, np.uint8, np.int8, np.int16, np.uint16, np.int32, np.int64, np.float64]
+)
 def test_indicator_dtypes(dtype):
     y_true, y_pred, _ = CASES["dense"]
     reference = MultilabelAccumulator(7).update(y_true, y_pred)
@@ -374,32 +460,38 @@ def test_torch_tensors():
     torch = pytest.importorskip("torch")
     y_true, _, _ = CASES["dense"]
     logits = np.random.default_rng(3).normal(size=y_true.shape).astype(np.float32)
-    acc = MultilabelAccumulator(7, threshold=0.0).update(torch.from_numpy(y_true),
-                                                         torch.from_numpy(logits))
+    acc = MultilabelAccumulator(7, threshold=0.0).update(
+        torch.from_numpy(y_true), torch.from_numpy(logits)
+    )
     assert acc == MultilabelAccumulator(7, threshold=0.0).update(
-        y_true, (logits >= 0).astype(np.uint8))
-    acc = MultilabelAccumulator(7).update(torch.from_numpy(y_true).bool(),
-                                          torch.sigmoid(torch.from_numpy(logits)))
+        y_true, (logits >= 0).astype(np.uint8)
+    )
+    acc = MultilabelAccumulator(7).update(
+        torch.from_numpy(y_true).bool(), torch.sigmoid(torch.from_numpy(logits))
+    )
     assert acc.num_samples == len(y_true)
 
 
-@pytest.mark.parametrize("name", ["small", "sparse", "empty-rows", "int-weights",
-                                  "float-weights"])
+@pytest.mark.parametrize("name", ["small", "sparse", "empty-rows", "int-weights", "float-weights"])
 def test_label_sets_equal_dense(name):
     y_true, y_pred, w = CASES[name]
     weighted = w is not None and w.dtype.kind == "f"
-    dense = MultilabelAccumulator(y_true.shape[1], weighted=weighted, betas=BETAS,
-                                  cooccurrence=True).update(y_true, y_pred, w)
+    dense = MultilabelAccumulator(
+        y_true.shape[1], weighted=weighted, betas=BETAS, cooccurrence=True
+    ).update(y_true, y_pred, w)
     lists_true = [list(np.flatnonzero(row))[::-1] for row in y_true]  # any order
     lists_pred = [list(np.flatnonzero(row)) for row in y_pred]
-    sets = MultilabelAccumulator(y_true.shape[1], weighted=weighted, betas=BETAS,
-                                 cooccurrence=True).update_sets(lists_true, lists_pred, w)
+    sets = MultilabelAccumulator(
+        y_true.shape[1], weighted=weighted, betas=BETAS, cooccurrence=True
+    ).update_sets(lists_true, lists_pred, w)
     assert sets == dense
     true_csr = LabelSets.from_lists(lists_true)
-    pred_csr = LabelSets.from_csr(LabelSets.from_lists(lists_pred).indptr,
-                                  LabelSets.from_lists(lists_pred).indices)
-    acc = MultilabelAccumulator(y_true.shape[1], weighted=weighted, betas=BETAS,
-                                cooccurrence=True).update(true_csr, pred_csr, w)
+    pred_csr = LabelSets.from_csr(
+        LabelSets.from_lists(lists_pred).indptr, LabelSets.from_lists(lists_pred).indices
+    )
+    acc = MultilabelAccumulator(
+        y_true.shape[1], weighted=weighted, betas=BETAS, cooccurrence=True
+    ).update(true_csr, pred_csr, w)
     assert acc == dense
 
 
@@ -407,18 +499,24 @@ def test_scipy_sparse_and_large_label_space():
     sparse = pytest.importorskip("scipy.sparse")
     rng = np.random.default_rng(5)
     num_labels = 100_000
-    lists_true = [list(rng.choice(num_labels, rng.integers(0, 6), replace=False))
-                  for _ in range(300)]
-    lists_pred = [list(rng.choice(num_labels, rng.integers(0, 6), replace=False)) if i % 3
-                  else lists_true[i] for i in range(300)]
+    lists_true = [
+        list(rng.choice(num_labels, rng.integers(0, 6), replace=False)) for _ in range(300)
+    ]
+    lists_pred = [
+        list(rng.choice(num_labels, rng.integers(0, 6), replace=False)) if i % 3 else lists_true[i]
+        for i in range(300)
+    ]
     acc = MultilabelAccumulator(num_labels).update_sets(lists_true, lists_pred)
     exact = sum(set(t) == set(p) for t, p in zip(lists_true, lists_pred, strict=True))
     assert acc.subset_accuracy() == exact / 300
+
     def to_csr(lists):
         indptr = np.concatenate([[0], np.cumsum([len(x) for x in lists])])
         indices = np.concatenate([np.asarray(x, dtype=np.int64) for x in lists])
-        return sparse.csr_matrix((np.ones(len(indices)), indices, indptr),
-                                 shape=(len(lists), num_labels))
+        return sparse.csr_matrix(
+            (np.ones(len(indices)), indices, indptr), shape=(len(lists), num_labels)
+        )
+
     t, p = to_csr(lists_true), to_csr(lists_pred)
     assert MultilabelAccumulator(num_labels).update(t, p) == acc
     small = [sorted(x) for x in lists_true[:40]]
@@ -430,8 +528,10 @@ def test_scipy_sparse_and_large_label_space():
         dense_t[i, [index[j] for j in lists_true[i]]] = 1
         dense_p[i, [index[j] for j in lists_pred[i]]] = 1
     part = MultilabelAccumulator(num_labels).update(t[:40], p[:40])
-    close(part.f1("samples", zero_division=1),
-          skm.f1_score(dense_t, dense_p, average="samples", zero_division=1))
+    close(
+        part.f1("samples", zero_division=1),
+        skm.f1_score(dense_t, dense_p, average="samples", zero_division=1),
+    )
     close(part.precision("micro"), skm.precision_score(dense_t, dense_p, average="micro"))
     with pytest.raises(TypeError, match="sparse csc matrix; convert it with .tocsr"):
         MultilabelAccumulator(num_labels).update(t.tocsc(), p.tocsc())
@@ -445,8 +545,10 @@ def test_wide_rows_match_sklearn(num_labels):
     acc = MultilabelAccumulator(num_labels, threshold=0.5).update(y_true[:25], y_pred[:25])
     acc.update(y_true[25:].astype(bool), scores[25:])
     for average in AVERAGES:
-        close(acc.f1(average, zero_division=0),
-              skm.f1_score(y_true, y_pred, average=average, zero_division=0))
+        close(
+            acc.f1(average, zero_division=0),
+            skm.f1_score(y_true, y_pred, average=average, zero_division=0),
+        )
     close(acc.subset_accuracy(), skm.accuracy_score(y_true, y_pred))
     before = _state(acc)
     bad = y_true.copy()
@@ -477,8 +579,7 @@ def test_masking_leaves_unknown_entries_out():
     matrices = acc.multilabel_confusion_matrix()
     for j in range(5):
         known = ~unknown[:, j]
-        close(matrices[j], skm.confusion_matrix(y_true[known, j], y_pred[known, j],
-                                                labels=[0, 1]))
+        close(matrices[j], skm.confusion_matrix(y_true[known, j], y_pred[known, j], labels=[0, 1]))
     # example-based: each sample over its known labels; the all-unknown sample is left out
     judged = [i for i in range(60) if (~unknown[i]).any()]
     per_sample_f1 = []
@@ -496,7 +597,8 @@ def test_masking_leaves_unknown_entries_out():
     # uint8 truth with 255 as the mask value
     masked_u8 = np.where(unknown, 255, y_true).astype(np.uint8)
     assert MultilabelAccumulator(5, ignore_index=255).update(masked_u8, y_pred).f1(
-        "samples", zero_division=1) == acc.f1("samples", zero_division=1)
+        "samples", zero_division=1
+    ) == acc.f1("samples", zero_division=1)
     # without the mask value in the batch's dtype range, nothing is masked
     plain = MultilabelAccumulator(5, ignore_index=-1).update(y_true.astype(np.uint8), y_pred)
     close(plain.f1("macro"), skm.f1_score(y_true, y_pred, average="macro"))
@@ -513,29 +615,56 @@ def _assert_unchanged(acc, before):
 
 
 BAD_DENSE = [
-    ("truth 2", lambda t, p: (np.where(np.arange(t.size).reshape(t.shape) == t.size - 2, 2, t),
-                              p), ValueError,
-     r"`y_true` holds 2 at row 29, label 3, but a label indicator holds 0 or 1. Nothing"),
-    ("truth -1", lambda t, p: (np.where(np.arange(t.size).reshape(t.shape) == 7, -1, t), p),
-     ValueError, r"`y_true` holds -1 at row 1, label 2"),
-    ("pred 3", lambda t, p: (t, np.where(np.arange(p.size).reshape(p.shape) == 149, 3, p)),
-     ValueError, r"`y_pred` holds 3 at row 29, label 4, but a label indicator holds 0 or 1"),
-    ("NaN score", lambda t, p: (t, np.where(np.arange(p.size).reshape(p.shape) == 100, np.nan,
-                                            p * 0.9)),
-     ValueError, r"`y_pred` holds NaN at row 20, label 0; scores must be numbers"),
-    ("float truth", lambda t, p: (t * 0.5, p), ValueError,
-     r"`y_true` holds 0.5 at row \d+, label \d+; a label indicator holds only 0 and 1"),
-    ("shape", lambda t, p: (t[:, :4], p), ValueError,
-     r"`y_true` must be an \(N, 5\) label indicator matrix \(`num_labels` is 5\), got shape "
-     r"\(30, 4\)"),
-    ("samples", lambda t, p: (t, p[:-1]), ValueError,
-     r"`y_true` has 30 samples but `y_pred` has 29"),
+    (
+        "truth 2",
+        lambda t, p: (np.where(np.arange(t.size).reshape(t.shape) == t.size - 2, 2, t), p),
+        ValueError,
+        r"`y_true` holds 2 at row 29, label 3, but a label indicator holds 0 or 1. Nothing",
+    ),
+    (
+        "truth -1",
+        lambda t, p: (np.where(np.arange(t.size).reshape(t.shape) == 7, -1, t), p),
+        ValueError,
+        r"`y_true` holds -1 at row 1, label 2",
+    ),
+    (
+        "pred 3",
+        lambda t, p: (t, np.where(np.arange(p.size).reshape(p.shape) == 149, 3, p)),
+        ValueError,
+        r"`y_pred` holds 3 at row 29, label 4, but a label indicator holds 0 or 1",
+    ),
+    (
+        "NaN score",
+        lambda t, p: (t, np.where(np.arange(p.size).reshape(p.shape) == 100, np.nan, p * 0.9)),
+        ValueError,
+        r"`y_pred` holds NaN at row 20, label 0; scores must be numbers",
+    ),
+    (
+        "float truth",
+        lambda t, p: (t * 0.5, p),
+        ValueError,
+        r"`y_true` holds 0.5 at row \d+, label \d+; a label indicator holds only 0 and 1",
+    ),
+    (
+        "shape",
+        lambda t, p: (t[:, :4], p),
+        ValueError,
+        r"`y_true` must be an \(N, 5\) label indicator matrix \(`num_labels` is 5\), got shape "
+        r"\(30, 4\)",
+    ),
+    (
+        "samples",
+        lambda t, p: (t, p[:-1]),
+        ValueError,
+        r"`y_true` has 30 samples but `y_pred` has 29",
+    ),
     ("text", lambda t, p: (t.astype(str), p), TypeError, r"y_true"),
 ]
 
 
-@pytest.mark.parametrize("make, error, match", [b[1:] for b in BAD_DENSE],
-                         ids=[b[0] for b in BAD_DENSE])
+@pytest.mark.parametrize(
+    "make, error, match", [b[1:] for b in BAD_DENSE], ids=[b[0] for b in BAD_DENSE]
+)
 @pytest.mark.parametrize("weighted", [False, True])
 def test_bad_dense_input_changes_nothing(make, error, match, weighted):
     rng = np.random.default_rng(2)
@@ -549,13 +678,19 @@ def test_bad_dense_input_changes_nothing(make, error, match, weighted):
     _assert_unchanged(acc, before)
 
 
-@pytest.mark.parametrize("weights, match", [
-    (np.r_[np.ones(29), -1.0], r"`weights` holds -1.0 at position 29; weights must be whole "
-                               r"non-negative numbers"),
-    (np.r_[np.ones(29), 0.5], r"`weights` holds 0.5 at position 29"),
-    (np.r_[np.ones(29), np.nan], r"`weights` holds nan at position 29"),
-    (np.ones(3), r"`weights` must have shape \(30,\)"),
-])
+@pytest.mark.parametrize(
+    "weights, match",
+    [
+        (
+            np.r_[np.ones(29), -1.0],
+            r"`weights` holds -1.0 at position 29; weights must be whole "
+            r"non-negative numbers",
+        ),
+        (np.r_[np.ones(29), 0.5], r"`weights` holds 0.5 at position 29"),
+        (np.r_[np.ones(29), np.nan], r"`weights` holds nan at position 29"),
+        (np.ones(3), r"`weights` must have shape \(30,\)"),
+    ],
+)
 def test_bad_weights_change_nothing(weights, match):
     rng = np.random.default_rng(2)
     y_true, y_pred = rng.integers(0, 2, (30, 5)), rng.integers(0, 2, (30, 5))
@@ -566,14 +701,21 @@ def test_bad_weights_change_nothing(weights, match):
     _assert_unchanged(acc, before)
 
 
-@pytest.mark.parametrize("true, pred, match", [
-    ([[0, 1], [2, 2]], [[0], [1]], r"`y_true` lists label 2 twice in sample 1"),
-    ([[0, 1], [2]], [[0], [1, 3, 1]], r"`y_pred` lists label 1 twice in sample 1"),
-    ([[0, 1], [7]], [[0], [1]], r"`y_true` lists label 7 in sample 1, but label indices must "
-                                r"be in \[0, 5\)"),
-    ([[0, 1], [-1]], [[0], [1]], r"`y_true` lists label -1 in sample 1"),
-    ([[0, 1]], [[0], [1]], r"`y_true` has 1 samples but `y_pred` has 2"),
-])
+@pytest.mark.parametrize(
+    "true, pred, match",
+    [
+        ([[0, 1], [2, 2]], [[0], [1]], r"`y_true` lists label 2 twice in sample 1"),
+        ([[0, 1], [2]], [[0], [1, 3, 1]], r"`y_pred` lists label 1 twice in sample 1"),
+        (
+            [[0, 1], [7]],
+            [[0], [1]],
+            r"`y_true` lists label 7 in sample 1, but label indices must "
+            r"be in \[0, 5\)",
+        ),
+        ([[0, 1], [-1]], [[0], [1]], r"`y_true` lists label -1 in sample 1"),
+        ([[0, 1]], [[0], [1]], r"`y_true` has 1 samples but `y_pred` has 2"),
+    ],
+)
 @pytest.mark.parametrize("weighted", [False, True])
 def test_bad_label_sets_change_nothing(true, pred, match, weighted):
     acc = MultilabelAccumulator(5, weighted=weighted, cooccurrence=True)
@@ -603,23 +745,32 @@ def test_int64_overflow_is_refused():
     with acc.exclusive_state() as arrays:
         arrays["per_sample"][0] = (2**63 - 1) // 4 - 1
     before = _state(acc)
-    with pytest.raises(ValueError, match=r"would let an int64 count of MultilabelAccumulator "
-                       r"pass 2\*\*63 - 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"would let an int64 count of MultilabelAccumulator "
+        r"pass 2\*\*63 - 1",
+    ):
         acc.update([[1, 0, 1, 0]] * 3, [[1, 1, 0, 0]] * 3)
     _assert_unchanged(acc, before)
 
 
-@pytest.mark.parametrize("config, error, match", [
-    (dict(num_labels=0), ValueError, "`num_labels` must be at least 1, got 0"),
-    (dict(num_labels=2.0), TypeError, "`num_labels` must be an integer"),
-    (dict(num_labels=2, threshold=np.nan), TypeError, "`threshold` must be a finite number"),
-    (dict(num_labels=2, ignore_index=1), ValueError, "`ignore_index` must not be 0 or 1"),
-    (dict(num_labels=2, betas=[np.sqrt(2) + 0.001]), ValueError,
-     r"whose square is not a ratio a/b of integers"),
-    (dict(num_labels=2, betas=[0.0]), ValueError, "positive finite numbers"),
-    (dict(num_labels=2, label_names=["a", "a"]), ValueError, "2 unique names"),
-    (dict(num_labels=2, weighted=1), TypeError, "`weighted` must be True or False"),
-])
+@pytest.mark.parametrize(
+    "config, error, match",
+    [
+        (dict(num_labels=0), ValueError, "`num_labels` must be at least 1, got 0"),
+        (dict(num_labels=2.0), TypeError, "`num_labels` must be an integer"),
+        (dict(num_labels=2, threshold=np.nan), TypeError, "`threshold` must be a finite number"),
+        (dict(num_labels=2, ignore_index=1), ValueError, "`ignore_index` must not be 0 or 1"),
+        (
+            dict(num_labels=2, betas=[np.sqrt(2) + 0.001]),
+            ValueError,
+            r"whose square is not a ratio a/b of integers",
+        ),
+        (dict(num_labels=2, betas=[0.0]), ValueError, "positive finite numbers"),
+        (dict(num_labels=2, label_names=["a", "a"]), ValueError, "2 unique names"),
+        (dict(num_labels=2, weighted=1), TypeError, "`weighted` must be True or False"),
+    ],
+)
 def test_bad_configuration(config, error, match):
     with pytest.raises(error, match=match):
         MultilabelAccumulator(**config)
@@ -646,7 +797,8 @@ def test_state_round_trips_and_merges():
 def test_views_from_sklearn_confusion_matrices():
     y_true, y_pred, _ = CASES["dense"]
     counts = ml.MultilabelCounts.from_confusion_matrices(
-        skm.multilabel_confusion_matrix(y_true, y_pred))
+        skm.multilabel_confusion_matrix(y_true, y_pred)
+    )
     close(ml.f1(counts, "macro"), skm.f1_score(y_true, y_pred, average="macro"))
     close(ml.hamming_loss(counts), skm.hamming_loss(y_true, y_pred))
     with pytest.raises(ValueError, match="needs per-sample statistics"):
@@ -660,9 +812,10 @@ def test_csv_reader(tmp_path):
     assert acc.config()["label_names"] == ["bird", "cat", "dog"]
     y_true = np.array([[0, 1, 1], [0, 0, 0], [1, 0, 0]])
     y_pred = np.array([[0, 1, 0], [0, 0, 1], [1, 1, 0]])
-    close(acc.f1("samples", zero_division=0),
-          skm.f1_score(y_true, y_pred, average="samples", sample_weight=[1, 2, 1],
-                       zero_division=0))
+    close(
+        acc.f1("samples", zero_division=0),
+        skm.f1_score(y_true, y_pred, average="samples", sample_weight=[1, 2, 1], zero_division=0),
+    )
     with pytest.raises(ValueError, match="the file has no column 'truth'"):
         read_multilabel_csv(path, true_column="truth")
     path.write_text("y_true,y_pred,w\n1,1,1\n0,0,heavy\n")
@@ -677,7 +830,8 @@ def test_csv_reader_counts_in_chunks(tmp_path, monkeypatch):
     y_true, y_pred, _ = CASES["sparse"]
     lines = ["y_true,y_pred"] + [
         "|".join(map(str, np.flatnonzero(t))) + "," + "|".join(map(str, np.flatnonzero(p)))
-        for t, p in zip(y_true, y_pred, strict=True)]
+        for t, p in zip(y_true, y_pred, strict=True)
+    ]
     path = tmp_path / "tags.csv"
     path.write_text("\n".join(lines) + "\n")
     acc = read_multilabel_csv(path, num_labels=7)
@@ -695,8 +849,10 @@ def test_npz_reader(tmp_path):
     np.savez(path, y_true=y_true, y_pred=scores, weights=w, label_names=list("abcdef"))
     acc = read_multilabel_npz(path)
     assert acc.weighted and acc.config()["label_names"] == list("abcdef")
-    close(acc.f1("samples", zero_division=0),
-          skm.f1_score(y_true, y_pred, average="samples", sample_weight=w, zero_division=0))
+    close(
+        acc.f1("samples", zero_division=0),
+        skm.f1_score(y_true, y_pred, average="samples", sample_weight=w, zero_division=0),
+    )
     np.savez(path, y_true=y_true)
     with pytest.raises(ValueError, match="the .npz file has no member 'y_pred'"):
         read_multilabel_npz(path)
@@ -722,9 +878,12 @@ def test_any_split_and_merge_order_gives_the_same_state(stream, random):
     config = dict(betas=BETAS, cooccurrence=True)
     whole = MultilabelAccumulator(num_labels, **config).update(y_true, y_pred, weights)
     bounds = [0, *cuts, len(y_true)]
-    parts = [MultilabelAccumulator(num_labels, **config).update(
-        y_true[lo:hi], y_pred[lo:hi], weights[lo:hi])
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    parts = [
+        MultilabelAccumulator(num_labels, **config).update(
+            y_true[lo:hi], y_pred[lo:hi], weights[lo:hi]
+        )
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+    ]
     streamed = MultilabelAccumulator(num_labels, **config)
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         streamed.update(y_true[lo:hi], y_pred[lo:hi], weights[lo:hi])
@@ -739,8 +898,10 @@ def test_any_split_and_merge_order_gives_the_same_state(stream, random):
 def test_group_updates_members_atomically():
     from metricstream import AccumulatorGroup
 
-    group = AccumulatorGroup(probabilities=MultilabelAccumulator(3),
-                             logits=MultilabelAccumulator(3, threshold=0.0, cooccurrence=True))
+    group = AccumulatorGroup(
+        probabilities=MultilabelAccumulator(3),
+        logits=MultilabelAccumulator(3, threshold=0.0, cooccurrence=True),
+    )
     group.update(np.array([[1, 0, 1]]), np.array([[0.9, -0.2, 0.4]]))
     assert group["probabilities"].subset_accuracy() == 0.0
     assert group["logits"].subset_accuracy() == 1.0

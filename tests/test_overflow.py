@@ -63,8 +63,11 @@ def test_float_weights_under_the_per_weight_cap_do_not_wrap(path):
 
 def test_uint64_weight_2_64_minus_1_is_not_added_as_minus_1(path):
     acc = ConfusionAccumulator(2)
-    with pytest.raises(ValueError, match=r"`weights` holds 18446744073709551615 at position 1.*"
-                                         r"below 2\^63"):
+    with pytest.raises(
+        ValueError,
+        match=r"`weights` holds 18446744073709551615 at position 1.*"
+        r"below 2\^63",
+    ):
         acc.update([0, 1], [0, 1], np.array([1, 2**64 - 1], dtype=np.uint64))
     assert not acc.matrix.any()
 
@@ -81,8 +84,13 @@ def test_a_cell_near_2_63_takes_what_fits_and_rejects_the_rest(path):
     out = np.array([[INT64_MAX - 2, 0], [0, 0]], dtype=np.int64)
     count(out, [0, 0], [0, 0])  # exactly 2^63 - 1 now
     assert out[0, 0] == INT64_MAX
-    assert_rejected_unchanged(out, r"cell \(true 0, predicted 0\).*starting from "
-                                   f"{INT64_MAX}", [0], [0])
+    assert_rejected_unchanged(
+        out,
+        r"cell \(true 0, predicted 0\).*starting from "
+        f"{INT64_MAX}",
+        [0],
+        [0],
+    )
 
 
 def test_the_total_of_the_matrix_stays_below_2_63(path):
@@ -161,34 +169,54 @@ def test_uint64_weights_of_2_63_or_more_are_rejected_for_int64_but_fine_for_floa
 
 def test_float64_total_overflow_is_rejected_even_when_every_cell_is_finite(path):
     out = np.array([[1.5e308, 0.0], [0.0, 0.0]])
-    assert_rejected_unchanged(out, "total weight N would become infinite", [1], [1],
-                              np.array([1e308]))
-    assert_rejected_unchanged(out, r"cell \(true 0, predicted 0\) would become infinite", [0],
-                              [0], np.array([1e308]))
+    assert_rejected_unchanged(
+        out, "total weight N would become infinite", [1], [1], np.array([1e308])
+    )
+    assert_rejected_unchanged(
+        out, r"cell \(true 0, predicted 0\) would become infinite", [0], [0], np.array([1e308])
+    )
 
 
 def test_bad_input_is_still_reported_by_name_on_the_exact_path():
     out = np.array([[INT64_MAX - 100, 0], [0, 0]], dtype=np.int64)
-    assert_rejected_unchanged(out, r"`y_true` holds label 7 at position 150", np.r_[
-        np.zeros(150, int), 7], np.zeros(151, int))
+    assert_rejected_unchanged(
+        out,
+        r"`y_true` holds label 7 at position 150",
+        np.r_[np.zeros(150, int), 7],
+        np.zeros(151, int),
+    )
 
 
 # ---------------------------------------------------------------------------- ignore_index
 def test_uint64_label_2_63_is_not_taken_for_ignore_index_2_63_minus_1(path):
     labels = np.array([2**63, 1], dtype=np.uint64)
     out = np.zeros((3, 3), dtype=np.int64)
-    assert_rejected_unchanged(out, "holds label 9223372036854775808 at position 0", labels,
-                              np.array([0, 1], np.uint64), ignore_index=2**63 - 1)
+    assert_rejected_unchanged(
+        out,
+        "holds label 9223372036854775808 at position 0",
+        labels,
+        np.array([0, 1], np.uint64),
+        ignore_index=2**63 - 1,
+    )
     # The label that does equal it is skipped.
-    count(out, np.array([2**63 - 1, 1], np.uint64), np.array([0, 1], np.uint64),
-          ignore_index=2**63 - 1)
+    count(
+        out,
+        np.array([2**63 - 1, 1], np.uint64),
+        np.array([0, 1], np.uint64),
+        ignore_index=2**63 - 1,
+    )
     np.testing.assert_array_equal(out, np.diag([0, 1, 0]))
 
 
 def test_float_label_2_53_is_not_taken_for_ignore_index_2_53_plus_1(path):
     out = np.zeros((2, 2), dtype=np.int64)
-    assert_rejected_unchanged(out, "holds label 9007199254740992.0 at position 0",
-                              np.array([2.0**53, 1.0]), np.array([0, 1]), ignore_index=2**53 + 1)
+    assert_rejected_unchanged(
+        out,
+        "holds label 9007199254740992.0 at position 0",
+        np.array([2.0**53, 1.0]),
+        np.array([0, 1]),
+        ignore_index=2**53 + 1,
+    )
     count(out, np.array([2.0**53, 1.0]), np.array([0, 1]), ignore_index=2**53)
     np.testing.assert_array_equal(out, [[0, 0], [0, 1]])
 
@@ -199,5 +227,11 @@ def test_ignore_index_is_exact_for_scores_too(kind):
     labels = np.array([2**63, 1], dtype=np.uint64)
     scores = np.array([[0.0, 1.0], [0.0, 1.0]]) if kind == "scores" else np.array([1.0, 1.0])
     threshold = 0.5 if kind == "threshold" else None
-    assert_rejected_unchanged(out, "holds label 9223372036854775808", labels, scores,
-                              ignore_index=2**63 - 1, threshold=threshold)
+    assert_rejected_unchanged(
+        out,
+        "holds label 9223372036854775808",
+        labels,
+        scores,
+        ignore_index=2**63 - 1,
+        threshold=threshold,
+    )

@@ -25,8 +25,9 @@ def streams(draw, weighted=False):
     weights = None
     if weighted:
         # Whole-number float weights keep float sums exact in any order, so equality is exact.
-        weights = np.array(draw(st.lists(st.integers(0, 5), min_size=size, max_size=size)),
-                           dtype=np.float64)
+        weights = np.array(
+            draw(st.lists(st.integers(0, 5), min_size=size, max_size=size)), dtype=np.float64
+        )
     cuts = sorted(draw(st.lists(st.integers(0, size), max_size=6)))
     return num_classes, y_true, y_pred, weights, cuts
 
@@ -62,8 +63,10 @@ def test_any_split_weighted(stream):
 def test_shards_merged_in_any_order_equal_one_update(stream, random):
     num_classes, y_true, y_pred, weights, cuts = stream
     whole = ConfusionAccumulator(num_classes).update(y_true, y_pred)
-    shards = [ConfusionAccumulator(num_classes).update(t, p)
-              for t, p, _ in _pieces(y_true, y_pred, weights, cuts)]
+    shards = [
+        ConfusionAccumulator(num_classes).update(t, p)
+        for t, p, _ in _pieces(y_true, y_pred, weights, cuts)
+    ]
     random.shuffle(shards)
     # Merge as a random binary tree: associativity and commutativity together.
     while len(shards) > 1:
@@ -87,7 +90,8 @@ def test_merging_an_empty_accumulator_changes_nothing(stream):
 def test_pickle_and_copy_round_trip(stream):
     num_classes, y_true, y_pred, weights, _ = stream
     acc = ConfusionAccumulator(num_classes, weighted=True, ignore_index=0).update(
-        y_true, y_pred, weights)
+        y_true, y_pred, weights
+    )
     for clone in (pickle.loads(pickle.dumps(acc)), acc.copy()):
         assert clone == acc
         assert clone.ignore_index == 0 and clone.weighted
@@ -104,8 +108,12 @@ def test_seed_identities(stream, beta):
     if acc.num_samples == 0:
         return
     accuracy = acc.accuracy()
-    for value in (acc.precision(average="micro"), acc.recall(average="micro"),
-                  acc.f1(average="micro"), acc.fbeta(beta, average="micro")):
+    for value in (
+        acc.precision(average="micro"),
+        acc.recall(average="micro"),
+        acc.f1(average="micro"),
+        acc.fbeta(beta, average="micro"),
+    ):
         assert np.isclose(value, accuracy, rtol=1e-12, atol=1e-15)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -116,11 +124,13 @@ def test_seed_identities(stream, beta):
 
 @given(st.integers(1, 9), st.integers(0, 4), st.integers(1, 40), st.data())
 def test_scores_path_equals_argmax_then_update(num_classes, extra_dims, batch, data):
-    shape = (batch,) + tuple(data.draw(st.lists(st.integers(1, 5), min_size=extra_dims,
-                                                max_size=extra_dims)))
+    shape = (batch,) + tuple(
+        data.draw(st.lists(st.integers(1, 5), min_size=extra_dims, max_size=extra_dims))
+    )
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     scores = rng.normal(size=(shape[0], num_classes) + shape[1:]).astype(
-        data.draw(st.sampled_from([np.float32, np.float64])))
+        data.draw(st.sampled_from([np.float32, np.float64]))
+    )
     # Ties must resolve as np.argmax does (first maximum).
     scores[rng.random(scores.shape) < 0.2] = 0.5
     y_true = rng.integers(0, num_classes, size=shape)

@@ -24,8 +24,10 @@ ZERO_DIVISIONS = ["warn", 0, 1, np.nan]
 
 def seeds(count: int, default: int) -> list:
     """``range(count)``, with all but the first ``default`` seeds marked slow (CI runs them)."""
-    return [seed if seed < default else pytest.param(seed, marks=pytest.mark.slow)
-            for seed in range(count)]
+    return [
+        seed if seed < default else pytest.param(seed, marks=pytest.mark.slow)
+        for seed in range(count)
+    ]
 
 
 def _random_case(seed: int):
@@ -64,8 +66,11 @@ def _random_case(seed: int):
 
 def _dict_equal(a, b) -> bool:
     if isinstance(a, dict):
-        return isinstance(b, dict) and list(a) == list(b) and all(
-            _dict_equal(a[key], b[key]) for key in a)
+        return (
+            isinstance(b, dict)
+            and list(a) == list(b)
+            and all(_dict_equal(a[key], b[key]) for key in a)
+        )
     if isinstance(a, float) and math.isnan(a):
         return isinstance(b, float) and math.isnan(b)
     return type(a) is type(b) and a == b
@@ -76,8 +81,13 @@ def test_classification_report_matches_sklearn(seed):
     k, y_true, y_pred, weights, labels, names, digits, zd = _random_case(seed)
     acc = ConfusionAccumulator(k, weighted=weights is not None).update(y_true, y_pred, weights)
     for output_dict in (False, True):
-        kwargs = dict(labels=labels, target_names=names, digits=digits,
-                      zero_division=zd, output_dict=output_dict)
+        kwargs = dict(
+            labels=labels,
+            target_names=names,
+            digits=digits,
+            zero_division=zd,
+            output_dict=output_dict,
+        )
         with warnings.catch_warnings(record=True) as sk_record:
             warnings.simplefilter("always")
             expected = sk_classification_report(y_true, y_pred, sample_weight=weights, **kwargs)
@@ -102,13 +112,18 @@ def test_accumulator_report_uses_class_names(seed):
     acc.update(y_true, y_pred, weights)
     shown = np.union1d(y_true, y_pred) if labels is None else labels
     expected = sk_classification_report(
-        y_true, y_pred, sample_weight=weights, labels=labels, digits=digits, zero_division=0,
-        target_names=[names[i] for i in shown])
+        y_true,
+        y_pred,
+        sample_weight=weights,
+        labels=labels,
+        digits=digits,
+        zero_division=0,
+        target_names=[names[i] for i in shown],
+    )
     assert acc.classification_report(digits=digits, labels=labels, zero_division=0) == expected
     if labels is not None:  # class names are accepted as labels too
         by_name = [names[i] for i in labels]
-        assert acc.classification_report(digits=digits, labels=by_name,
-                                          zero_division=0) == expected
+        assert acc.classification_report(digits=digits, labels=by_name, zero_division=0) == expected
 
 
 def test_report_accuracy_row_versus_micro_avg():
@@ -165,7 +180,7 @@ def test_summary_is_json_ready(zd):
     assert yak["name"] == "yak" and yak["support"] == 0 and type(yak["support"]) is int
     expected = None if zd is not zd or (isinstance(zd, float) and np.isnan(zd)) else float(zd)
     assert yak["precision"] == expected and yak["recall"] == expected and yak["iou"] == expected
-    assert yak["specificity"] == 1.0 and yak["npv"] == 1.0   # defined: N - AP = 25 > 0
+    assert yak["specificity"] == 1.0 and yak["npv"] == 1.0  # defined: N - AP = 25 > 0
     assert data["overall"]["accuracy"] == 0.48
     assert data["num_samples"] == 25
 
@@ -196,17 +211,19 @@ def test_summary_weighted_counts_are_plain_numbers():
 
 def test_summary_text_markdown_html():
     acc = ConfusionAccumulator(4, class_names=["cat", "fish", "hen", "y|k"])
-    acc.update(np.repeat([0, 1, 2], [6, 10, 9]),
-               np.array([0] * 4 + [1] + [2] + [0] * 6 + [1] * 2 + [2] * 2 + [0] * 3 + [2] * 6))
+    acc.update(
+        np.repeat([0, 1, 2], [6, 10, 9]),
+        np.array([0] * 4 + [1] + [2] + [0] * 6 + [1] * 2 + [2] * 2 + [0] * 3 + [2] * 6),
+    )
     assert acc.confusion_matrix().tolist() == MATRIX.tolist()
     text = acc.summary("text", zero_division=np.nan, digits=2)
     assert "accuracy  0.48" in text and "y|k" in text and "–" in text
     markdown = acc.summary("markdown", zero_division=np.nan)
     assert "| y\\|k | 0 | 0 | – | – | – | 1.0000 | 1.0000 | – |" in markdown
-    assert markdown == summary_markdown(MATRIX, class_names=acc.class_names,
-                                        zero_division=np.nan)
-    assert acc.summary("dict", zero_division=0) == summary(MATRIX, class_names=acc.class_names,
-                                                           zero_division=0)
+    assert markdown == summary_markdown(MATRIX, class_names=acc.class_names, zero_division=np.nan)
+    assert acc.summary("dict", zero_division=0) == summary(
+        MATRIX, class_names=acc.class_names, zero_division=0
+    )
     html = acc._repr_html_()
     assert html.startswith("<div") and "y|k" in html and "<table>" in html
     with warnings.catch_warnings():
@@ -229,14 +246,15 @@ def test_summary_class_names_checked():
 
 @pytest.mark.parametrize("weighted", [False, True], ids=["counts", "weights"])
 @pytest.mark.parametrize("zd", ZERO_DIVISIONS, ids=["warn", "0", "1", "nan"])
-@pytest.mark.parametrize("digits", [d if d in (0, 2, 5) else pytest.param(d, marks=pytest.mark.slow)
-                                    for d in range(7)])
+@pytest.mark.parametrize(
+    "digits", [d if d in (0, 2, 5) else pytest.param(d, marks=pytest.mark.slow) for d in range(7)]
+)
 def test_report_grid_digits_zero_division_weights(digits, zd, weighted):
     """Every digits × zero_division × weighting, on data with all three degenerate classes."""
     rng = np.random.default_rng(digits)
-    y_true = rng.choice([0, 1, 3, 5], size=80)   # 2 and 4 never true, 6 absent
+    y_true = rng.choice([0, 1, 3, 5], size=80)  # 2 and 4 never true, 6 absent
     y_pred = np.where(rng.random(80) < 0.6, y_true, rng.choice([0, 2, 4, 5], size=80))
-    y_pred[y_true == 3] = 0                       # 3 true but never predicted
+    y_pred[y_true == 3] = 0  # 3 true but never predicted
     weights = rng.integers(1, 9, size=80) / 8 if weighted else None
     acc = ConfusionAccumulator(7, weighted=weighted).update(y_true, y_pred, weights)
     for labels in (None, [0, 1, 2, 3, 4, 5, 6], [5, 3, 2]):
@@ -245,8 +263,9 @@ def test_report_grid_digits_zero_division_weights(digits, zd, weighted):
             warnings.simplefilter("ignore")
             expected = sk_classification_report(y_true, y_pred, sample_weight=weights, **kwargs)
             got = acc.classification_report(**kwargs)
-            expected_dict = sk_classification_report(y_true, y_pred, sample_weight=weights,
-                                                     output_dict=True, **kwargs)
+            expected_dict = sk_classification_report(
+                y_true, y_pred, sample_weight=weights, output_dict=True, **kwargs
+            )
             got_dict = acc.classification_report(output_dict=True, **kwargs)
         assert got == expected
         assert _dict_equal(got_dict, expected_dict)
@@ -259,9 +278,10 @@ def test_supports_are_floats_when_nothing_is_classified_correctly():
     got = classification_report(matrix, zero_division=0)
     assert got == sk_classification_report(y_true, y_pred, zero_division=0)
     assert "       2.0\n" in got and "       3.0\n" in got
-    assert _dict_equal(classification_report(matrix, zero_division=0, output_dict=True),
-                       sk_classification_report(y_true, y_pred, zero_division=0,
-                                                output_dict=True))
+    assert _dict_equal(
+        classification_report(matrix, zero_division=0, output_dict=True),
+        sk_classification_report(y_true, y_pred, zero_division=0, output_dict=True),
+    )
 
 
 def _no_true_positive_case(seed: int):
@@ -285,14 +305,16 @@ def test_report_without_true_positives_matches_sklearn(seed):
     for digits in (0, 2, 5):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            expected = sk_classification_report(y_true, y_pred, labels=labels, digits=digits,
-                                                zero_division=zd)
-            expected_dict = sk_classification_report(y_true, y_pred, labels=labels,
-                                                     zero_division=zd, output_dict=True)
-            got = classification_report(acc.matrix, labels=labels, digits=digits,
-                                        zero_division=zd)
-            got_dict = classification_report(acc.matrix, labels=labels, zero_division=zd,
-                                             output_dict=True)
+            expected = sk_classification_report(
+                y_true, y_pred, labels=labels, digits=digits, zero_division=zd
+            )
+            expected_dict = sk_classification_report(
+                y_true, y_pred, labels=labels, zero_division=zd, output_dict=True
+            )
+            got = classification_report(acc.matrix, labels=labels, digits=digits, zero_division=zd)
+            got_dict = classification_report(
+                acc.matrix, labels=labels, zero_division=zd, output_dict=True
+            )
         assert got == expected, f"\n{got}\n{expected}"
         assert _dict_equal(got_dict, expected_dict), (got_dict, expected_dict)
 
@@ -310,14 +332,16 @@ def test_nan_averages_are_bit_equal_to_sklearn(seed):
     labels = None
     if seed % 2:  # a selection of labels, in another order, some never seen
         labels = [int(v) for v in rng.choice(k, size=int(rng.integers(8, k + 1)), replace=False)]
-    expected = sk_classification_report(y_true, y_pred, labels=labels, sample_weight=weights,
-                                        zero_division=np.nan, output_dict=True)
-    got = classification_report(acc.matrix, labels=labels, zero_division=np.nan,
-                                output_dict=True)
+    expected = sk_classification_report(
+        y_true, y_pred, labels=labels, sample_weight=weights, zero_division=np.nan, output_dict=True
+    )
+    got = classification_report(acc.matrix, labels=labels, zero_division=np.nan, output_dict=True)
     assert _dict_equal(got, expected), (got["macro avg"], expected["macro avg"])
-    assert classification_report(acc.matrix, labels=labels, zero_division=np.nan, digits=17) == \
-        sk_classification_report(y_true, y_pred, labels=labels, sample_weight=weights,
-                                 zero_division=np.nan, digits=17)
+    assert classification_report(
+        acc.matrix, labels=labels, zero_division=np.nan, digits=17
+    ) == sk_classification_report(
+        y_true, y_pred, labels=labels, sample_weight=weights, zero_division=np.nan, digits=17
+    )
 
 
 def test_nan_macro_average_of_the_reported_case():
@@ -340,10 +364,12 @@ def test_summary_carries_the_matrix_the_names_and_the_averages():
     assert data["weighted"] is False
     overall = data["overall"]
     for average in ("macro", "weighted"):
-        assert overall[f"{average}_precision"] == metrics.precision(MATRIX, average=average,
-                                                                     zero_division=0)
-        assert overall[f"{average}_recall"] == metrics.recall(MATRIX, average=average,
-                                                               zero_division=0)
+        assert overall[f"{average}_precision"] == metrics.precision(
+            MATRIX, average=average, zero_division=0
+        )
+        assert overall[f"{average}_recall"] == metrics.recall(
+            MATRIX, average=average, zero_division=0
+        )
         assert overall[f"{average}_f1"] == metrics.f1(MATRIX, average=average, zero_division=0)
     assert _is_json_ready(data)
 
@@ -357,9 +383,11 @@ def test_an_accumulator_is_rebuilt_from_the_json_summary(weighted):
     acc = ConfusionAccumulator(5, class_names=names, weighted=weighted)
     acc.update(y_true, y_pred, weights)
     data = json.loads(json.dumps(acc.summary("dict", zero_division=0), allow_nan=False))
-    rebuilt = ConfusionAccumulator.from_matrix(np.array(data["confusion_matrix"]),
-                                               class_names=data["class_names"],
-                                               weighted=data["weighted"])
+    rebuilt = ConfusionAccumulator.from_matrix(
+        np.array(data["confusion_matrix"]),
+        class_names=data["class_names"],
+        weighted=data["weighted"],
+    )
     assert rebuilt == acc
     assert rebuilt.matrix.tobytes() == acc.matrix.tobytes()  # bit for bit, also the weights
     assert rebuilt.summary("dict", zero_division=0) == data

@@ -51,10 +51,20 @@ FIXTURE_MATRICES = {
     ),
 }
 FIXTURE_CONFIGS = {
-    "labels_int64": {"num_classes": 3, "class_names": ("cat", "fish", "hen"),
-                     "ignore_index": 255, "weighted": False, "class_axis": 1},
-    "weighted_float64": {"num_classes": 4, "class_names": None, "ignore_index": None,
-                         "weighted": True, "class_axis": -1},
+    "labels_int64": {
+        "num_classes": 3,
+        "class_names": ("cat", "fish", "hen"),
+        "ignore_index": 255,
+        "weighted": False,
+        "class_axis": 1,
+    },
+    "weighted_float64": {
+        "num_classes": 4,
+        "class_names": None,
+        "ignore_index": None,
+        "weighted": True,
+        "class_axis": -1,
+    },
 }
 
 
@@ -119,7 +129,9 @@ def test_restored_accumulator_keeps_counting():
 def test_bytes_round_trip_property(matrix, names, ignore, axis):
     k = int(np.sqrt(matrix.size))
     acc = ConfusionAccumulator(
-        k, class_names=[f"c{i}" for i in range(k)] if names else None, ignore_index=ignore,
+        k,
+        class_names=[f"c{i}" for i in range(k)] if names else None,
+        ignore_index=ignore,
         class_axis=axis,
     )
     acc._matrix[...] = matrix.reshape(k, k)
@@ -135,8 +147,12 @@ def test_state_dict_is_plain_data_and_independent():
     assert state["type"] == "ConfusionAccumulator"
     assert state["format"] == ConfusionAccumulator.state_format == 2
     assert state["config"] == {
-        "num_classes": 3, "class_names": ["cat", "fish", "hen"], "ignore_index": 255,
-        "weighted": False, "class_axis": 1, "threshold": None,
+        "num_classes": 3,
+        "class_names": ["cat", "fish", "hen"],
+        "ignore_index": 255,
+        "weighted": False,
+        "class_axis": 1,
+        "threshold": None,
     }
     record = state["arrays"]["matrix"]
     assert record["dtype"] == "<i8" and record["shape"] == [3, 3]
@@ -167,33 +183,75 @@ def _set_matrix(state, matrix):
         (lambda s: s.update(format=0), ValueError, r"format 0; valid formats are 1 to 2"),
         (lambda s: s.pop("format"), ValueError, r"no valid 'format' entry"),
         (lambda s: s.update(format="2"), ValueError, r"no valid 'format' entry"),
-        (lambda s: s.update(type="ScoreAccumulator"), ValueError,
-         r"holds a ScoreAccumulator, not a ConfusionAccumulator"),
+        (
+            lambda s: s.update(type="ScoreAccumulator"),
+            ValueError,
+            r"holds a ScoreAccumulator, not a ConfusionAccumulator",
+        ),
         (lambda s: s.pop("arrays"), ValueError, r"no 'arrays' dict"),
-        (lambda s: s["arrays"].pop("matrix"), ValueError, r"needs 72 bytes of state, but the state given carries 0"),
-        (lambda s: s["config"].pop("weighted"), ValueError, r"lacks the setting\(s\) \['weighted'\]"),
+        (
+            lambda s: s["arrays"].pop("matrix"),
+            ValueError,
+            r"needs 72 bytes of state, but the state given carries 0",
+        ),
+        (
+            lambda s: s["config"].pop("weighted"),
+            ValueError,
+            r"lacks the setting\(s\) \['weighted'\]",
+        ),
         (lambda s: s["config"].update(colour="red"), ValueError, r"does not fit .*colour"),
-        (lambda s: _set_matrix(s, np.zeros((2, 2), np.int64)), ValueError,
-         r"needs 72 bytes of state, but the state given carries 32"),
+        (
+            lambda s: _set_matrix(s, np.zeros((2, 2), np.int64)),
+            ValueError,
+            r"needs 72 bytes of state, but the state given carries 32",
+        ),
         (lambda s: _set_matrix(s, np.full((3, 3), 0.5)), ValueError, r"fractional counts"),
-        (lambda s: _set_matrix(s, -np.ones((3, 3), np.int64)), ValueError,
-         r"holds -1 at \(0, 0\); state values are non-negative"),
-        (lambda s: _set_matrix(s, np.full((3, 3), 2**64 - 1, np.uint64)), ValueError,
-         r"2\*\*63 or more"),
+        (
+            lambda s: _set_matrix(s, -np.ones((3, 3), np.int64)),
+            ValueError,
+            r"holds -1 at \(0, 0\); state values are non-negative",
+        ),
+        (
+            lambda s: _set_matrix(s, np.full((3, 3), 2**64 - 1, np.uint64)),
+            ValueError,
+            r"2\*\*63 or more",
+        ),
         (lambda s: _set_matrix(s, np.full((3, 3), 2.0**63)), ValueError, r"2\*\*63 or more"),
         (lambda s: _set_matrix(s, np.full((3, 3), 1e300)), ValueError, r"2\*\*63 or more"),
-        (lambda s: s["config"].update(num_classes=0), ValueError,
-         r"`num_classes` must be at least 1"),
-        (lambda s: s["config"].update(num_classes=10**5, class_names=None), ValueError,
-         r"needs 80,000,000,000 bytes of state, but the state given carries 72"),
-        (lambda s: s["config"].update(class_names=["a", "a", "b"]), ValueError,
-         r"more than once"),
+        (
+            lambda s: s["config"].update(num_classes=0),
+            ValueError,
+            r"`num_classes` must be at least 1",
+        ),
+        (
+            lambda s: s["config"].update(num_classes=10**5, class_names=None),
+            ValueError,
+            r"needs 80,000,000,000 bytes of state, but the state given carries 72",
+        ),
+        (lambda s: s["config"].update(class_names=["a", "a", "b"]), ValueError, r"more than once"),
         (lambda s: s["config"].update(ignore_index=2**64), ValueError, r"must fit in int64"),
     ],
-    ids=["newer", "zero", "no-format", "string-format", "other-type", "no-arrays",
-         "no-matrix", "no-weighted", "unknown-setting", "wrong-shape", "fractional-counts",
-         "negative-counts", "uint64-beyond-int64", "float-2-63", "float-1e300",
-         "bad-num-classes", "huge-num-classes", "duplicate-names", "ignore-beyond-int64"],
+    ids=[
+        "newer",
+        "zero",
+        "no-format",
+        "string-format",
+        "other-type",
+        "no-arrays",
+        "no-matrix",
+        "no-weighted",
+        "unknown-setting",
+        "wrong-shape",
+        "fractional-counts",
+        "negative-counts",
+        "uint64-beyond-int64",
+        "float-2-63",
+        "float-1e300",
+        "bad-num-classes",
+        "huge-num-classes",
+        "duplicate-names",
+        "ignore-beyond-int64",
+    ],
 )
 def test_bad_state_dict(change, error, match):
     state = _labels_acc().state_dict()
@@ -227,9 +285,14 @@ def test_unpickling_a_newer_state_fails_clearly():
 
 def test_format_1_state_dicts_are_upgraded():
     """A format-1 state dict (configuration and matrix at the top level) still loads."""
-    v1 = {"format": 1, "matrix": FIXTURE_MATRICES["labels_int64"],
-          **{k: list(v) if isinstance(v, tuple) else v
-             for k, v in FIXTURE_CONFIGS["labels_int64"].items()}}
+    v1 = {
+        "format": 1,
+        "matrix": FIXTURE_MATRICES["labels_int64"],
+        **{
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in FIXTURE_CONFIGS["labels_int64"].items()
+        },
+    }
     acc = ConfusionAccumulator.from_state_dict(v1)
     np.testing.assert_array_equal(acc.matrix, FIXTURE_MATRICES["labels_int64"])
     assert acc.state_dict()["format"] == 2
@@ -282,8 +345,11 @@ def _with_header(blob: bytes, **changes) -> bytes:
     payload_size = changes.pop("payload_size", payload)
     header.update(changes)
     raw = json.dumps(header).encode()
-    body = (_PREFIX.pack(serialization.MAGIC, version, len(raw), payload_size) + raw
-            + blob[_PREFIX.size + size : -4])
+    body = (
+        _PREFIX.pack(serialization.MAGIC, version, len(raw), payload_size)
+        + raw
+        + blob[_PREFIX.size + size : -4]
+    )
     return body + struct.pack("<I", zlib.crc32(body))
 
 
@@ -308,18 +374,46 @@ LABELS_BLOB_SIZE = len(_labels_acc().to_bytes())
         (lambda b: _with_header(b, binary_format=3), r"binary format 3, written by a newer"),
         (lambda b: _with_header(b, format=3), r"format 3, written by a newer"),
         (lambda b: _with_header(b, arrays=[["matrix", "<u2", [3, 3]]]), r"invalid array entry"),
-        (lambda b: _with_header(b, config={**json.loads(b[24:24 + _PREFIX.unpack_from(b)[2]])[
-            "config"], "num_classes": 4, "class_names": None}),
-         r"needs 128 bytes of state, but the state given carries 72"),
-        (lambda b: _with_header(b, arrays=[["matrix", "<i8", [2, 2]]]),
-         r"payload bytes that no array announces"),
-        (lambda b: _with_header(b, type="ScoreAccumulator"),
-         r"holds a ScoreAccumulator, not a ConfusionAccumulator"),
+        (
+            lambda b: _with_header(
+                b,
+                config={
+                    **json.loads(b[24 : 24 + _PREFIX.unpack_from(b)[2]])["config"],
+                    "num_classes": 4,
+                    "class_names": None,
+                },
+            ),
+            r"needs 128 bytes of state, but the state given carries 72",
+        ),
+        (
+            lambda b: _with_header(b, arrays=[["matrix", "<i8", [2, 2]]]),
+            r"payload bytes that no array announces",
+        ),
+        (
+            lambda b: _with_header(b, type="ScoreAccumulator"),
+            r"holds a ScoreAccumulator, not a ConfusionAccumulator",
+        ),
     ],
-    ids=["truncated-by-one", "truncated-in-payload", "truncated-in-prefix", "magic-only",
-         "empty", "trailing-byte", "flipped-payload-bit", "flipped-checksum-bit",
-         "flipped-header-byte", "zip-file", "pickle", "newline-converted", "newer-binary",
-         "newer-state", "unknown-dtype", "inconsistent-header", "wrong-shape", "other-type"],
+    ids=[
+        "truncated-by-one",
+        "truncated-in-payload",
+        "truncated-in-prefix",
+        "magic-only",
+        "empty",
+        "trailing-byte",
+        "flipped-payload-bit",
+        "flipped-checksum-bit",
+        "flipped-header-byte",
+        "zip-file",
+        "pickle",
+        "newline-converted",
+        "newer-binary",
+        "newer-state",
+        "unknown-dtype",
+        "inconsistent-header",
+        "wrong-shape",
+        "other-type",
+    ],
 )
 def test_bad_bytes_raise_value_error(corrupt, match):
     blob = _labels_acc().to_bytes()
@@ -339,8 +433,9 @@ def test_every_truncation_and_bit_flip_is_caught():
             ConfusionAccumulator.from_bytes(bytes(flipped))
 
 
-@pytest.mark.parametrize("value", ["text", 12, None, np.zeros(3)],
-                         ids=["str", "int", "None", "array"])
+@pytest.mark.parametrize(
+    "value", ["text", 12, None, np.zeros(3)], ids=["str", "int", "None", "array"]
+)
 def test_from_bytes_rejects_non_bytes(value):
     with pytest.raises(TypeError, match=r"`data` must be bytes made by `to_bytes\(\)`"):
         ConfusionAccumulator.from_bytes(value)

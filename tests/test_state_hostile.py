@@ -32,14 +32,26 @@ from metricstream import Accumulator, AccumulatorGroup, ConfusionAccumulator
 from metricstream.serialization import MAGIC, stale_temporaries
 from tests.sync_fixtures import LabelHistogram, WeightTotals, make_group
 
-CONFIG = {"num_classes": 2, "class_names": None, "ignore_index": None, "weighted": False,
-          "class_axis": 1, "threshold": None}
+CONFIG = {
+    "num_classes": 2,
+    "class_names": None,
+    "ignore_index": None,
+    "weighted": False,
+    "class_axis": 1,
+    "threshold": None,
+}
 SLACK = 1 << 20  # constant allowance of the memory bound (interpreter noise, small objects)
 
 
 # ---------------------------------------------------------------------------- blob crafting
-def craft(header: object = None, payload: bytes = b"", *, version: int = 2,
-          header_bytes: bytes | None = None, payload_size: int | None = None) -> bytes:
+def craft(
+    header: object = None,
+    payload: bytes = b"",
+    *,
+    version: int = 2,
+    header_bytes: bytes | None = None,
+    payload_size: int | None = None,
+) -> bytes:
     """A blob with a valid checksum around any header and payload."""
     text = json.dumps(header).encode() if header_bytes is None else header_bytes
     if version == 1:
@@ -50,11 +62,18 @@ def craft(header: object = None, payload: bytes = b"", *, version: int = 2,
     return body + struct.pack("<I", zlib.crc32(body))
 
 
-def header(config=None, arrays=(("matrix", "<i8", [2, 2]),), type_name="ConfusionAccumulator",
-           state_format=2) -> dict:
-    return {"type": type_name, "format": state_format,
-            "config": CONFIG if config is None else config,
-            "arrays": [list(entry) for entry in arrays]}
+def header(
+    config=None,
+    arrays=(("matrix", "<i8", [2, 2]),),
+    type_name="ConfusionAccumulator",
+    state_format=2,
+) -> dict:
+    return {
+        "type": type_name,
+        "format": state_format,
+        "config": CONFIG if config is None else config,
+        "arrays": [list(entry) for entry in arrays],
+    }
 
 
 def zeros(n: int, dtype: str = "<i8") -> bytes:
@@ -62,149 +81,279 @@ def zeros(n: int, dtype: str = "<i8") -> bytes:
 
 
 def group_header(members, arrays) -> dict:
-    return {"type": "AccumulatorGroup", "format": 1, "config": {"members": members},
-            "arrays": arrays}
+    return {
+        "type": "AccumulatorGroup",
+        "format": 1,
+        "config": {"members": members},
+        "arrays": arrays,
+    }
 
 
 CRAFTED = {
     # name: (blob, expected message fragment)
-    "negative-count": (craft(header(), np.array([-1, 0, 0, 0], "<i8").tobytes()),
-                       "state `matrix` holds -1 at (0, 0); state values are non-negative"),
+    "negative-count": (
+        craft(header(), np.array([-1, 0, 0, 0], "<i8").tobytes()),
+        "state `matrix` holds -1 at (0, 0); state values are non-negative",
+    ),
     "count-2-63-via-float": (
-        craft(header(arrays=[("matrix", "<f8", [2, 2])]),
-              np.array([2.0**63, 0, 0, 0], "<f8").tobytes()),
-        "holds counts of 2**63 or more, beyond int64"),
+        craft(
+            header(arrays=[("matrix", "<f8", [2, 2])]),
+            np.array([2.0**63, 0, 0, 0], "<f8").tobytes(),
+        ),
+        "holds counts of 2**63 or more, beyond int64",
+    ),
     "count-1e300-via-float": (
-        craft(header(arrays=[("matrix", "<f8", [2, 2])]),
-              np.array([1e300, 0, 0, 0], "<f8").tobytes()),
-        "holds counts of 2**63 or more, beyond int64"),
+        craft(
+            header(arrays=[("matrix", "<f8", [2, 2])]), np.array([1e300, 0, 0, 0], "<f8").tobytes()
+        ),
+        "holds counts of 2**63 or more, beyond int64",
+    ),
     "fractional-count": (
-        craft(header(arrays=[("matrix", "<f8", [2, 2])]),
-              np.array([0.5, 0, 0, 0], "<f8").tobytes()),
-        "holds fractional counts in an integer state"),
+        craft(
+            header(arrays=[("matrix", "<f8", [2, 2])]), np.array([0.5, 0, 0, 0], "<f8").tobytes()
+        ),
+        "holds fractional counts in an integer state",
+    ),
     "nan-weight": (
-        craft(header({**CONFIG, "weighted": True}, [("matrix", "<f8", [2, 2])]),
-              np.array([np.nan, 0, 0, 0], "<f8").tobytes()),
-        "holds NaN or infinite values"),
+        craft(
+            header({**CONFIG, "weighted": True}, [("matrix", "<f8", [2, 2])]),
+            np.array([np.nan, 0, 0, 0], "<f8").tobytes(),
+        ),
+        "holds NaN or infinite values",
+    ),
     "negative-weight": (
-        craft(header({**CONFIG, "weighted": True}, [("matrix", "<f8", [2, 2])]),
-              np.array([0, -0.5, 0, 0], "<f8").tobytes()),
-        "holds -0.5 at (0, 1)"),
+        craft(
+            header({**CONFIG, "weighted": True}, [("matrix", "<f8", [2, 2])]),
+            np.array([0, -0.5, 0, 0], "<f8").tobytes(),
+        ),
+        "holds -0.5 at (0, 1)",
+    ),
     "num-classes-4000-tiny-payload": (
         craft(header({**CONFIG, "num_classes": 4000}), zeros(4)),
-        "the configuration needs 128,000,000 bytes of state, but the state given carries 32"),
+        "the configuration needs 128,000,000 bytes of state, but the state given carries 32",
+    ),
     "num-classes-1e9-tiny-payload": (
         craft(header({**CONFIG, "num_classes": 10**9}), zeros(4)),
-        "needs 8,000,000,000,000,000,000 bytes of state"),
+        "needs 8,000,000,000,000,000,000 bytes of state",
+    ),
     "v1-num-classes-5000": (
-        craft({"format": 1, "dtype": "<i8", "shape": [2, 2],
-               **{k: v for k, v in CONFIG.items() if k != "threshold"}, "num_classes": 5000},
-              zeros(4), version=1),
-        "needs 200,000,000 bytes of state"),
+        craft(
+            {
+                "format": 1,
+                "dtype": "<i8",
+                "shape": [2, 2],
+                **{k: v for k, v in CONFIG.items() if k != "threshold"},
+                "num_classes": 5000,
+            },
+            zeros(4),
+            version=1,
+        ),
+        "needs 200,000,000 bytes of state",
+    ),
     "json-nested-1000": (
-        craft(header_bytes=b'{"type":"ConfusionAccumulator","format":2,"arrays":[],"config":'
-              + b"[" * 1000 + b"]" * 1000 + b"}"),
-        "has an unreadable header (RecursionError)"),
-    "json-nested-100000": (craft(header_bytes=b"[" * 100_000 + b"]" * 100_000),
-                           "has an unreadable header (RecursionError)"),
+        craft(
+            header_bytes=b'{"type":"ConfusionAccumulator","format":2,"arrays":[],"config":'
+            + b"[" * 1000
+            + b"]" * 1000
+            + b"}"
+        ),
+        "has an unreadable header (RecursionError)",
+    ),
+    "json-nested-100000": (
+        craft(header_bytes=b"[" * 100_000 + b"]" * 100_000),
+        "has an unreadable header (RecursionError)",
+    ),
     "json-integer-5000-digits": (
-        craft(header_bytes=b'{"type":"ConfusionAccumulator","format":2,"config":{"n":'
-              + b"9" * 5000 + b'},"arrays":[]}'),
-        "has an unreadable header (ValueError)"),
-    "json-not-utf8": (craft(header_bytes=b"\xff\xfe{}"),
-                      "has an unreadable header (UnicodeDecodeError)"),
+        craft(
+            header_bytes=b'{"type":"ConfusionAccumulator","format":2,"config":{"n":'
+            + b"9" * 5000
+            + b'},"arrays":[]}'
+        ),
+        "has an unreadable header (ValueError)",
+    ),
+    "json-not-utf8": (
+        craft(header_bytes=b"\xff\xfe{}"),
+        "has an unreadable header (UnicodeDecodeError)",
+    ),
     "json-not-an-object": (craft(header_bytes=b"[1, 2]"), "header that is not a JSON object"),
-    "header-length-2-32": (struct.pack("<8sIIQ", MAGIC, 2, 2**32 - 1, 0) + b"{}" + zeros(1)[:4],
-                           "is truncated: 30 bytes, but its prefix announces 4294967323"),
-    "payload-length-2-64": (struct.pack("<8sIIQ", MAGIC, 2, 2, 2**64 - 1) + b"{}" + b"\0" * 4,
-                            "but its prefix announces 18446744073709551645"),
-    "header-beyond-cap": (craft(header_bytes=b" " * (codec.MAX_HEADER_BYTES + 1)),
-                          f"more than the {codec.MAX_HEADER_BYTES} a configuration can need"),
-    "arrays-not-filling-payload": (craft(header(), zeros(5)),
-                                   "8 payload bytes that no array announces"),
-    "arrays-beyond-payload": (craft(header(), zeros(3)),
-                              "announces more array data than its payload of 24 bytes holds"),
-    "huge-shape-tiny-payload": (craft(header(arrays=[("matrix", "<i8", [2**39, 2**39])]),
-                                      zeros(4)),
-                                "announces more array data than its payload"),
-    "negative-shape": (craft(header(arrays=[("matrix", "<i8", [-2, -2])]), zeros(4)),
-                       "has an invalid shape [-2, -2]"),
-    "nine-dimensions": (craft(header(arrays=[("matrix", "<i8", [1] * 9)]), zeros(1)),
-                        "has an invalid shape"),
-    "big-endian-dtype": (craft(header(arrays=[("matrix", ">i8", [2, 2])]), zeros(4, ">i8")),
-                         "has an invalid array entry"),
-    "object-dtype": (craft(header(arrays=[("matrix", "|O", [2, 2])]), zeros(4)),
-                     "has an invalid array entry"),
-    "duplicate-array": (craft(header(arrays=[("matrix", "<i8", [2, 2])] * 2), zeros(8)),
-                        "has an invalid array entry"),
-    "extra-array": (craft(header(arrays=[("matrix", "<i8", [2, 2]), ("x", "<i8", [1])]),
-                          zeros(5)),
-                    "state has the arrays ['matrix', 'x'], expected ['matrix']"),
-    "wrong-shape": (craft(header(arrays=[("matrix", "<i8", [4])]), zeros(4)),
-                    "has shape (4,), but the configuration gives (2, 2)"),
-    "wrong-type-name": (craft(header(type_name="Nope"), zeros(4)),
-                        "holds a Nope, not a ConfusionAccumulator"),
-    "another-accumulator": (craft(header({"size": 4, "ignore_index": None},
-                                         [("counts", "<i8", [4])], "LabelHistogram", 1),
-                                  zeros(4)),
-                            "holds a LabelHistogram, not a ConfusionAccumulator"),
-    "type-not-a-string": (craft(header(type_name=3), zeros(4)),
-                          "without a valid type, format, config and array list"),
-    "format-from-the-future": (craft(header(state_format=99), zeros(4)),
-                               "has format 99, written by a newer metricstream"),
+    "header-length-2-32": (
+        struct.pack("<8sIIQ", MAGIC, 2, 2**32 - 1, 0) + b"{}" + zeros(1)[:4],
+        "is truncated: 30 bytes, but its prefix announces 4294967323",
+    ),
+    "payload-length-2-64": (
+        struct.pack("<8sIIQ", MAGIC, 2, 2, 2**64 - 1) + b"{}" + b"\0" * 4,
+        "but its prefix announces 18446744073709551645",
+    ),
+    "header-beyond-cap": (
+        craft(header_bytes=b" " * (codec.MAX_HEADER_BYTES + 1)),
+        f"more than the {codec.MAX_HEADER_BYTES} a configuration can need",
+    ),
+    "arrays-not-filling-payload": (
+        craft(header(), zeros(5)),
+        "8 payload bytes that no array announces",
+    ),
+    "arrays-beyond-payload": (
+        craft(header(), zeros(3)),
+        "announces more array data than its payload of 24 bytes holds",
+    ),
+    "huge-shape-tiny-payload": (
+        craft(header(arrays=[("matrix", "<i8", [2**39, 2**39])]), zeros(4)),
+        "announces more array data than its payload",
+    ),
+    "negative-shape": (
+        craft(header(arrays=[("matrix", "<i8", [-2, -2])]), zeros(4)),
+        "has an invalid shape [-2, -2]",
+    ),
+    "nine-dimensions": (
+        craft(header(arrays=[("matrix", "<i8", [1] * 9)]), zeros(1)),
+        "has an invalid shape",
+    ),
+    "big-endian-dtype": (
+        craft(header(arrays=[("matrix", ">i8", [2, 2])]), zeros(4, ">i8")),
+        "has an invalid array entry",
+    ),
+    "object-dtype": (
+        craft(header(arrays=[("matrix", "|O", [2, 2])]), zeros(4)),
+        "has an invalid array entry",
+    ),
+    "duplicate-array": (
+        craft(header(arrays=[("matrix", "<i8", [2, 2])] * 2), zeros(8)),
+        "has an invalid array entry",
+    ),
+    "extra-array": (
+        craft(header(arrays=[("matrix", "<i8", [2, 2]), ("x", "<i8", [1])]), zeros(5)),
+        "state has the arrays ['matrix', 'x'], expected ['matrix']",
+    ),
+    "wrong-shape": (
+        craft(header(arrays=[("matrix", "<i8", [4])]), zeros(4)),
+        "has shape (4,), but the configuration gives (2, 2)",
+    ),
+    "wrong-type-name": (
+        craft(header(type_name="Nope"), zeros(4)),
+        "holds a Nope, not a ConfusionAccumulator",
+    ),
+    "another-accumulator": (
+        craft(
+            header(
+                {"size": 4, "ignore_index": None}, [("counts", "<i8", [4])], "LabelHistogram", 1
+            ),
+            zeros(4),
+        ),
+        "holds a LabelHistogram, not a ConfusionAccumulator",
+    ),
+    "type-not-a-string": (
+        craft(header(type_name=3), zeros(4)),
+        "without a valid type, format, config and array list",
+    ),
+    "format-from-the-future": (
+        craft(header(state_format=99), zeros(4)),
+        "has format 99, written by a newer metricstream",
+    ),
     "format-0": (craft(header(state_format=0), zeros(4)), "has format 0"),
-    "format-float": (craft(header(state_format=2.0), zeros(4)),
-                     "without a valid type, format, config and array list"),
+    "format-float": (
+        craft(header(state_format=2.0), zeros(4)),
+        "without a valid type, format, config and array list",
+    ),
     "container-version-0": (craft(header(), zeros(4), version=0), "invalid binary format 0"),
     "container-version-3": (craft(header(), zeros(4), version=3), "uses binary format 3"),
-    "config-not-a-dict": (craft(header(config=[1]), zeros(4)),
-                          "without a valid type, format, config and array list"),
-    "config-string-num-classes": (craft(header({**CONFIG, "num_classes": "2"}), zeros(4)),
-                                  "`num_classes`"),
-    "config-unknown-key": (craft(header({**CONFIG, "colour": "red"}), zeros(4)),
-                           "does not fit ConfusionAccumulator"),
-    "config-missing-keys": (craft(header({"num_classes": 2}), zeros(4)),
-                            "the configuration lacks the setting(s)"),
-    "config-ignore-index-2-64": (craft(header({**CONFIG, "ignore_index": 2**64}), zeros(4)),
-                                 "`ignore_index` must fit in int64"),
-    "config-class-axis-1e30": (craft(header({**CONFIG, "class_axis": 10**30}), zeros(4)),
-                               "`class_axis` must be an axis in [-32, 32)"),
-    "v1-header-without-format": (craft({"dtype": "<i8", "shape": [2, 2]}, zeros(4), version=1),
-                                 "invalid format-1 header"),
-    "v1-negative": (craft({"format": 1, "dtype": "<i8", "shape": [2, 2],
-                           **{k: v for k, v in CONFIG.items() if k != "threshold"}},
-                          np.array([-5, 0, 0, 0], "<i8").tobytes(), version=1),
-                    "holds -5 at (0, 0)"),
+    "config-not-a-dict": (
+        craft(header(config=[1]), zeros(4)),
+        "without a valid type, format, config and array list",
+    ),
+    "config-string-num-classes": (
+        craft(header({**CONFIG, "num_classes": "2"}), zeros(4)),
+        "`num_classes`",
+    ),
+    "config-unknown-key": (
+        craft(header({**CONFIG, "colour": "red"}), zeros(4)),
+        "does not fit ConfusionAccumulator",
+    ),
+    "config-missing-keys": (
+        craft(header({"num_classes": 2}), zeros(4)),
+        "the configuration lacks the setting(s)",
+    ),
+    "config-ignore-index-2-64": (
+        craft(header({**CONFIG, "ignore_index": 2**64}), zeros(4)),
+        "`ignore_index` must fit in int64",
+    ),
+    "config-class-axis-1e30": (
+        craft(header({**CONFIG, "class_axis": 10**30}), zeros(4)),
+        "`class_axis` must be an axis in [-32, 32)",
+    ),
+    "v1-header-without-format": (
+        craft({"dtype": "<i8", "shape": [2, 2]}, zeros(4), version=1),
+        "invalid format-1 header",
+    ),
+    "v1-negative": (
+        craft(
+            {
+                "format": 1,
+                "dtype": "<i8",
+                "shape": [2, 2],
+                **{k: v for k, v in CONFIG.items() if k != "threshold"},
+            },
+            np.array([-5, 0, 0, 0], "<i8").tobytes(),
+            version=1,
+        ),
+        "holds -5 at (0, 0)",
+    ),
 }
 
 GROUP_CRAFTED = {
-    "member-entry-too-short": (craft(group_header([["a"]], [])),
-                               "the member entry \"['a']\" is not [name, type, format, "
-                               "configuration]"),
+    "member-entry-too-short": (
+        craft(group_header([["a"]], [])),
+        "the member entry \"['a']\" is not [name, type, format, configuration]",
+    ),
     "members-not-a-list": (craft(group_header({"a": 1}, [])), "has no 'members' list"),
-    "unknown-member-type": (craft(group_header([["a", "Nope", 1, {}]], [])),
-                            "unknown accumulator type 'Nope'"),
+    "unknown-member-type": (
+        craft(group_header([["a", "Nope", 1, {}]], [])),
+        "unknown accumulator type 'Nope'",
+    ),
     "member-listed-twice": (
-        craft(group_header([["a", "ConfusionAccumulator", 2, CONFIG]] * 2,
-                           [["a/matrix", "<i8", [2, 2]]]), zeros(4)),
-        "member 'a' is listed twice"),
+        craft(
+            group_header(
+                [["a", "ConfusionAccumulator", 2, CONFIG]] * 2, [["a/matrix", "<i8", [2, 2]]]
+            ),
+            zeros(4),
+        ),
+        "member 'a' is listed twice",
+    ),
     "array-of-no-member": (
-        craft(group_header([["a", "ConfusionAccumulator", 2, CONFIG]],
-                           [["a/matrix", "<i8", [2, 2]], ["b/x", "<i8", [1]]]), zeros(5)),
-        "the arrays ['b/x'] belong to no member"),
+        craft(
+            group_header(
+                [["a", "ConfusionAccumulator", 2, CONFIG]],
+                [["a/matrix", "<i8", [2, 2]], ["b/x", "<i8", [1]]],
+            ),
+            zeros(5),
+        ),
+        "the arrays ['b/x'] belong to no member",
+    ),
     "member-huge-config": (
-        craft(group_header([["a", "ConfusionAccumulator", 2, {**CONFIG, "num_classes": 4000}]],
-                           [["a/matrix", "<i8", [2, 2]]]), zeros(4)),
-        "needs 128,000,000 bytes of state"),
+        craft(
+            group_header(
+                [["a", "ConfusionAccumulator", 2, {**CONFIG, "num_classes": 4000}]],
+                [["a/matrix", "<i8", [2, 2]]],
+            ),
+            zeros(4),
+        ),
+        "needs 128,000,000 bytes of state",
+    ),
     "member-name-with-slash": (
-        craft(group_header([["a/b", "ConfusionAccumulator", 2, CONFIG]],
-                           [["a/b/matrix", "<i8", [2, 2]]]), zeros(4)),
-        "member names must be non-empty strings without '/'"),
+        craft(
+            group_header(
+                [["a/b", "ConfusionAccumulator", 2, CONFIG]], [["a/b/matrix", "<i8", [2, 2]]]
+            ),
+            zeros(4),
+        ),
+        "member names must be non-empty strings without '/'",
+    ),
     "member-negative": (
-        craft(group_header([["a", "ConfusionAccumulator", 2, CONFIG]],
-                           [["a/matrix", "<i8", [2, 2]]]),
-              np.array([0, 0, -1, 0], "<i8").tobytes()),
-        "holds -1 at (1, 0)"),
+        craft(
+            group_header([["a", "ConfusionAccumulator", 2, CONFIG]], [["a/matrix", "<i8", [2, 2]]]),
+            np.array([0, 0, -1, 0], "<i8").tobytes(),
+        ),
+        "holds -1 at (1, 0)",
+    ),
 }
 
 
@@ -259,8 +408,9 @@ def test_the_header_is_not_parsed_before_the_checksum_holds(monkeypatch):
     assert parsed == []
 
 
-@pytest.mark.parametrize("data", ["text", [1, 2], None, 3, np.zeros(3)],
-                         ids=["str", "list", "None", "int", "ndarray"])
+@pytest.mark.parametrize(
+    "data", ["text", [1, 2], None, 3, np.zeros(3)], ids=["str", "list", "None", "int", "ndarray"]
+)
 def test_from_bytes_of_non_bytes_is_a_type_error(data):
     with pytest.raises(TypeError, match=r"`data` must be bytes made by `to_bytes\(\)`, got"):
         ConfusionAccumulator.from_bytes(data)
@@ -271,12 +421,18 @@ def _valid_blobs() -> list[bytes]:
     acc = ConfusionAccumulator(3, class_names=["a", "b", "c"], ignore_index=255)
     acc.update([0, 1, 2, 2, 255], [0, 2, 2, 1, 0])
     weighted = ConfusionAccumulator(2, weighted=True).update([0, 1], [1, 1], [0.5, 2.25])
-    group = make_group(wide=ConfusionAccumulator(4), weighted_wide=ConfusionAccumulator(
-        4, weighted=True))
+    group = make_group(
+        wide=ConfusionAccumulator(4), weighted_wide=ConfusionAccumulator(4, weighted=True)
+    )
     group.update([0, 1, 2], [1, 1, 2], [1, 2, 3])
-    return [acc.to_bytes(), weighted.to_bytes(), ConfusionAccumulator(2).to_bytes(),
-            LabelHistogram(5).update([1, 4]).to_bytes(),
-            WeightTotals(3).update([0], [2]).to_bytes(), group.to_bytes()]
+    return [
+        acc.to_bytes(),
+        weighted.to_bytes(),
+        ConfusionAccumulator(2).to_bytes(),
+        LabelHistogram(5).update([1, 4]).to_bytes(),
+        WeightTotals(3).update([0], [2]).to_bytes(),
+        group.to_bytes(),
+    ]
 
 
 def _rechecksum(blob: bytearray) -> bytes:
@@ -299,15 +455,27 @@ def _mutate(rng: np.random.Generator, blob: bytes) -> bytearray:
         elif kind == 1:  # insert bytes
             data[at:at] = rng.integers(0, 256, int(rng.integers(1, 9)), dtype=np.uint8).tobytes()
         elif kind == 2 and len(data) > 1:  # delete bytes
-            del data[at: at + int(rng.integers(1, 9))]
+            del data[at : at + int(rng.integers(1, 9))]
         elif kind == 3:  # an interesting integer at a random offset
             values = [0, 1, 2**31, 2**32 - 1, 2**63 - 1, 2**63, 2**64 - 1]
             value = values[int(rng.integers(0, len(values)))]
-            data[at: at + 8] = value.to_bytes(8, "little")
+            data[at : at + 8] = value.to_bytes(8, "little")
         elif kind == 4:  # a JSON token in the header
-            token = rng.choice([b"-1", b"1e308", b"NaN", b"null", b"[]", b"{}", b'"x"',
-                                b"true", b"9" * 30, b"-9223372036854775809"])
-            data[at: at + len(token)] = bytes(token)
+            token = rng.choice(
+                [
+                    b"-1",
+                    b"1e308",
+                    b"NaN",
+                    b"null",
+                    b"[]",
+                    b"{}",
+                    b'"x"',
+                    b"true",
+                    b"9" * 30,
+                    b"-9223372036854775809",
+                ]
+            )
+            data[at : at + len(token)] = bytes(token)
     return data
 
 
@@ -316,7 +484,8 @@ def _check_bounded(data: bytes, readers=(ConfusionAccumulator, AccumulatorGroup)
         outcome, peak = _peak_while(reader.from_bytes, data)
         if isinstance(outcome, Exception):
             assert type(outcome) in (ValueError, TypeError), (
-                f"{reader.__name__}.from_bytes raised {outcome!r} for {bytes(data[:64])!r}...")
+                f"{reader.__name__}.from_bytes raised {outcome!r} for {bytes(data[:64])!r}..."
+            )
         else:
             assert isinstance(outcome, (Accumulator, AccumulatorGroup))
         assert peak <= 8 * len(data) + SLACK, f"{peak:,} bytes for a {len(data)}-byte blob"
@@ -365,33 +534,81 @@ def test_fuzz_mutations_that_pass_the_checksum_are_refused_or_exact(traced):
 
 # ---------------------------------------------------------------------------- state dicts
 STATE_DICTS = {
-    "negative": ({"type": "ConfusionAccumulator", "format": 2, "config": CONFIG,
-                  "arrays": {"matrix": {"dtype": "<i8", "shape": [2, 2],
-                                        "data": np.array([0, -3, 0, 0], "<i8").tobytes()}}},
-                 "holds -3 at (0, 1)"),
-    "float-2-63": ({"type": "ConfusionAccumulator", "format": 2, "config": CONFIG,
-                    "arrays": {"matrix": np.array([[2.0**63, 0], [0, 0]])}},
-                   "2**63 or more"),
-    "uint64-max": ({"type": "ConfusionAccumulator", "format": 2, "config": CONFIG,
-                    "arrays": {"matrix": np.full((2, 2), 2**64 - 1, dtype=np.uint64)}},
-                   "2**63 or more"),
-    "huge-config": ({"type": "ConfusionAccumulator", "format": 2,
-                     "config": {**CONFIG, "num_classes": 5000},
-                     "arrays": {"matrix": np.zeros((2, 2), dtype=np.int64)}},
-                    "needs 200,000,000 bytes of state"),
-    "short-data": ({"type": "ConfusionAccumulator", "format": 2, "config": CONFIG,
-                    "arrays": {"matrix": {"dtype": "<i8", "shape": [2, 2], "data": b"\0" * 8}}},
-                   "has 8 bytes of data, but its shape [2, 2] needs 32"),
-    "object-array": ({"type": "ConfusionAccumulator", "format": 2, "config": CONFIG,
-                      "arrays": {"matrix": np.array([[0, 0], [0, None]], dtype=object)}},
-                     "has dtype object"),
-    "bool-array": ({"type": "ConfusionAccumulator", "format": 2, "config": CONFIG,
-                    "arrays": {"matrix": np.ones((2, 2), dtype=bool)}},
-                   "the configuration needs 32 bytes of state, but the state given carries 4"),
+    "negative": (
+        {
+            "type": "ConfusionAccumulator",
+            "format": 2,
+            "config": CONFIG,
+            "arrays": {
+                "matrix": {
+                    "dtype": "<i8",
+                    "shape": [2, 2],
+                    "data": np.array([0, -3, 0, 0], "<i8").tobytes(),
+                }
+            },
+        },
+        "holds -3 at (0, 1)",
+    ),
+    "float-2-63": (
+        {
+            "type": "ConfusionAccumulator",
+            "format": 2,
+            "config": CONFIG,
+            "arrays": {"matrix": np.array([[2.0**63, 0], [0, 0]])},
+        },
+        "2**63 or more",
+    ),
+    "uint64-max": (
+        {
+            "type": "ConfusionAccumulator",
+            "format": 2,
+            "config": CONFIG,
+            "arrays": {"matrix": np.full((2, 2), 2**64 - 1, dtype=np.uint64)},
+        },
+        "2**63 or more",
+    ),
+    "huge-config": (
+        {
+            "type": "ConfusionAccumulator",
+            "format": 2,
+            "config": {**CONFIG, "num_classes": 5000},
+            "arrays": {"matrix": np.zeros((2, 2), dtype=np.int64)},
+        },
+        "needs 200,000,000 bytes of state",
+    ),
+    "short-data": (
+        {
+            "type": "ConfusionAccumulator",
+            "format": 2,
+            "config": CONFIG,
+            "arrays": {"matrix": {"dtype": "<i8", "shape": [2, 2], "data": b"\0" * 8}},
+        },
+        "has 8 bytes of data, but its shape [2, 2] needs 32",
+    ),
+    "object-array": (
+        {
+            "type": "ConfusionAccumulator",
+            "format": 2,
+            "config": CONFIG,
+            "arrays": {"matrix": np.array([[0, 0], [0, None]], dtype=object)},
+        },
+        "has dtype object",
+    ),
+    "bool-array": (
+        {
+            "type": "ConfusionAccumulator",
+            "format": 2,
+            "config": CONFIG,
+            "arrays": {"matrix": np.ones((2, 2), dtype=bool)},
+        },
+        "the configuration needs 32 bytes of state, but the state given carries 4",
+    ),
     "no-format": ({"type": "ConfusionAccumulator", "config": CONFIG}, "no valid 'format' entry"),
     "bool-format": ({"type": "ConfusionAccumulator", "format": True}, "no valid 'format'"),
-    "arrays-not-dict": ({"type": "ConfusionAccumulator", "format": 2, "config": CONFIG,
-                         "arrays": [1]}, "has no 'arrays' dict"),
+    "arrays-not-dict": (
+        {"type": "ConfusionAccumulator", "format": 2, "config": CONFIG, "arrays": [1]},
+        "has no 'arrays' dict",
+    ),
 }
 
 
@@ -404,8 +621,9 @@ def test_crafted_state_dicts_raise_value_error(traced, name):
     assert peak <= SLACK
 
 
-@pytest.mark.parametrize("state", [None, [1], "text", b"bytes"], ids=["None", "list", "str",
-                                                                       "bytes"])
+@pytest.mark.parametrize(
+    "state", [None, [1], "text", b"bytes"], ids=["None", "list", "str", "bytes"]
+)
 def test_from_state_dict_of_non_dicts_is_a_type_error(state):
     with pytest.raises(TypeError, match=r"`state` must be a dict"):
         ConfusionAccumulator.from_state_dict(state)
@@ -422,8 +640,9 @@ def _load_in_subprocess(path: str, timeout: float = 60) -> subprocess.CompletedP
         except (ValueError, OSError) as error:
             print(type(error).__name__, error)
     """)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
@@ -477,7 +696,8 @@ def test_load_of_a_huge_file_announcing_less_is_refused_before_reading(tmp_path,
     outcome, peak = _peak_while(ConfusionAccumulator.load, path)
     assert isinstance(outcome, ValueError)
     assert "followed by extra bytes: 1073741824 bytes on disk, but its prefix announces 130" in (
-        str(outcome))
+        str(outcome)
+    )
     assert peak <= SLACK
 
 
@@ -507,9 +727,13 @@ def test_stale_temporaries_lists_only_leftovers_of_interrupted_saves(tmp_path):
     ConfusionAccumulator(2).save(target)
     assert stale_temporaries(target) == []  # a completed save leaves none
     leftovers = [tmp_path / ".acc.msacc.0123456789ab.tmp", tmp_path / ".acc.msacc.ffffffffffff.tmp"]
-    unrelated = [tmp_path / ".acc.msacc.xyz.tmp", tmp_path / ".acc.msacc.0123456789ab.tmp.bak",
-                 tmp_path / ".other.msacc.0123456789ab.tmp", tmp_path / "acc.msacc.tmp",
-                 tmp_path / ".acc.msacc.0123456789AB.tmp"]
+    unrelated = [
+        tmp_path / ".acc.msacc.xyz.tmp",
+        tmp_path / ".acc.msacc.0123456789ab.tmp.bak",
+        tmp_path / ".other.msacc.0123456789ab.tmp",
+        tmp_path / "acc.msacc.tmp",
+        tmp_path / ".acc.msacc.0123456789AB.tmp",
+    ]
     for path in leftovers + unrelated:
         path.write_bytes(b"partial")
     assert stale_temporaries(target) == sorted(leftovers)
@@ -548,15 +772,24 @@ class _Tally(LabelHistogram):
     """Format 2 of a histogram that format 1 stored without its `ignore_index` setting."""
 
     state_format = 2
-    state_upgrades = {1: lambda state: {**state, "format": 2,
-                                        "config": {**state["config"], "ignore_index": None},
-                                        "arrays": {"counts": state["arrays"]["counts"] * 1}}}
+    state_upgrades = {
+        1: lambda state: {
+            **state,
+            "format": 2,
+            "config": {**state["config"], "ignore_index": None},
+            "arrays": {"counts": state["arrays"]["counts"] * 1},
+        }
+    }
 
 
 def test_upgrades_see_numpy_arrays_from_state_dicts_and_from_bytes():
     counts = np.array([2, 0, 5], dtype=np.int64)
-    old_dict = {"type": "_Tally", "format": 1, "config": {"size": 3},
-                "arrays": {"counts": {"dtype": "<i8", "shape": [3], "data": counts.tobytes()}}}
+    old_dict = {
+        "type": "_Tally",
+        "format": 1,
+        "config": {"size": 3},
+        "arrays": {"counts": {"dtype": "<i8", "shape": [3], "data": counts.tobytes()}},
+    }
     old_blob = codec.encode("_Tally", 1, {"size": 3}, {"counts": counts})
     from_dict, from_blob = _Tally.from_state_dict(old_dict), _Tally.from_bytes(old_blob)
     assert from_dict == from_blob
@@ -564,7 +797,11 @@ def test_upgrades_see_numpy_arrays_from_state_dicts_and_from_bytes():
 
 
 def test_an_upgrade_that_fails_on_damaged_input_is_a_value_error():
-    damaged = {"type": "_Tally", "format": 1, "config": None,
-               "arrays": {"counts": np.zeros(3, dtype=np.int64)}}
+    damaged = {
+        "type": "_Tally",
+        "format": 1,
+        "config": None,
+        "arrays": {"counts": np.zeros(3, dtype=np.int64)},
+    }
     with pytest.raises(ValueError, match=r"`state` of format 1 lacks or mangles the entry"):
         _Tally.from_state_dict(damaged)

@@ -85,12 +85,13 @@ def test_concurrent_weighted_and_score_updates_lose_no_count():
         for _ in range(repeats):
             acc.update(y_true, np.argmax(scores, axis=1), weights)
 
-    run_threads(lambda kind: feed_scores() if kind == "scores" else feed_weighted(),
-                [("scores",), ("weighted",), ("scores",)])
+    run_threads(
+        lambda kind: feed_scores() if kind == "scores" else feed_weighted(),
+        [("scores",), ("weighted",), ("scores",)],
+    )
     predicted = np.argmax(scores, axis=1)
     once = np.bincount(4 * y_true + predicted, minlength=16).reshape(4, 4)
-    once_weighted = np.bincount(4 * y_true + predicted, weights=weights,
-                                minlength=16).reshape(4, 4)
+    once_weighted = np.bincount(4 * y_true + predicted, weights=weights, minlength=16).reshape(4, 4)
     np.testing.assert_array_equal(acc.matrix, repeats * (2 * once + once_weighted))
 
 
@@ -176,8 +177,9 @@ def test_set_num_threads_during_a_large_update_in_another_thread(monkeypatch):
             size = 5 - size  # 2, 3, 2, 3, ...
 
     try:
-        run_threads(lambda role: update() if role == "update" else resize(),
-                    [("update",), ("resize",)])
+        run_threads(
+            lambda role: update() if role == "update" else resize(), [("update",), ("resize",)]
+        )
     finally:
         metricstream.set_num_threads(previous)
     np.testing.assert_array_equal(acc.matrix, rounds * expected)

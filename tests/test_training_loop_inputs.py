@@ -18,8 +18,9 @@ from metricstream._inputs import as_array, prepare_batch
 RNG = np.random.default_rng(20)
 
 
-def counted(y_true, y_pred, num_classes, weights=None, ignore_index=None, threshold=None,
-            integral=True):
+def counted(
+    y_true, y_pred, num_classes, weights=None, ignore_index=None, threshold=None, integral=True
+):
     out = np.zeros((num_classes, num_classes), dtype=np.int64 if integral else np.float64)
     batch = prepare_batch(y_true, y_pred, weights, num_classes, 1, threshold=threshold)
     _dispatch.count_batch(out, batch, ignore_index)
@@ -30,8 +31,11 @@ def expected_from_predictions(y_true, predicted, num_classes, weights=None, igno
     y_true = np.asarray(y_true).astype(np.int64)
     keep = np.ones(y_true.shape, bool) if ignore_index is None else y_true != ignore_index
     w = None if weights is None else np.asarray(weights)[keep]
-    return np.bincount(num_classes * y_true[keep] + np.asarray(predicted)[keep], weights=w,
-                       minlength=num_classes ** 2).reshape(num_classes, num_classes)
+    return np.bincount(
+        num_classes * y_true[keep] + np.asarray(predicted)[keep],
+        weights=w,
+        minlength=num_classes**2,
+    ).reshape(num_classes, num_classes)
 
 
 def tricky_scores(size, num_classes, dtype):
@@ -111,8 +115,9 @@ def test_bfloat16_logits_equal_torch_argmax(num_classes):
     y_true = torch.from_numpy(RNG.integers(0, num_classes, 300))
     predicted = torch.argmax(scores.float(), dim=1).numpy()  # exact: bf16 -> f32 is exact
     acc = ConfusionAccumulator(num_classes).update(y_true, scores)
-    np.testing.assert_array_equal(acc.matrix,
-                                  expected_from_predictions(y_true, predicted, num_classes))
+    np.testing.assert_array_equal(
+        acc.matrix, expected_from_predictions(y_true, predicted, num_classes)
+    )
 
 
 def test_bfloat16_scores_are_read_without_a_copy_and_nan_is_found():
@@ -134,8 +139,9 @@ def test_bfloat16_and_float16_labels_and_segmentation_scores():
     masks = torch.randint(0, 3, (2, 5, 6))
     logits = torch.randn(2, 3, 5, 6).to(torch.bfloat16)
     acc = ConfusionAccumulator(3).update(masks, logits)
-    expected = expected_from_predictions(masks.numpy().ravel(),
-                                         torch.argmax(logits.float(), 1).numpy().ravel(), 3)
+    expected = expected_from_predictions(
+        masks.numpy().ravel(), torch.argmax(logits.float(), 1).numpy().ravel(), 3
+    )
     np.testing.assert_array_equal(acc.matrix, expected)
 
 
@@ -177,8 +183,9 @@ def test_threshold_equals_scikit_learn(dtype, threshold, column):
 
 @pytest.mark.parametrize("threshold", [0.5, 0.1, -0.0, 3.3e38, -1e-40, float("inf")])
 def test_bfloat16_threshold_compares_exact_values(threshold):
-    scores = torch.from_numpy(np.r_[RNG.normal(size=400), 0.0, -0.0, np.inf, -np.inf,
-                                    0.1, 0.5]).to(torch.bfloat16)
+    scores = torch.from_numpy(np.r_[RNG.normal(size=400), 0.0, -0.0, np.inf, -np.inf, 0.1, 0.5]).to(
+        torch.bfloat16
+    )
     y_true = RNG.integers(0, 2, scores.shape[0])
     predicted = (scores.float().numpy().astype(np.float64) >= threshold).astype(int)
     expected = confusion_matrix(y_true, predicted, labels=[0, 1])
@@ -190,8 +197,11 @@ def test_threshold_with_weights_ignore_index_and_logits():
     logits = np.array([-1.0, 2.0, -0.5, 9.0, 0.0, 0.25], np.float32)
     weights = np.array([1.0, 2.0, 0.5, 7.0, 4.0, 1.5])
     got = counted(y_true, logits, 2, weights, ignore_index=255, threshold=0.0, integral=False)
-    expected = confusion_matrix(y_true[y_true != 255], (logits >= 0)[y_true != 255].astype(int),
-                                sample_weight=weights[y_true != 255])
+    expected = confusion_matrix(
+        y_true[y_true != 255],
+        (logits >= 0)[y_true != 255].astype(int),
+        sample_weight=weights[y_true != 255],
+    )
     np.testing.assert_array_equal(got, expected)
 
 
@@ -203,11 +213,13 @@ def test_threshold_rejects_nan_scores_and_keeps_labels_as_labels():
         _dispatch.count_batch(out, prepare_batch(y_true, scores, None, 2, 1, threshold=0.5), None)
     assert not out.any()
     # Integer predictions are labels even with a threshold.
-    np.testing.assert_array_equal(counted([0, 1, 1], np.array([1, 1, 0]), 2, threshold=0.5),
-                                  [[0, 1], [1, 1]])
+    np.testing.assert_array_equal(
+        counted([0, 1, 1], np.array([1, 1, 0]), 2, threshold=0.5), [[0, 1], [1, 1]]
+    )
     # (N, 2) scores with a threshold still take the argmax.
-    np.testing.assert_array_equal(counted([0, 1], np.array([[0.9, 0.1], [0.2, 0.8]]), 2,
-                                          threshold=0.5), [[1, 0], [0, 1]])
+    np.testing.assert_array_equal(
+        counted([0, 1], np.array([[0.9, 0.1], [0.2, 0.8]]), 2, threshold=0.5), [[1, 0], [0, 1]]
+    )
 
 
 def test_threshold_argument_errors():
@@ -222,25 +234,33 @@ def test_threshold_argument_errors():
 def test_torch_probabilities_with_a_threshold():
     y_true = torch.tensor([0, 1, 1, 0])
     probabilities = torch.tensor([0.2, 0.6, 0.4, 0.5], requires_grad=True)
-    np.testing.assert_array_equal(counted(y_true, probabilities, 2, threshold=0.5),
-                                  [[1, 1], [1, 1]])
     np.testing.assert_array_equal(
-        counted(y_true, probabilities.to(torch.float16), 2, threshold=0.5), [[1, 1], [1, 1]])
+        counted(y_true, probabilities, 2, threshold=0.5), [[1, 1], [1, 1]]
+    )
+    np.testing.assert_array_equal(
+        counted(y_true, probabilities.to(torch.float16), 2, threshold=0.5), [[1, 1], [1, 1]]
+    )
 
 
 # ---------------------------------------------------------------------------- mistakes
 def test_swapped_arguments_are_named():
     logits = np.random.default_rng(0).normal(size=(8, 4))
     labels = np.arange(8) % 4
-    with pytest.raises(ValueError, match=r"looks like scores.*swapped.*update\(y_true, y_pred\)"
-                                         r".*torchmetrics"):
+    with pytest.raises(
+        ValueError,
+        match=r"looks like scores.*swapped.*update\(y_true, y_pred\)"
+        r".*torchmetrics",
+    ):
         ConfusionAccumulator(4).update(logits, labels)
 
 
 def test_probabilities_passed_as_y_true_are_named():
     probabilities = np.array([0.1, 0.8, 0.35])
-    with pytest.raises(ValueError, match=r"`y_true` holds label 0.1 at position 0.*If `y_true` "
-                                         r"holds scores, the arguments are swapped"):
+    with pytest.raises(
+        ValueError,
+        match=r"`y_true` holds label 0.1 at position 0.*If `y_true` "
+        r"holds scores, the arguments are swapped",
+    ):
         ConfusionAccumulator(2).update(probabilities, np.array([0, 1, 0]))
 
 
@@ -267,13 +287,17 @@ def test_boolean_labels_are_still_labels():
 def test_numeric_object_weights_are_accepted_as_scikit_learn_does():
     weights = np.array([1, 2.5, 3], dtype=object)
     acc = ConfusionAccumulator(2, weighted=True).update([0, 1, 1], [0, 1, 0], weights)
-    np.testing.assert_array_equal(acc.matrix, confusion_matrix([0, 1, 1], [0, 1, 0],
-                                                               sample_weight=[1, 2.5, 3]))
+    np.testing.assert_array_equal(
+        acc.matrix, confusion_matrix([0, 1, 1], [0, 1, 0], sample_weight=[1, 2.5, 3])
+    )
     exact = ConfusionAccumulator(2).update([0, 1], [0, 0], np.array([2**62, 1], dtype=object))
     assert int(exact.matrix[0, 0]) == 2**62
 
 
 def test_non_numeric_object_weights_are_named_as_weights():
-    with pytest.raises(TypeError, match=r"`weights` must hold numbers, got dtype object with "
-                                        r"first value 'heavy'"):
+    with pytest.raises(
+        TypeError,
+        match=r"`weights` must hold numbers, got dtype object with "
+        r"first value 'heavy'",
+    ):
         ConfusionAccumulator(2).update([0, 1], [0, 1], np.array(["heavy", "light"], object))

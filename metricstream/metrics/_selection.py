@@ -114,9 +114,7 @@ def select(
     if average == "binary":
         indices: np.ndarray | None = _binary_index(num_classes, pos_label)
     else:
-        if isinstance(pos_label, (bool, np.bool_)) or not isinstance(
-            pos_label, (int, np.integer)
-        ):
+        if isinstance(pos_label, (bool, np.bool_)) or not isinstance(pos_label, (int, np.integer)):
             check_pos_label(pos_label, num_classes)  # raises the TypeError
         if pos_label != 1:
             warnings.warn(
@@ -168,6 +166,9 @@ def reduce_scores(
     if average in ("micro", "binary"):
         return float(scores[0])
     if scores.size == 0:
-        return undefined_scalar(zero_division, f"{metric} is ill-defined and being set to 0.0 "
-                                "because no selected class is present.", stacklevel=5)
+        return undefined_scalar(
+            zero_division,
+            f"{metric} is ill-defined and being set to 0.0 because no selected class is present.",
+            stacklevel=5,
+        )
     return average_scores(scores, average, support)

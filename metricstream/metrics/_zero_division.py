@@ -33,9 +33,7 @@ def zero_division_value(zero_division: ZeroDivision) -> float:
             return float("nan")
         if zero_division in (0, 1):
             return float(zero_division)
-    raise ValueError(
-        f"`zero_division` must be 'warn', 0, 1 or np.nan, got {zero_division!r}."
-    )
+    raise ValueError(f"`zero_division` must be 'warn', 0, 1 or np.nan, got {zero_division!r}.")
 
 
 def divide(

@@ -27,8 +27,10 @@ def accuracy(matrix: MatrixLike, *, zero_division: ZeroDivision = "warn") -> flo
     counts = as_counts(matrix)
     zero_division_value(zero_division)
     if counts.total == 0:
-        return undefined_scalar(zero_division, "Accuracy is ill-defined and being set to 0.0 "
-                                "because there are no samples.")
+        return undefined_scalar(
+            zero_division,
+            "Accuracy is ill-defined and being set to 0.0 because there are no samples.",
+        )
     return float(counts.true_positives.sum() / counts.total)
 
 
@@ -54,18 +56,26 @@ def balanced_accuracy(
     # A class predicted but never true has an undefined recall and is left out; say so only
     # under "warn", like every other 0/0 (scikit-learn always warns, with a UserWarning).
     if zero_division == "warn" and (counts.predicted_positives[~present] != 0).any():
-        warnings.warn("y_pred contains classes not in y_true", UndefinedMetricWarning,
-                      stacklevel=caller_stacklevel())
+        warnings.warn(
+            "y_pred contains classes not in y_true",
+            UndefinedMetricWarning,
+            stacklevel=caller_stacklevel(),
+        )
     if not present.any():
-        return undefined_scalar(zero_division, "Balanced accuracy is ill-defined and being set "
-                                "to 0.0 because there are no samples.")
+        return undefined_scalar(
+            zero_division,
+            "Balanced accuracy is ill-defined and being set to 0.0 because there are no samples.",
+        )
     per_class = counts.true_positives[present] / counts.actual_positives[present]
     score = np.mean(per_class)
     if adjusted:
         num_present = per_class.shape[0]
         if num_present == 1:
-            return undefined_scalar(zero_division, "Adjusted balanced accuracy is ill-defined and "
-                                    "being set to 0.0 because only one class is present.")
+            return undefined_scalar(
+                zero_division,
+                "Adjusted balanced accuracy is ill-defined and "
+                "being set to 0.0 because only one class is present.",
+            )
         chance = 1 / num_present
         score -= chance
         score /= 1 - chance
@@ -91,8 +101,13 @@ def ovr_accuracy(
     counts = as_counts(matrix)
     correct = counts.true_positives + counts.true_negatives
     total = np.full(counts.num_classes, counts.total)
-    scores = divide(correct, total, zero_division, metric="One-vs-rest accuracy",
-                    missing="(because there are no)")
+    scores = divide(
+        correct,
+        total,
+        zero_division,
+        metric="One-vs-rest accuracy",
+        missing="(because there are no)",
+    )
     if average == "micro":
         average = "macro"
     return average_scores(scores, average, counts.actual_positives)
@@ -111,13 +126,16 @@ def hamming_loss(matrix: MatrixLike, *, zero_division: ZeroDivision = "warn") ->
     counts = as_counts(matrix)
     zero_division_value(zero_division)
     if counts.total == 0:
-        return undefined_scalar(zero_division, "Hamming loss is ill-defined and being set to 0.0 "
-                                "because there are no samples.")
+        return undefined_scalar(
+            zero_division,
+            "Hamming loss is ill-defined and being set to 0.0 because there are no samples.",
+        )
     return float((counts.total - counts.true_positives.sum()) / counts.total)
 
 
-def zero_one_loss(matrix: MatrixLike, *, normalize: bool = True,
-                  zero_division: ZeroDivision = "warn") -> float:
+def zero_one_loss(
+    matrix: MatrixLike, *, normalize: bool = True, zero_division: ZeroDivision = "warn"
+) -> float:
     """Zero-one loss: ``1 - accuracy`` (``normalize=True``) or the number (total weight) of
     misclassified samples ``N - sum_i TP_i`` (``normalize=False``), as scikit-learn's
     ``zero_one_loss``.

@@ -50,8 +50,10 @@ def _kappa_weight_matrix(weights: KappaWeights, num_classes: int) -> np.ndarray:
 
 def _single_class(counts) -> bool:
     """Whether at most one class occurs in truth or prediction (chance agreement is perfect)."""
-    return int(np.count_nonzero((counts.actual_positives != 0)
-                                | (counts.predicted_positives != 0))) <= 1
+    return (
+        int(np.count_nonzero((counts.actual_positives != 0) | (counts.predicted_positives != 0)))
+        <= 1
+    )
 
 
 def cohen_kappa(
@@ -83,16 +85,21 @@ def cohen_kappa(
     predicted = counts.predicted_positives.astype(np.float64)
     total = float(counts.total)
     if total == 0:
-        return undefined_scalar(zero_division, "Cohen's kappa is ill-defined and being set to 0.0 "
-                                "because there are no samples.")
+        return undefined_scalar(
+            zero_division,
+            "Cohen's kappa is ill-defined and being set to 0.0 because there are no samples.",
+        )
     if weights is None:
         # 0/1 weights reduce both sums to O(K): sum w C = N - trace, sum w E = N - sum AP PP / N
         # (K = 1000: 0.05 ms instead of 16 ms for the K×K products). sum w E is a sum of
         # non-negative products, zero exactly when one class holds every true and predicted
         # sample; test that directly, as the subtraction need not give 0.0 for float weights.
         if _single_class(counts):
-            return undefined_scalar(zero_division, "Cohen's kappa is ill-defined and being set "
-                                    "to 0.0 because chance agreement is perfect.")
+            return undefined_scalar(
+                zero_division,
+                "Cohen's kappa is ill-defined and being set "
+                "to 0.0 because chance agreement is perfect.",
+            )
         observed = total - float(counts.true_positives.sum())
         denominator = total - float(np.dot(actual, predicted)) / total
     else:
@@ -104,8 +111,11 @@ def cohen_kappa(
         observed = float(np.einsum("ij,ij->", w, counts.matrix.astype(np.float64, copy=False)))
         denominator = float(actual @ w @ predicted) / total
     if denominator == 0:
-        return undefined_scalar(zero_division, "Cohen's kappa is ill-defined and being set to 0.0 "
-                                "because chance agreement is perfect.")
+        return undefined_scalar(
+            zero_division,
+            "Cohen's kappa is ill-defined and being set to 0.0 "
+            "because chance agreement is perfect.",
+        )
     return float(1 - observed / denominator)
 
 
@@ -139,8 +149,11 @@ def matthews_corrcoef(matrix: MatrixLike, *, zero_division: float = 0.0) -> floa
     product = cov_ypyp * cov_ytyt
     if product == 0:
         if replacement is None:
-            return undefined_scalar("warn", "Matthews correlation coefficient is ill-defined and "
-                                    "being set to 0.0 because truth or prediction is constant.")
+            return undefined_scalar(
+                "warn",
+                "Matthews correlation coefficient is ill-defined and "
+                "being set to 0.0 because truth or prediction is constant.",
+            )
         return replacement
     return float(cov_ytyp / np.sqrt(product))
 
@@ -164,19 +177,24 @@ def scott_pi(matrix: MatrixLike, *, zero_division: ZeroDivision = "warn") -> flo
     zero_division_value(zero_division)
     total = float(counts.total)
     if total == 0:
-        return undefined_scalar(zero_division, "Scott's pi is ill-defined and being set to 0.0 "
-                                "because there are no samples.")
+        return undefined_scalar(
+            zero_division,
+            "Scott's pi is ill-defined and being set to 0.0 because there are no samples.",
+        )
     observed = float(counts.true_positives.sum()) / total
     pooled = (counts.actual_positives + counts.predicted_positives) / (2 * total)
     expected = float(np.dot(pooled, pooled))
     if _single_class(counts):  # p_e = 1, tested exactly (the float sum may miss 1.0)
-        return undefined_scalar(zero_division, "Scott's pi is ill-defined and being set to 0.0 "
-                                "because chance agreement is perfect.")
+        return undefined_scalar(
+            zero_division,
+            "Scott's pi is ill-defined and being set to 0.0 because chance agreement is perfect.",
+        )
     return (observed - expected) / (1 - expected)
 
 
-def cohen_kappa_standard_error(matrix: MatrixLike, *, zero_division: ZeroDivision = "warn"
-                               ) -> float:
+def cohen_kappa_standard_error(
+    matrix: MatrixLike, *, zero_division: ZeroDivision = "warn"
+) -> float:
     """Large-sample standard error of unweighted Cohen's kappa.
 
     ``SE = sqrt(p_o (1 - p_o) / (N (1 - p_e)²))`` with ``p_o`` the accuracy and
@@ -193,13 +211,19 @@ def cohen_kappa_standard_error(matrix: MatrixLike, *, zero_division: ZeroDivisio
     zero_division_value(zero_division)
     total = float(counts.total)
     if total == 0:
-        return undefined_scalar(zero_division, "Kappa standard error is ill-defined and being "
-                                "set to 0.0 because there are no samples.")
+        return undefined_scalar(
+            zero_division,
+            "Kappa standard error is ill-defined and being "
+            "set to 0.0 because there are no samples.",
+        )
     observed = float(counts.true_positives.sum()) / total
     expected = float(np.dot(counts.actual_positives / total, counts.predicted_positives / total))
     if _single_class(counts):  # p_e = 1, tested exactly (the float sum may miss 1.0)
-        return undefined_scalar(zero_division, "Kappa standard error is ill-defined and being "
-                                "set to 0.0 because chance agreement is perfect.")
+        return undefined_scalar(
+            zero_division,
+            "Kappa standard error is ill-defined and being "
+            "set to 0.0 because chance agreement is perfect.",
+        )
     return float(np.sqrt(observed * (1 - observed) / (total * (1 - expected) ** 2)))
 
 
@@ -230,7 +254,13 @@ def ovr_matthews_corrcoef(
     tp, fp, fn, tn = (x.astype(np.float64) for x in (sel.tp, sel.fp, sel.fn, sel.tn))
     numerator = tp * tn - fp * fn
     denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
-    scores = divide(numerator, denominator, zero_division, metric="Matthews correlation "
-                    "coefficient", missing="true, predicted, negative or predicted negative")
-    return reduce_scores(scores, average, sel.support, zero_division,
-                         metric="Matthews correlation coefficient")
+    scores = divide(
+        numerator,
+        denominator,
+        zero_division,
+        metric="Matthews correlation coefficient",
+        missing="true, predicted, negative or predicted negative",
+    )
+    return reduce_scores(
+        scores, average, sel.support, zero_division, metric="Matthews correlation coefficient"
+    )

@@ -65,14 +65,17 @@ class BatchedCounts:
         array = np.asarray(stack)
         if array.ndim != 3 or array.shape[1] != array.shape[2] or array.shape[1] == 0:
             raise ValueError(
-                f"`stack` must be a (B, K, K) array of confusion matrices, got shape "
-                f"{array.shape}."
+                f"`stack` must be a (B, K, K) array of confusion matrices, got shape {array.shape}."
             )
         if array.dtype.kind not in "biuf":
             raise TypeError(f"`stack` must hold numbers, got dtype {array.dtype}.")
         ap = array.sum(axis=2)
-        return cls(tp=np.diagonal(array, axis1=1, axis2=2).copy(), ap=ap,
-                   pp=array.sum(axis=1), total=ap.sum(axis=1))
+        return cls(
+            tp=np.diagonal(array, axis1=1, axis2=2).copy(),
+            ap=ap,
+            pp=array.sum(axis=1),
+            total=ap.sum(axis=1),
+        )
 
     @property
     def num_matrices(self) -> int:
@@ -107,8 +110,9 @@ def _ratio(numerator: np.ndarray, denominator: np.ndarray, zd: float) -> np.ndar
     return result
 
 
-def _mean_rows(scores: np.ndarray, include: np.ndarray, weights: np.ndarray | None,
-               zd: float) -> np.ndarray:
+def _mean_rows(
+    scores: np.ndarray, include: np.ndarray, weights: np.ndarray | None, zd: float
+) -> np.ndarray:
     """Row-wise (weighted) mean of ``scores`` over ``include``, skipping NaN entries.
 
     A row with nothing included is ``zd`` (an average over no class); a row whose included
@@ -137,9 +141,15 @@ def _select(counts: BatchedCounts, labels: Labels):
     return tp, ap, pp
 
 
-def _set_metric(stack: StackLike, numerator: Callable, denominator: Callable,
-                average: Average, labels: Labels, zero_division: ZeroDivision,
-                ignore_absent: bool) -> np.ndarray:
+def _set_metric(
+    stack: StackLike,
+    numerator: Callable,
+    denominator: Callable,
+    average: Average,
+    labels: Labels,
+    zero_division: ZeroDivision,
+    ignore_absent: bool,
+) -> np.ndarray:
     """A per-class ratio ``numerator(tp, ap, pp) / denominator(tp, ap, pp)``, averaged."""
     check_average(average)
     if not isinstance(ignore_absent, (bool, np.bool_)):
@@ -163,22 +173,55 @@ def _set_metric(stack: StackLike, numerator: Callable, denominator: Callable,
     return _mean_rows(scores, include, ap if average == "weighted" else None, zd)
 
 
-def precision(stack: StackLike, *, average: Average = None, labels: Labels = None,
-              zero_division: ZeroDivision = "warn", ignore_absent: bool = False) -> np.ndarray:
+def precision(
+    stack: StackLike,
+    *,
+    average: Average = None,
+    labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
+    ignore_absent: bool = False,
+) -> np.ndarray:
     """Precision ``TP_i / PP_i`` of each matrix (see :func:`metricstream.metrics.precision`)."""
-    return _set_metric(stack, lambda tp, ap, pp: tp, lambda tp, ap, pp: pp, average, labels,
-                       zero_division, ignore_absent)
+    return _set_metric(
+        stack,
+        lambda tp, ap, pp: tp,
+        lambda tp, ap, pp: pp,
+        average,
+        labels,
+        zero_division,
+        ignore_absent,
+    )
 
 
-def recall(stack: StackLike, *, average: Average = None, labels: Labels = None,
-           zero_division: ZeroDivision = "warn", ignore_absent: bool = False) -> np.ndarray:
+def recall(
+    stack: StackLike,
+    *,
+    average: Average = None,
+    labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
+    ignore_absent: bool = False,
+) -> np.ndarray:
     """Recall ``TP_i / AP_i`` of each matrix (see :func:`metricstream.metrics.recall`)."""
-    return _set_metric(stack, lambda tp, ap, pp: tp, lambda tp, ap, pp: ap, average, labels,
-                       zero_division, ignore_absent)
+    return _set_metric(
+        stack,
+        lambda tp, ap, pp: tp,
+        lambda tp, ap, pp: ap,
+        average,
+        labels,
+        zero_division,
+        ignore_absent,
+    )
 
 
-def fbeta(stack: StackLike, beta: float, *, average: Average = None, labels: Labels = None,
-          zero_division: ZeroDivision = "warn", ignore_absent: bool = False) -> np.ndarray:
+def fbeta(
+    stack: StackLike,
+    beta: float,
+    *,
+    average: Average = None,
+    labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
+    ignore_absent: bool = False,
+) -> np.ndarray:
     """F-beta ``(1 + β²) TP_i / (β² AP_i + PP_i)`` of each matrix (see
     :func:`metricstream.metrics.fbeta`; ``β = 0`` is precision, ``β = inf`` recall)."""
     if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)):
@@ -186,33 +229,74 @@ def fbeta(stack: StackLike, beta: float, *, average: Average = None, labels: Lab
     if not beta >= 0:
         raise ValueError(f"`beta` must be non-negative, got {beta!r}.")
     if np.isposinf(beta):
-        return recall(stack, average=average, labels=labels, zero_division=zero_division,
-                      ignore_absent=ignore_absent)
+        return recall(
+            stack,
+            average=average,
+            labels=labels,
+            zero_division=zero_division,
+            ignore_absent=ignore_absent,
+        )
     if beta == 0:
-        return precision(stack, average=average, labels=labels, zero_division=zero_division,
-                         ignore_absent=ignore_absent)
+        return precision(
+            stack,
+            average=average,
+            labels=labels,
+            zero_division=zero_division,
+            ignore_absent=ignore_absent,
+        )
     beta2 = float(beta) ** 2
-    return _set_metric(stack, lambda tp, ap, pp: (1 + beta2) * tp,
-                       lambda tp, ap, pp: beta2 * ap + pp, average, labels, zero_division,
-                       ignore_absent)
+    return _set_metric(
+        stack,
+        lambda tp, ap, pp: (1 + beta2) * tp,
+        lambda tp, ap, pp: beta2 * ap + pp,
+        average,
+        labels,
+        zero_division,
+        ignore_absent,
+    )
 
 
-def f1(stack: StackLike, *, average: Average = None, labels: Labels = None,
-       zero_division: ZeroDivision = "warn", ignore_absent: bool = False) -> np.ndarray:
+def f1(
+    stack: StackLike,
+    *,
+    average: Average = None,
+    labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
+    ignore_absent: bool = False,
+) -> np.ndarray:
     """F1 ``2 TP_i / (AP_i + PP_i)`` of each matrix (see :func:`metricstream.metrics.f1`)."""
-    return fbeta(stack, 1.0, average=average, labels=labels, zero_division=zero_division,
-                 ignore_absent=ignore_absent)
+    return fbeta(
+        stack,
+        1.0,
+        average=average,
+        labels=labels,
+        zero_division=zero_division,
+        ignore_absent=ignore_absent,
+    )
 
 
 dice = f1
 
 
-def jaccard(stack: StackLike, *, average: Average = None, labels: Labels = None,
-            zero_division: ZeroDivision = "warn", ignore_absent: bool = False) -> np.ndarray:
+def jaccard(
+    stack: StackLike,
+    *,
+    average: Average = None,
+    labels: Labels = None,
+    zero_division: ZeroDivision = "warn",
+    ignore_absent: bool = False,
+) -> np.ndarray:
     """IoU ``TP_i / (AP_i + PP_i - TP_i)`` of each matrix (see
     :func:`metricstream.metrics.jaccard`)."""
-    return _set_metric(stack, lambda tp, ap, pp: tp, lambda tp, ap, pp: ap + pp - tp, average,
-                       labels, zero_division, ignore_absent)
+    return _set_metric(
+        stack,
+        lambda tp, ap, pp: tp,
+        lambda tp, ap, pp: ap + pp - tp,
+        average,
+        labels,
+        zero_division,
+        ignore_absent,
+    )
 
 
 def accuracy(stack: StackLike, *, zero_division: ZeroDivision = "warn") -> np.ndarray:
@@ -227,8 +311,9 @@ def hamming_loss(stack: StackLike, *, zero_division: ZeroDivision = "warn") -> n
     return _ratio(counts.total - counts.tp.sum(axis=1), counts.total, _zd(zero_division))
 
 
-def balanced_accuracy(stack: StackLike, *, adjusted: bool = False,
-                      zero_division: ZeroDivision = "warn") -> np.ndarray:
+def balanced_accuracy(
+    stack: StackLike, *, adjusted: bool = False, zero_division: ZeroDivision = "warn"
+) -> np.ndarray:
     """Mean recall over the classes present in each matrix's truth (see
     :func:`metricstream.metrics.balanced_accuracy`); ``adjusted`` maps chance to 0."""
     if not isinstance(adjusted, (bool, np.bool_)):
@@ -290,21 +375,26 @@ def matthews_corrcoef(stack: StackLike, *, zero_division: float = 0.0) -> np.nda
     return np.where(product == 0, zd, cov_tp / np.sqrt(np.where(product == 0, 1.0, product)))
 
 
-def cohen_kappa(stack: StackLike, *, weights: None = None,
-                zero_division: ZeroDivision = "warn") -> np.ndarray:
+def cohen_kappa(
+    stack: StackLike, *, weights: None = None, zero_division: ZeroDivision = "warn"
+) -> np.ndarray:
     """Unweighted Cohen's kappa ``(p_o - p_e) / (1 - p_e)`` of each matrix (see
     :func:`metricstream.metrics.cohen_kappa`); no samples or perfect chance agreement (at
     most one class used) gives ``zero_division``."""
     if weights is not None:
-        raise ValueError("`weights` of a batched kappa must be None (unweighted); weighted "
-                         "kappa is evaluated one matrix at a time.")
+        raise ValueError(
+            "`weights` of a batched kappa must be None (unweighted); weighted "
+            "kappa is evaluated one matrix at a time."
+        )
     zd = _zd(zero_division)
     counts = as_batched(stack)
     total = counts.total.astype(np.float64)
     safe = np.where(total == 0, 1.0, total)
     observed = total - counts.tp.sum(axis=1)
-    chance = total - np.einsum("bi,bi->b", counts.ap.astype(np.float64),
-                               counts.pp.astype(np.float64)) / safe
+    chance = (
+        total
+        - np.einsum("bi,bi->b", counts.ap.astype(np.float64), counts.pp.astype(np.float64)) / safe
+    )
     single = ((counts.ap != 0) | (counts.pp != 0)).sum(axis=1) <= 1
     undefined = (total == 0) | single | (chance == 0)
     return np.where(undefined, zd, 1 - observed / np.where(undefined, 1.0, chance))

@@ -59,8 +59,9 @@ def _coarse(values: object, n_bins: int, name: str) -> np.ndarray:
     return array.reshape(n_bins, fine // n_bins).sum(axis=1)
 
 
-def reliability_diagram(counts: object, correct: object, confidence: object,
-                        n_bins: int = 15) -> ReliabilityDiagram:
+def reliability_diagram(
+    counts: object, correct: object, confidence: object, n_bins: int = 15
+) -> ReliabilityDiagram:
     """Accuracy and mean confidence per coarse bin (see the module docstring).
 
     Example:
@@ -77,8 +78,9 @@ def reliability_diagram(counts: object, correct: object, confidence: object,
     return ReliabilityDiagram(np.linspace(0.0, 1.0, n_bins + 1), count, accuracy, mean_conf)
 
 
-def calibration_error(counts: object, correct: object, confidence: object, n_bins: int = 15,
-                      norm: Norm = "l1") -> float:
+def calibration_error(
+    counts: object, correct: object, confidence: object, n_bins: int = 15, norm: Norm = "l1"
+) -> float:
     """Expected (``"l1"``, ``"l2"``) or maximum (``"max"``) calibration error.
 
     ``ECE = sum_j (n_j / n) |acc_j - conf_j|``; see the module docstring for the other norms
@@ -93,8 +95,11 @@ def calibration_error(counts: object, correct: object, confidence: object, n_bin
     diagram = reliability_diagram(counts, correct, confidence, n_bins)
     total = diagram.counts.sum()
     if total <= 0:
-        warnings.warn("Calibration error is undefined (NaN): no samples were counted.",
-                      UndefinedMetricWarning, stacklevel=2)
+        warnings.warn(
+            "Calibration error is undefined (NaN): no samples were counted.",
+            UndefinedMetricWarning,
+            stacklevel=2,
+        )
         return float("nan")
     filled = diagram.counts > 0
     gap = np.abs(diagram.accuracy[filled] - diagram.confidence[filled])
@@ -112,7 +117,10 @@ def mean_loss(loss_sum: float, total: float, name: str) -> float:
     NaN with an ``UndefinedMetricWarning`` when nothing was counted (``total == 0``).
     """
     if total <= 0:
-        warnings.warn(f"{name} is undefined (NaN): no samples were counted.",
-                      UndefinedMetricWarning, stacklevel=2)
+        warnings.warn(
+            f"{name} is undefined (NaN): no samples were counted.",
+            UndefinedMetricWarning,
+            stacklevel=2,
+        )
         return float("nan")
     return float(loss_sum) / float(total)

@@ -96,8 +96,7 @@ def _check_average(average: object) -> None:
         )
 
 
-def _average(values: np.ndarray, average: CurveAverage, support: np.ndarray
-             ) -> float | np.ndarray:
+def _average(values: np.ndarray, average: CurveAverage, support: np.ndarray) -> float | np.ndarray:
     """Mean of the defined (non-NaN) per-class values, weighted by support for "weighted"."""
     if average is None:
         return values
@@ -131,8 +130,9 @@ def _warn(message: str, stacklevel: int = 3) -> None:
 
 
 # ---------------------------------------------------------------------------------- curves
-def clf_counts(positives: object, negatives: object, bin_values: object
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def clf_counts(
+    positives: object, negatives: object, bin_values: object
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(fps, tps, thresholds)`` of one class at each distinct threshold, highest first.
 
     The counterpart of scikit-learn's ``confusion_matrix_at_thresholds``: one entry per
@@ -150,8 +150,9 @@ def clf_counts(positives: object, negatives: object, bin_values: object
     return np.cumsum(neg[order]), np.cumsum(pos[order]), values[order]
 
 
-def roc_curve(positives: object, negatives: object, bin_values: object, *,
-              drop_intermediate: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def roc_curve(
+    positives: object, negatives: object, bin_values: object, *, drop_intermediate: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(fpr, tpr, thresholds)`` of one class, as ``sklearn.metrics.roc_curve``.
 
     ``fpr = FP / N`` and ``tpr = TP / P`` at each distinct threshold (highest first), after the
@@ -161,8 +162,7 @@ def roc_curve(positives: object, negatives: object, bin_values: object, *,
     """
     fps, tps, thresholds = clf_counts(positives, negatives, bin_values)
     if drop_intermediate and fps.shape[0] > 2:
-        keep = np.flatnonzero(np.r_[True, np.logical_or(np.diff(fps, 2), np.diff(tps, 2)),
-                                    True])
+        keep = np.flatnonzero(np.r_[True, np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), True])
         fps, tps, thresholds = fps[keep], tps[keep], thresholds[keep]
     tps = np.r_[0.0, tps]
     fps = np.r_[0.0, fps]
@@ -180,9 +180,9 @@ def roc_curve(positives: object, negatives: object, bin_values: object, *,
     return fpr, tpr, thresholds
 
 
-def precision_recall_curve(positives: object, negatives: object, bin_values: object, *,
-                           drop_intermediate: bool = False
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def precision_recall_curve(
+    positives: object, negatives: object, bin_values: object, *, drop_intermediate: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(precision, recall, thresholds)`` of one class, as
     ``sklearn.metrics.precision_recall_curve``.
 
@@ -193,8 +193,7 @@ def precision_recall_curve(positives: object, negatives: object, bin_values: obj
     """
     fps, tps, thresholds = clf_counts(positives, negatives, bin_values)
     if drop_intermediate and fps.shape[0] > 2:
-        keep = np.flatnonzero(np.r_[True, np.logical_or(np.diff(tps[:-1]), np.diff(tps[1:])),
-                                    True])
+        keep = np.flatnonzero(np.r_[True, np.logical_or(np.diff(tps[:-1]), np.diff(tps[1:])), True])
         fps, tps, thresholds = fps[keep], tps[keep], thresholds[keep]
     predicted = tps + fps
     precision = np.divide(tps, predicted, out=np.zeros_like(tps), where=predicted != 0)
@@ -207,8 +206,9 @@ def precision_recall_curve(positives: object, negatives: object, bin_values: obj
 
 
 # ---------------------------------------------------------------------------------- areas
-def _auroc_parts(pos: np.ndarray, neg: np.ndarray, exact: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _auroc_parts(
+    pos: np.ndarray, neg: np.ndarray, exact: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     positives = pos.sum(axis=-1)
     negatives = neg.sum(axis=-1)
     below = np.cumsum(neg, axis=-1) - neg
@@ -231,8 +231,9 @@ def _warn_auroc(positives: np.ndarray, negatives: np.ndarray) -> None:
         _warn("ROC AUC is undefined (NaN) for classes without negative samples.", 4)
 
 
-def auroc_bounds(positives: object, negatives: object, *, exact: object = None,
-                 average: CurveAverage = None) -> Bounded:
+def auroc_bounds(
+    positives: object, negatives: object, *, exact: object = None, average: CurveAverage = None
+) -> Bounded:
     """Area under the ROC curve with its worst-case interval; see :func:`auroc`.
 
     The half-width of the interval of a class is ``sum_b positives[b] * negatives[b] /
@@ -258,8 +259,9 @@ def auroc_bounds(positives: object, negatives: object, *, exact: object = None,
     return Bounded(_scalar(value, squeeze), _scalar(lower, squeeze), _scalar(upper, squeeze))
 
 
-def auroc(positives: object, negatives: object, *,
-          average: CurveAverage = None) -> float | np.ndarray:
+def auroc(
+    positives: object, negatives: object, *, average: CurveAverage = None
+) -> float | np.ndarray:
     """Area under the ROC curve: ``sum_b pos[b] * (FP(b + 1) + neg[b] / 2) / (P * N)``.
 
     Equal to ``sklearn.metrics.roc_auc_score`` on the raw scores when the bins hold one value
@@ -276,8 +278,9 @@ def auroc(positives: object, negatives: object, *,
     return auroc_bounds(positives, negatives, average=average).value
 
 
-def _ap_parts(pos: np.ndarray, neg: np.ndarray, exact: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _ap_parts(
+    pos: np.ndarray, neg: np.ndarray, exact: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     pos_d, neg_d, tps, fps, tps_above, fps_above = _descending(pos, neg)
     positives = tps[..., -1] if tps.shape[-1] else np.zeros(pos.shape[:-1])
     predicted = tps + fps
@@ -286,13 +289,15 @@ def _ap_parts(pos: np.ndarray, neg: np.ndarray, exact: np.ndarray
     # Best order inside a bin: its positives first, all tied; worst: its negatives first, then
     # each positive alone, sum_{i=1..p} (a + i) / (b + i) >= p - (b - a) * log(1 + p / b) with
     # a = TP above, b = TP above + FP above + negatives of the bin.
-    best_precision = np.divide(tps, tps + fps_above, out=np.ones_like(tps),
-                               where=(tps + fps_above) > 0)
+    best_precision = np.divide(
+        tps, tps + fps_above, out=np.ones_like(tps), where=(tps + fps_above) > 0
+    )
     best = (pos_d * best_precision).sum(axis=-1)
     base = tps_above + fps
     with np.errstate(divide="ignore", invalid="ignore"):
-        loss = np.where(base > 0, (base - tps_above) * np.log1p(pos_d / np.where(base > 0, base,
-                                                                                   1.0)), 0.0)
+        loss = np.where(
+            base > 0, (base - tps_above) * np.log1p(pos_d / np.where(base > 0, base, 1.0)), 0.0
+        )
     worst = (pos_d - loss).sum(axis=-1)
     exact2 = exact if pos.ndim == 2 else exact[0]
     best = np.where(exact2, steps, best + _SLACK * positives)
@@ -302,8 +307,9 @@ def _ap_parts(pos: np.ndarray, neg: np.ndarray, exact: np.ndarray
     return steps * scale, worst * scale, best * scale, positives
 
 
-def average_precision_bounds(positives: object, negatives: object, *, exact: object = None,
-                             average: CurveAverage = None) -> Bounded:
+def average_precision_bounds(
+    positives: object, negatives: object, *, exact: object = None, average: CurveAverage = None
+) -> Bounded:
     """Average precision with its worst-case interval; see :func:`average_precision`.
 
     In each bin holding several values the raw order is unknown: the upper end assumes the
@@ -321,15 +327,21 @@ def average_precision_bounds(positives: object, negatives: object, *, exact: obj
         squeeze = True
     ap, lower, upper, support = (np.atleast_1d(x) for x in _ap_parts(pos, neg, flags))
     if np.any(support <= 0):
-        _warn("Average precision is set to 0.0 for classes without positive samples "
-              "(recall is undefined).", 3)
-    return Bounded(_scalar(_average(ap, average, support), squeeze),
-                   _scalar(_average(lower, average, support), squeeze),
-                   _scalar(_average(upper, average, support), squeeze))
+        _warn(
+            "Average precision is set to 0.0 for classes without positive samples "
+            "(recall is undefined).",
+            3,
+        )
+    return Bounded(
+        _scalar(_average(ap, average, support), squeeze),
+        _scalar(_average(lower, average, support), squeeze),
+        _scalar(_average(upper, average, support), squeeze),
+    )
 
 
-def average_precision(positives: object, negatives: object, *,
-                      average: CurveAverage = None) -> float | np.ndarray:
+def average_precision(
+    positives: object, negatives: object, *, average: CurveAverage = None
+) -> float | np.ndarray:
     """Average precision ``sum_b (pos[b] / P) * TP(b) / (TP(b) + FP(b))``.
 
     scikit-learn's ``average_precision_score`` (a step sum over distinct thresholds, not the
@@ -361,8 +373,9 @@ def _points(pos: np.ndarray, neg: np.ndarray, values: np.ndarray) -> dict[str, n
     }
 
 
-def _select(value: np.ndarray, feasible: np.ndarray, tiebreak: np.ndarray,
-            thresholds: np.ndarray) -> tuple[float, float]:
+def _select(
+    value: np.ndarray, feasible: np.ndarray, tiebreak: np.ndarray, thresholds: np.ndarray
+) -> tuple[float, float]:
     """Largest feasible ``value``, ties broken by the larger ``tiebreak``."""
     if not feasible.any():
         return 0.0, float("inf")
@@ -375,17 +388,30 @@ def _select(value: np.ndarray, feasible: np.ndarray, tiebreak: np.ndarray,
 def _ratio(numerator: np.ndarray, denominator: np.ndarray | float, empty: float) -> np.ndarray:
     numerator = np.asarray(numerator, dtype=np.float64)
     denominator = np.broadcast_to(np.asarray(denominator, dtype=np.float64), numerator.shape)
-    return np.divide(numerator, denominator, out=np.full(numerator.shape, empty),
-                     where=denominator > 0)
+    return np.divide(
+        numerator, denominator, out=np.full(numerator.shape, empty), where=denominator > 0
+    )
 
 
-Target = Literal["precision_at_recall", "recall_at_precision", "sensitivity_at_specificity",
-                 "specificity_at_sensitivity", "f1", "youden"]
+Target = Literal[
+    "precision_at_recall",
+    "recall_at_precision",
+    "sensitivity_at_specificity",
+    "specificity_at_sensitivity",
+    "f1",
+    "youden",
+]
 
 
-def operating_point(positives: object, negatives: object, bin_values: object, target: Target,
-                    constraint: float = 0.0, *, exact: object = None
-                    ) -> tuple[OperatingPoint, Bounded]:
+def operating_point(
+    positives: object,
+    negatives: object,
+    bin_values: object,
+    target: Target,
+    constraint: float = 0.0,
+    *,
+    exact: object = None,
+) -> tuple[OperatingPoint, Bounded]:
     """The best threshold of one class for ``target``, and the interval of the best value.
 
     ``target`` and its meaning (``P``, ``N`` the positives and negatives; among thresholds at
@@ -422,8 +448,10 @@ def operating_point(positives: object, negatives: object, bin_values: object, ta
     needs_pos = target != "f1" or total_pos == 0
     needs_neg = target in ("sensitivity_at_specificity", "specificity_at_sensitivity", "youden")
     if (needs_pos and total_pos <= 0) or (needs_neg and total_neg <= 0):
-        _warn(f"{target} is undefined (NaN) for a class without "
-              f"{'positive' if total_pos <= 0 else 'negative'} samples.")
+        _warn(
+            f"{target} is undefined (NaN) for a class without "
+            f"{'positive' if total_pos <= 0 else 'negative'} samples."
+        )
         nan = float("nan")
         return OperatingPoint(nan, nan), Bounded(nan, nan, nan)
     recall = _ratio(tps, total_pos, 0.0)

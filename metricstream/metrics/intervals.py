@@ -97,8 +97,7 @@ def proportion_interval(
         (1.0, 1.0)
     """
     if method not in METHODS:
-        raise ValueError(f"`method` must be 'wilson', 'normal' or 'agresti-coull', "
-                         f"got {method!r}.")
+        raise ValueError(f"`method` must be 'wilson', 'normal' or 'agresti-coull', got {method!r}.")
     crit = _z(confidence, z)
     scalar = np.ndim(successes) == 0 and np.ndim(trials) == 0
     x = np.asarray(successes, dtype=np.float64)
@@ -129,8 +128,13 @@ def proportion_interval(
     return low, high
 
 
-def accuracy_interval(matrix: MatrixLike, *, method: IntervalMethod = "wilson",
-                      confidence: float = 0.95, z: float | None = None) -> tuple[float, float]:
+def accuracy_interval(
+    matrix: MatrixLike,
+    *,
+    method: IntervalMethod = "wilson",
+    confidence: float = 0.95,
+    z: float | None = None,
+) -> tuple[float, float]:
     """Confidence interval for accuracy ``Σ TP_i / N`` (see :func:`proportion_interval`).
 
     Example:
@@ -139,19 +143,26 @@ def accuracy_interval(matrix: MatrixLike, *, method: IntervalMethod = "wilson",
         (0.3003, 0.665)
     """
     counts = as_counts(matrix)
-    return proportion_interval(counts.true_positives.sum(), counts.total, method=method,
-                               confidence=confidence, z=z)
+    return proportion_interval(
+        counts.true_positives.sum(), counts.total, method=method, confidence=confidence, z=z
+    )
 
 
 def _class_interval(matrix, labels, successes, trials, method, confidence, z):
     sel = select(matrix, labels=labels)
-    return proportion_interval(successes(sel), trials(sel), method=method,
-                               confidence=confidence, z=z)
+    return proportion_interval(
+        successes(sel), trials(sel), method=method, confidence=confidence, z=z
+    )
 
 
-def recall_interval(matrix: MatrixLike, *, labels: Labels = None,
-                    method: IntervalMethod = "wilson", confidence: float = 0.95,
-                    z: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def recall_interval(
+    matrix: MatrixLike,
+    *,
+    labels: Labels = None,
+    method: IntervalMethod = "wilson",
+    confidence: float = 0.95,
+    z: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-class confidence intervals for recall ``TP_i / AP_i`` (arrays ``low``, ``high``).
 
     Example:
@@ -162,33 +173,53 @@ def recall_interval(matrix: MatrixLike, *, labels: Labels = None,
     return _class_interval(matrix, labels, lambda s: s.tp, lambda s: s.ap, method, confidence, z)
 
 
-def precision_interval(matrix: MatrixLike, *, labels: Labels = None,
-                       method: IntervalMethod = "wilson", confidence: float = 0.95,
-                       z: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def precision_interval(
+    matrix: MatrixLike,
+    *,
+    labels: Labels = None,
+    method: IntervalMethod = "wilson",
+    confidence: float = 0.95,
+    z: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-class confidence intervals for precision ``TP_i / PP_i``."""
     return _class_interval(matrix, labels, lambda s: s.tp, lambda s: s.pp, method, confidence, z)
 
 
-def specificity_interval(matrix: MatrixLike, *, labels: Labels = None,
-                         method: IntervalMethod = "wilson", confidence: float = 0.95,
-                         z: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def specificity_interval(
+    matrix: MatrixLike,
+    *,
+    labels: Labels = None,
+    method: IntervalMethod = "wilson",
+    confidence: float = 0.95,
+    z: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-class confidence intervals for specificity ``TN_i / (N - AP_i)``."""
-    return _class_interval(matrix, labels, lambda s: s.tn, lambda s: s.tn + s.fp, method,
-                           confidence, z)
+    return _class_interval(
+        matrix, labels, lambda s: s.tn, lambda s: s.tn + s.fp, method, confidence, z
+    )
 
 
 def negative_predictive_value_interval(
-    matrix: MatrixLike, *, labels: Labels = None, method: IntervalMethod = "wilson",
-    confidence: float = 0.95, z: float | None = None,
+    matrix: MatrixLike,
+    *,
+    labels: Labels = None,
+    method: IntervalMethod = "wilson",
+    confidence: float = 0.95,
+    z: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-class confidence intervals for the negative predictive value ``TN_i / (N - PP_i)``."""
-    return _class_interval(matrix, labels, lambda s: s.tn, lambda s: s.tn + s.fn, method,
-                           confidence, z)
+    return _class_interval(
+        matrix, labels, lambda s: s.tn, lambda s: s.tn + s.fn, method, confidence, z
+    )
 
 
-def cohen_kappa_interval(matrix: MatrixLike, *, confidence: float = 0.95,
-                         z: float | None = None,
-                         zero_division: ZeroDivision = "warn") -> tuple[float, float]:
+def cohen_kappa_interval(
+    matrix: MatrixLike,
+    *,
+    confidence: float = 0.95,
+    z: float | None = None,
+    zero_division: ZeroDivision = "warn",
+) -> tuple[float, float]:
     """Confidence interval ``kappa ± z SE`` for unweighted Cohen's kappa, clipped to [-1, 1].
 
     ``SE`` is :func:`~metricstream.metrics.cohen_kappa_standard_error`. When kappa is
@@ -203,8 +234,11 @@ def cohen_kappa_interval(matrix: MatrixLike, *, confidence: float = 0.95,
     zero_division_value(zero_division)
     crit = _z(confidence, z)
     if counts.total == 0 or _single_class(counts):  # kappa is undefined
-        value = undefined_scalar(zero_division, "Kappa confidence interval is ill-defined and "
-                                 "being set to 0.0 because kappa is undefined.")
+        value = undefined_scalar(
+            zero_division,
+            "Kappa confidence interval is ill-defined and "
+            "being set to 0.0 because kappa is undefined.",
+        )
         return value, value
     kappa = cohen_kappa(counts, zero_division=zero_division)
     se = cohen_kappa_standard_error(counts, zero_division=zero_division)

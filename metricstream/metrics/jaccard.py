@@ -40,8 +40,9 @@ def jaccard(
         0.5
     """
     zero_division_value(zero_division)
-    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent,
-                 pos_label=pos_label)
+    sel = select(
+        matrix, labels=labels, average=average, ignore_absent=ignore_absent, pos_label=pos_label
+    )
     union = sel.ap + sel.pp - sel.tp
     scores = divide(sel.tp, union, zero_division, metric="Jaccard", missing="true or predicted")
     return reduce_scores(scores, average, sel.support, zero_division, metric="Jaccard")
@@ -67,8 +68,15 @@ def dice(
         >>> dice([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.4211, 0.3077, 0.6667])
     """
-    return fbeta(matrix, 1.0, average=average, labels=labels, zero_division=zero_division,
-                 ignore_absent=ignore_absent, pos_label=pos_label)
+    return fbeta(
+        matrix,
+        1.0,
+        average=average,
+        labels=labels,
+        zero_division=zero_division,
+        ignore_absent=ignore_absent,
+        pos_label=pos_label,
+    )
 
 
 def miou(matrix: MatrixLike, *, zero_division: ZeroDivision = "warn") -> float:
@@ -89,8 +97,9 @@ def miou(matrix: MatrixLike, *, zero_division: ZeroDivision = "warn") -> float:
     union = counts.actual_positives + counts.predicted_positives - counts.true_positives
     present = union != 0
     if not present.any():
-        return undefined_scalar(zero_division, "mIoU is ill-defined and being set to 0.0 because "
-                                "there are no samples.")
+        return undefined_scalar(
+            zero_division, "mIoU is ill-defined and being set to 0.0 because there are no samples."
+        )
     return float(np.mean(counts.true_positives[present] / union[present]))
 
 
@@ -109,8 +118,9 @@ def fwiou(matrix: MatrixLike, *, zero_division: ZeroDivision = "warn") -> float:
     counts = as_counts(matrix)
     zero_division_value(zero_division)
     if counts.total == 0:
-        return undefined_scalar(zero_division, "FWIoU is ill-defined and being set to 0.0 "
-                                "because there are no samples.")
+        return undefined_scalar(
+            zero_division, "FWIoU is ill-defined and being set to 0.0 because there are no samples."
+        )
     true = counts.actual_positives != 0
     tp, ap = counts.true_positives[true], counts.actual_positives[true]
     union = ap + counts.predicted_positives[true] - tp

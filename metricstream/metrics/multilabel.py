@@ -151,8 +151,7 @@ def _check_average(average: object) -> None:
         )
     if average not in _MULTILABEL_AVERAGES:
         raise ValueError(
-            f"`average` must be None, 'micro', 'macro', 'weighted' or 'samples', got "
-            f"{average!r}."
+            f"`average` must be None, 'micro', 'macro', 'weighted' or 'samples', got {average!r}."
         )
 
 
@@ -183,8 +182,16 @@ def _ratio_sum(grouped: np.ndarray, scale: float = 1.0) -> float:
     return float(np.sum((scale * grouped[1:].astype(np.float64)) / keys))
 
 
-def _samples_mean(stats: SampleStatistics, total: float, undefined: Any, defined: Any,
-                  zero_division: ZeroDivision, *, metric: str, missing: str) -> float:
+def _samples_mean(
+    stats: SampleStatistics,
+    total: float,
+    undefined: Any,
+    defined: Any,
+    zero_division: ZeroDivision,
+    *,
+    metric: str,
+    missing: str,
+) -> float:
     """The mean over samples of a per-sample ratio, as scikit-learn's ``_nanaverage`` of the
     per-sample values weighted by the sample weights.
 
@@ -194,8 +201,11 @@ def _samples_mean(stats: SampleStatistics, total: float, undefined: Any, defined
     """
     replacement = zero_division_value(zero_division)
     if stats.judged == 0 and stats.zero_weight == 0:
-        return undefined_scalar(zero_division, f"{metric} is ill-defined and being set to 0.0 "
-                                "because there are no samples.", stacklevel=5)
+        return undefined_scalar(
+            zero_division,
+            f"{metric} is ill-defined and being set to 0.0 because there are no samples.",
+            stacklevel=5,
+        )
     if isinstance(zero_division, str) and (undefined > 0 or stats.zero_weight > 0):
         _warn_samples(metric, missing, stats.count, stacklevel=5)
     if np.isnan(replacement):
@@ -205,25 +215,52 @@ def _samples_mean(stats: SampleStatistics, total: float, undefined: Any, defined
     return float((total + replacement * undefined) / stats.judged)
 
 
-def _samples_metric(counts: MultilabelCounts, which: str, zero_division: ZeroDivision,
-                    beta: float = 1.0) -> float:
+def _samples_metric(
+    counts: MultilabelCounts, which: str, zero_division: ZeroDivision, beta: float = 1.0
+) -> float:
     stats = counts.require_samples("average='samples'")
     if which == "precision":
-        return _samples_mean(stats, _ratio_sum(stats.tp_by_pred), stats.cardinality_pred[0],
-                             stats.cardinality_pred[1:].sum(), zero_division,
-                             metric="Precision", missing="predicted")
+        return _samples_mean(
+            stats,
+            _ratio_sum(stats.tp_by_pred),
+            stats.cardinality_pred[0],
+            stats.cardinality_pred[1:].sum(),
+            zero_division,
+            metric="Precision",
+            missing="predicted",
+        )
     if which == "recall":
-        return _samples_mean(stats, _ratio_sum(stats.tp_by_true), stats.cardinality_true[0],
-                             stats.cardinality_true[1:].sum(), zero_division,
-                             metric="Recall", missing="true")
+        return _samples_mean(
+            stats,
+            _ratio_sum(stats.tp_by_true),
+            stats.cardinality_true[0],
+            stats.cardinality_true[1:].sum(),
+            zero_division,
+            metric="Recall",
+            missing="true",
+        )
     defined = stats.judged - stats.neither
     if which == "jaccard":
-        return _samples_mean(stats, _ratio_sum(stats.tp_by_union), stats.neither, defined,
-                             zero_division, metric="Jaccard", missing="true or predicted")
+        return _samples_mean(
+            stats,
+            _ratio_sum(stats.tp_by_union),
+            stats.neither,
+            defined,
+            zero_division,
+            metric="Jaccard",
+            missing="true or predicted",
+        )
     key = _beta_key(stats, beta)
     a, b, grouped = stats.tp_by_fbeta[key]
-    return _samples_mean(stats, _ratio_sum(grouped, float(a + b)), stats.neither, defined,
-                         zero_division, metric="F-score", missing="true nor predicted")
+    return _samples_mean(
+        stats,
+        _ratio_sum(grouped, float(a + b)),
+        stats.neither,
+        defined,
+        zero_division,
+        metric="F-score",
+        missing="true nor predicted",
+    )
 
 
 def _beta_key(stats: SampleStatistics, beta: float) -> float:
@@ -278,8 +315,7 @@ def precision(
     if average == "samples":
         _check_all_labels(labels, counts.num_labels)
         return _samples_metric(counts, "precision", zero_division)
-    return _pr.precision(counts.labels, average=average, labels=labels,
-                         zero_division=zero_division)
+    return _pr.precision(counts.labels, average=average, labels=labels, zero_division=zero_division)
 
 
 def recall(
@@ -304,8 +340,7 @@ def recall(
     if average == "samples":
         _check_all_labels(labels, counts.num_labels)
         return _samples_metric(counts, "recall", zero_division)
-    return _pr.recall(counts.labels, average=average, labels=labels,
-                      zero_division=zero_division)
+    return _pr.recall(counts.labels, average=average, labels=labels, zero_division=zero_division)
 
 
 def fbeta(
@@ -340,8 +375,9 @@ def fbeta(
             zero_division_value(zero_division)
             return _samples_metric(counts, "precision" if beta == 0 else "recall", silent)
         return _samples_metric(counts, "fbeta", zero_division, beta)
-    return _pr.fbeta(counts.labels, beta, average=average, labels=labels,
-                     zero_division=zero_division)
+    return _pr.fbeta(
+        counts.labels, beta, average=average, labels=labels, zero_division=zero_division
+    )
 
 
 def f1(
@@ -388,8 +424,9 @@ def jaccard(
     if average == "samples":
         _check_all_labels(labels, counts.num_labels)
         return _samples_metric(counts, "jaccard", zero_division)
-    return _jaccard_score(counts.labels, average=average, labels=labels,
-                            zero_division=zero_division)
+    return _jaccard_score(
+        counts.labels, average=average, labels=labels, zero_division=zero_division
+    )
 
 
 def precision_recall_fscore_support(
@@ -425,8 +462,9 @@ def precision_recall_fscore_support(
 
 
 # ---------------------------------------------------------------------------- example-based
-def subset_accuracy(counts: MultilabelCounts, *, normalize: bool = True,
-                    zero_division: ZeroDivision = "warn") -> float:
+def subset_accuracy(
+    counts: MultilabelCounts, *, normalize: bool = True, zero_division: ZeroDivision = "warn"
+) -> float:
     """Subset accuracy: the (weighted) share of samples whose predicted label set equals the
     true set exactly (scikit-learn's ``accuracy_score`` on multilabel data).
 
@@ -444,12 +482,15 @@ def subset_accuracy(counts: MultilabelCounts, *, normalize: bool = True,
         return int(stats.exact) if counts.integral else float(stats.exact)
     if stats.judged != 0:
         return float(stats.exact / stats.judged)
-    return undefined_scalar(zero_division, "Subset accuracy is ill-defined and being set to 0.0 "
-                            "because there are no samples.")
+    return undefined_scalar(
+        zero_division,
+        "Subset accuracy is ill-defined and being set to 0.0 because there are no samples.",
+    )
 
 
-def zero_one_loss(counts: MultilabelCounts, *, normalize: bool = True,
-                  zero_division: ZeroDivision = "warn") -> float:
+def zero_one_loss(
+    counts: MultilabelCounts, *, normalize: bool = True, zero_division: ZeroDivision = "warn"
+) -> float:
     """Zero-one loss: ``1 - subset_accuracy``, the (weighted) share of samples with at least
     one wrong label; ``normalize=False`` gives their (weighted) number.
 
@@ -466,8 +507,10 @@ def zero_one_loss(counts: MultilabelCounts, *, normalize: bool = True,
         wrong = stats.judged - stats.exact
         return int(wrong) if counts.integral else float(wrong)
     if stats.judged == 0:
-        return undefined_scalar(zero_division, "Zero-one loss is ill-defined and being set to "
-                                "0.0 because there are no samples.")
+        return undefined_scalar(
+            zero_division,
+            "Zero-one loss is ill-defined and being set to 0.0 because there are no samples.",
+        )
     return 1 - subset_accuracy(counts, zero_division=zero_division)
 
 
@@ -488,13 +531,14 @@ def hamming_loss(counts: MultilabelCounts, *, zero_division: ZeroDivision = "war
     wrong = np.sum(lab.ap + lab.pp - 2 * lab.tp)
     total = np.sum(lab.total)
     if total == 0:
-        return undefined_scalar(zero_division, "Hamming loss is ill-defined and being set to "
-                                "0.0 because there are no samples.")
+        return undefined_scalar(
+            zero_division,
+            "Hamming loss is ill-defined and being set to 0.0 because there are no samples.",
+        )
     return float(wrong / total)
 
 
-def multilabel_confusion_matrix(counts: MultilabelCounts, *, labels: Labels = None
-                                ) -> np.ndarray:
+def multilabel_confusion_matrix(counts: MultilabelCounts, *, labels: Labels = None) -> np.ndarray:
     """The (L, 2, 2) matrices ``[[TN_j, FP_j], [FN_j, TP_j]]`` of scikit-learn's
     ``multilabel_confusion_matrix`` (rows: true no/yes; columns: predicted no/yes).
 
@@ -514,8 +558,9 @@ def multilabel_confusion_matrix(counts: MultilabelCounts, *, labels: Labels = No
     return np.stack([np.stack([tn, fp], axis=-1), np.stack([fn, tp], axis=-1)], axis=1)
 
 
-def label_cardinality(counts: MultilabelCounts, *, predicted: bool = False,
-                      zero_division: ZeroDivision = "warn") -> float:
+def label_cardinality(
+    counts: MultilabelCounts, *, predicted: bool = False, zero_division: ZeroDivision = "warn"
+) -> float:
     """Label cardinality: the (weighted) mean number of true labels per sample (``predicted``:
     of predicted labels). 0/0 (no samples) gives ``zero_division``.
 
@@ -530,8 +575,10 @@ def label_cardinality(counts: MultilabelCounts, *, predicted: bool = False,
     if stats.judged != 0:
         sizes = np.arange(histogram.shape[0], dtype=np.float64)
         return float(np.sum(sizes * histogram) / stats.judged)
-    return undefined_scalar(zero_division, "Label cardinality is ill-defined and being set to "
-                            "0.0 because there are no samples.")
+    return undefined_scalar(
+        zero_division,
+        "Label cardinality is ill-defined and being set to 0.0 because there are no samples.",
+    )
 
 
 def cardinality_histogram(counts: MultilabelCounts, *, predicted: bool = False) -> np.ndarray:
@@ -543,14 +590,20 @@ def cardinality_histogram(counts: MultilabelCounts, *, predicted: bool = False) 
 
 # ---------------------------------------------------------------------------- per-label rates
 def _per_label_rate(function: Any) -> Any:
-    def rate(counts: MultilabelCounts, average: MultilabelAverage = None, *,
-             labels: Labels = None, zero_division: ZeroDivision = "warn") -> float | np.ndarray:
+    def rate(
+        counts: MultilabelCounts,
+        average: MultilabelAverage = None,
+        *,
+        labels: Labels = None,
+        zero_division: ZeroDivision = "warn",
+    ) -> float | np.ndarray:
         _check_average(average)
         if average == "samples":
-            raise ValueError(f"average='samples' is not defined for {function.__name__}; use "
-                             "None, 'micro', 'macro' or 'weighted'.")
-        return function(counts.labels, average=average, labels=labels,
-                        zero_division=zero_division)
+            raise ValueError(
+                f"average='samples' is not defined for {function.__name__}; use "
+                "None, 'micro', 'macro' or 'weighted'."
+            )
+        return function(counts.labels, average=average, labels=labels, zero_division=zero_division)
 
     rate.__name__ = function.__name__
     rate.__qualname__ = function.__name__
@@ -559,7 +612,7 @@ def _per_label_rate(function: Any) -> Any:
         f"{first}\n\n    Per label ``j`` of a multilabel problem (label ``j`` against its "
         f"absence), with the formula and\n    0/0 rule of "
         f":func:`metricstream.metrics.{function.__name__}`; "
-        f"``average`` None, \"micro\", \"macro\"\n    or \"weighted\" (by ``AP_j``); ``labels`` "
+        f'``average`` None, "micro", "macro"\n    or "weighted" (by ``AP_j``); ``labels`` '
         f"and ``zero_division`` as :func:`precision`.\n"
     )
     return rate
@@ -575,32 +628,37 @@ informedness = _per_label_rate(_rates.informedness)
 markedness = _per_label_rate(_rates.markedness)
 
 
-def positive_likelihood_ratio(counts: MultilabelCounts, *, labels: Labels = None,
-                              zero_division: ZeroDivision = "warn") -> np.ndarray:
+def positive_likelihood_ratio(
+    counts: MultilabelCounts, *, labels: Labels = None, zero_division: ZeroDivision = "warn"
+) -> np.ndarray:
     """Per label ``LR+_j = TPR_j / FPR_j``; formula and 0/0 rule of
     :func:`metricstream.metrics.positive_likelihood_ratio`."""
-    return _rates.positive_likelihood_ratio(counts.labels, labels=labels,
-                                            zero_division=zero_division)
+    return _rates.positive_likelihood_ratio(
+        counts.labels, labels=labels, zero_division=zero_division
+    )
 
 
-def negative_likelihood_ratio(counts: MultilabelCounts, *, labels: Labels = None,
-                              zero_division: ZeroDivision = "warn") -> np.ndarray:
+def negative_likelihood_ratio(
+    counts: MultilabelCounts, *, labels: Labels = None, zero_division: ZeroDivision = "warn"
+) -> np.ndarray:
     """Per label ``LR-_j = FNR_j / TNR_j``; formula and 0/0 rule of
     :func:`metricstream.metrics.negative_likelihood_ratio`."""
-    return _rates.negative_likelihood_ratio(counts.labels, labels=labels,
-                                            zero_division=zero_division)
+    return _rates.negative_likelihood_ratio(
+        counts.labels, labels=labels, zero_division=zero_division
+    )
 
 
-def diagnostic_odds_ratio(counts: MultilabelCounts, *, labels: Labels = None,
-                          zero_division: ZeroDivision = "warn") -> np.ndarray:
+def diagnostic_odds_ratio(
+    counts: MultilabelCounts, *, labels: Labels = None, zero_division: ZeroDivision = "warn"
+) -> np.ndarray:
     """Per label ``DOR_j = TP_j TN_j / (FP_j FN_j)``; formula and 0/0 rule of
     :func:`metricstream.metrics.diagnostic_odds_ratio`."""
-    return _rates.diagnostic_odds_ratio(counts.labels, labels=labels,
-                                        zero_division=zero_division)
+    return _rates.diagnostic_odds_ratio(counts.labels, labels=labels, zero_division=zero_division)
 
 
-def prevalence(counts: MultilabelCounts, *, labels: Labels = None,
-               zero_division: ZeroDivision = "warn") -> np.ndarray:
+def prevalence(
+    counts: MultilabelCounts, *, labels: Labels = None, zero_division: ZeroDivision = "warn"
+) -> np.ndarray:
     """Per label ``AP_j / N_j``: the (weighted) share of samples truly carrying label ``j``.
 
     0/0 (no samples counted for the label) gives ``zero_division``.
@@ -645,8 +703,9 @@ def classification_report(
     """
     num_labels = counts.num_labels
     if target_names is None:
-        names = list(counts.label_names) if counts.label_names else [str(j) for j in
-                                                                    range(num_labels)]
+        names = (
+            list(counts.label_names) if counts.label_names else [str(j) for j in range(num_labels)]
+        )
     else:
         names = [str(name) for name in target_names]
         if len(names) != num_labels:
@@ -664,14 +723,16 @@ def classification_report(
     averages: tuple[MultilabelAverage, ...] = ("micro", "macro", "weighted", "samples")
     total_support = np.sum(support)
     if output_dict:
-        report: dict = {name: dict(zip(headers, [float(v) for v in values], strict=True))
-                        for name, *values in rows}
+        report: dict = {
+            name: dict(zip(headers, [float(v) for v in values], strict=True))
+            for name, *values in rows
+        }
         for average in averages:
-            avg = precision_recall_fscore_support(counts, average=average,
-                                                  zero_division=zero_division)
+            avg = precision_recall_fscore_support(
+                counts, average=average, zero_division=zero_division
+            )
             values = [avg[0], avg[1], avg[2], total_support]
-            report[f"{average} avg"] = dict(zip(headers, [float(v) for v in values],
-                                                strict=True))
+            report[f"{average} avg"] = dict(zip(headers, [float(v) for v in values], strict=True))
         return report
     width = max(max(len(name) for name in names), len("weighted avg"), digits)
     head_fmt = "{:>{width}s} " + " {:>9}" * len(headers)
@@ -681,8 +742,8 @@ def classification_report(
         text += row_fmt.format(*row, width=width, digits=digits)
     text += "\n"
     for average in averages:
-        avg = precision_recall_fscore_support(counts, average=average,
-                                              zero_division=zero_division)
-        text += row_fmt.format(f"{average} avg", avg[0], avg[1], avg[2], total_support,
-                               width=width, digits=digits)
+        avg = precision_recall_fscore_support(counts, average=average, zero_division=zero_division)
+        text += row_fmt.format(
+            f"{average} avg", avg[0], avg[1], avg[2], total_support, width=width, digits=digits
+        )
     return text

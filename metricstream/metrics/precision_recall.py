@@ -26,15 +26,26 @@ from ._zero_division import ZeroDivision, divide, zero_division_value
 from .counts import Labels, MatrixLike, as_counts, label_indices
 
 
-def _selected(matrix: MatrixLike | LabelCounts, labels: Labels, average: BinaryAverage,
-              ignore_absent: bool = False, pos_label: int = 1):
-    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent,
-                 pos_label=pos_label)
+def _selected(
+    matrix: MatrixLike | LabelCounts,
+    labels: Labels,
+    average: BinaryAverage,
+    ignore_absent: bool = False,
+    pos_label: int = 1,
+):
+    sel = select(
+        matrix, labels=labels, average=average, ignore_absent=ignore_absent, pos_label=pos_label
+    )
     return sel.tp, sel.pp, sel.ap
 
 
-def _finish(scores: np.ndarray, average: BinaryAverage, support: np.ndarray,
-            zero_division: ZeroDivision = "warn", metric: str = "Score") -> float | np.ndarray:
+def _finish(
+    scores: np.ndarray,
+    average: BinaryAverage,
+    support: np.ndarray,
+    zero_division: ZeroDivision = "warn",
+    metric: str = "Score",
+) -> float | np.ndarray:
     return reduce_scores(scores, average, support, zero_division, metric=metric)
 
 
@@ -140,19 +151,27 @@ def fbeta(
     if np.isposinf(beta) or beta == 0:
         # scikit-learn's fbeta_score only warns about the F-score, and with beta 0 or inf the
         # F-score is precision or recall itself: their 0/0 takes the value silently.
-        silent = 0.0 if isinstance(zero_division, str) and zero_division == "warn" else (
-            zero_division)
+        silent = (
+            0.0 if isinstance(zero_division, str) and zero_division == "warn" else (zero_division)
+        )
         zero_division_value(zero_division)
         limit = recall if np.isposinf(beta) else precision
-        return limit(matrix, average=average, labels=labels, zero_division=silent,
-                     ignore_absent=ignore_absent, pos_label=pos_label)
+        return limit(
+            matrix,
+            average=average,
+            labels=labels,
+            zero_division=silent,
+            ignore_absent=ignore_absent,
+            pos_label=pos_label,
+        )
     zero_division_value(zero_division)
     tp, pp, ap = _selected(matrix, labels, average, ignore_absent, pos_label)
     beta2 = float(beta) ** 2
     numerator = (1 + beta2) * tp.astype(np.float64)
     denominator = beta2 * ap.astype(np.float64) + pp.astype(np.float64)
-    scores = divide(numerator, denominator, zero_division, metric="F-score",
-                    missing="true nor predicted")
+    scores = divide(
+        numerator, denominator, zero_division, metric="F-score", missing="true nor predicted"
+    )
     return _finish(scores, average, ap, zero_division, "F-score")
 
 
@@ -176,8 +195,15 @@ def f1(
         >>> round(f1([[5, 1], [2, 3]], average="binary"), 4)
         0.6667
     """
-    return fbeta(matrix, 1.0, average=average, labels=labels, zero_division=zero_division,
-                 ignore_absent=ignore_absent, pos_label=pos_label)
+    return fbeta(
+        matrix,
+        1.0,
+        average=average,
+        labels=labels,
+        zero_division=zero_division,
+        ignore_absent=ignore_absent,
+        pos_label=pos_label,
+    )
 
 
 def precision_recall_fscore_support(
@@ -201,8 +227,9 @@ def precision_recall_fscore_support(
         (0.75, 0.6, 0.6666666666666666, None)
     """
     zero_division_value(zero_division)
-    common: dict = dict(average=average, labels=labels, zero_division=zero_division,
-                        pos_label=pos_label)
+    common: dict = dict(
+        average=average, labels=labels, zero_division=zero_division, pos_label=pos_label
+    )
     result = (
         precision(matrix, **common),
         recall(matrix, **common),

@@ -66,13 +66,31 @@ __all__ = [
 ]
 
 
-def _rate(matrix, numerator, denominator, *, average, labels, zero_division, ignore_absent,
-          pos_label, metric, missing):
+def _rate(
+    matrix,
+    numerator,
+    denominator,
+    *,
+    average,
+    labels,
+    zero_division,
+    ignore_absent,
+    pos_label,
+    metric,
+    missing,
+):
     zero_division_value(zero_division)
-    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent,
-                 pos_label=pos_label)
-    scores = divide(numerator(sel), denominator(sel), zero_division, metric=metric,
-                    missing=missing, stacklevel=5)
+    sel = select(
+        matrix, labels=labels, average=average, ignore_absent=ignore_absent, pos_label=pos_label
+    )
+    scores = divide(
+        numerator(sel),
+        denominator(sel),
+        zero_division,
+        metric=metric,
+        missing=missing,
+        stacklevel=5,
+    )
     return reduce_scores(scores, average, sel.support, zero_division, metric=metric)
 
 
@@ -106,9 +124,18 @@ def specificity(
         >>> specificity([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.5263, 0.9333, 0.8125])
     """
-    return _rate(matrix, lambda s: s.tn, lambda s: s.tn + s.fp, average=average, labels=labels,
-                 zero_division=zero_division, ignore_absent=ignore_absent,
-                 pos_label=pos_label, metric="Specificity", missing="negative")
+    return _rate(
+        matrix,
+        lambda s: s.tn,
+        lambda s: s.tn + s.fp,
+        average=average,
+        labels=labels,
+        zero_division=zero_division,
+        ignore_absent=ignore_absent,
+        pos_label=pos_label,
+        metric="Specificity",
+        missing="negative",
+    )
 
 
 def negative_predictive_value(
@@ -130,10 +157,18 @@ def negative_predictive_value(
         >>> negative_predictive_value([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.8333, 0.6364, 0.8125])
     """
-    return _rate(matrix, lambda s: s.tn, lambda s: s.tn + s.fn, average=average, labels=labels,
-                 zero_division=zero_division, ignore_absent=ignore_absent,
-                 pos_label=pos_label, metric="Negative predictive value",
-                 missing="predicted negative")
+    return _rate(
+        matrix,
+        lambda s: s.tn,
+        lambda s: s.tn + s.fn,
+        average=average,
+        labels=labels,
+        zero_division=zero_division,
+        ignore_absent=ignore_absent,
+        pos_label=pos_label,
+        metric="Negative predictive value",
+        missing="predicted negative",
+    )
 
 
 def false_positive_rate(
@@ -154,9 +189,18 @@ def false_positive_rate(
         >>> false_positive_rate([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.4737, 0.0667, 0.1875])
     """
-    return _rate(matrix, lambda s: s.fp, lambda s: s.tn + s.fp, average=average, labels=labels,
-                 zero_division=zero_division, ignore_absent=ignore_absent,
-                 pos_label=pos_label, metric="False positive rate", missing="negative")
+    return _rate(
+        matrix,
+        lambda s: s.fp,
+        lambda s: s.tn + s.fp,
+        average=average,
+        labels=labels,
+        zero_division=zero_division,
+        ignore_absent=ignore_absent,
+        pos_label=pos_label,
+        metric="False positive rate",
+        missing="negative",
+    )
 
 
 def false_negative_rate(
@@ -176,9 +220,18 @@ def false_negative_rate(
         >>> false_negative_rate([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.3333, 0.8   , 0.3333])
     """
-    return _rate(matrix, lambda s: s.fn, lambda s: s.ap, average=average, labels=labels,
-                 zero_division=zero_division, ignore_absent=ignore_absent,
-                 pos_label=pos_label, metric="False negative rate", missing="true")
+    return _rate(
+        matrix,
+        lambda s: s.fn,
+        lambda s: s.ap,
+        average=average,
+        labels=labels,
+        zero_division=zero_division,
+        ignore_absent=ignore_absent,
+        pos_label=pos_label,
+        metric="False negative rate",
+        missing="true",
+    )
 
 
 def false_discovery_rate(
@@ -198,9 +251,18 @@ def false_discovery_rate(
         >>> false_discovery_rate([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.6923, 0.3333, 0.3333])
     """
-    return _rate(matrix, lambda s: s.fp, lambda s: s.pp, average=average, labels=labels,
-                 zero_division=zero_division, ignore_absent=ignore_absent,
-                 pos_label=pos_label, metric="False discovery rate", missing="predicted")
+    return _rate(
+        matrix,
+        lambda s: s.fp,
+        lambda s: s.pp,
+        average=average,
+        labels=labels,
+        zero_division=zero_division,
+        ignore_absent=ignore_absent,
+        pos_label=pos_label,
+        metric="False discovery rate",
+        missing="predicted",
+    )
 
 
 def false_omission_rate(
@@ -221,22 +283,45 @@ def false_omission_rate(
         >>> false_omission_rate([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.1667, 0.3636, 0.1875])
     """
-    return _rate(matrix, lambda s: s.fn, lambda s: s.fn + s.tn, average=average, labels=labels,
-                 zero_division=zero_division, ignore_absent=ignore_absent,
-                 pos_label=pos_label, metric="False omission rate",
-                 missing="predicted negative")
+    return _rate(
+        matrix,
+        lambda s: s.fn,
+        lambda s: s.fn + s.tn,
+        average=average,
+        labels=labels,
+        zero_division=zero_division,
+        ignore_absent=ignore_absent,
+        pos_label=pos_label,
+        metric="False omission rate",
+        missing="predicted negative",
+    )
 
 
-def _sum_of_rates(matrix, a_num, a_den, b_num, b_den, *, average, labels, zero_division,
-                  ignore_absent, pos_label, metric, missing):
+def _sum_of_rates(
+    matrix,
+    a_num,
+    a_den,
+    b_num,
+    b_den,
+    *,
+    average,
+    labels,
+    zero_division,
+    ignore_absent,
+    pos_label,
+    metric,
+    missing,
+):
     zero_division_value(zero_division)
-    sel = select(matrix, labels=labels, average=average, ignore_absent=ignore_absent,
-                 pos_label=pos_label)
+    sel = select(
+        matrix, labels=labels, average=average, ignore_absent=ignore_absent, pos_label=pos_label
+    )
     a = divide(a_num(sel), a_den(sel), np.nan, metric=metric, missing=missing)
     b = divide(b_num(sel), b_den(sel), np.nan, metric=metric, missing=missing)
     scores = a + b - 1
-    replace_undefined(scores, np.isnan(scores), zero_division, metric=metric, missing=missing,
-                      stacklevel=5)
+    replace_undefined(
+        scores, np.isnan(scores), zero_division, metric=metric, missing=missing, stacklevel=5
+    )
     return reduce_scores(scores, average, sel.support, zero_division, metric=metric)
 
 
@@ -260,11 +345,20 @@ def informedness(
         >>> informedness([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.193 , 0.1333, 0.4792])
     """
-    return _sum_of_rates(matrix, lambda s: s.tp, lambda s: s.ap, lambda s: s.tn,
-                         lambda s: s.tn + s.fp, average=average, labels=labels,
-                         zero_division=zero_division, ignore_absent=ignore_absent,
-                         pos_label=pos_label, metric="Informedness",
-                         missing="true or no negative")
+    return _sum_of_rates(
+        matrix,
+        lambda s: s.tp,
+        lambda s: s.ap,
+        lambda s: s.tn,
+        lambda s: s.tn + s.fp,
+        average=average,
+        labels=labels,
+        zero_division=zero_division,
+        ignore_absent=ignore_absent,
+        pos_label=pos_label,
+        metric="Informedness",
+        missing="true or no negative",
+    )
 
 
 def markedness(
@@ -287,29 +381,46 @@ def markedness(
         >>> markedness([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.141 , 0.303 , 0.4792])
     """
-    return _sum_of_rates(matrix, lambda s: s.tp, lambda s: s.pp, lambda s: s.tn,
-                         lambda s: s.tn + s.fn, average=average, labels=labels,
-                         zero_division=zero_division, ignore_absent=ignore_absent,
-                         pos_label=pos_label, metric="Markedness",
-                         missing="predicted or no predicted negative")
+    return _sum_of_rates(
+        matrix,
+        lambda s: s.tp,
+        lambda s: s.pp,
+        lambda s: s.tn,
+        lambda s: s.tn + s.fn,
+        average=average,
+        labels=labels,
+        zero_division=zero_division,
+        ignore_absent=ignore_absent,
+        pos_label=pos_label,
+        metric="Markedness",
+        missing="predicted or no predicted negative",
+    )
 
 
-def _ratio_of_rates(matrix, a_num, a_den, b_num, b_den, *, labels, zero_division, metric,
-                    missing):
+def _ratio_of_rates(matrix, a_num, a_den, b_num, b_den, *, labels, zero_division, metric, missing):
     zero_division_value(zero_division)
     sel = select(matrix, labels=labels)
     a = divide(a_num(sel), a_den(sel), np.nan, metric=metric, missing=missing)
     b = divide(b_num(sel), b_den(sel), np.nan, metric=metric, missing=missing)
     undefined = np.isnan(a) | np.isnan(b)
     with np.errstate(divide="ignore", invalid="ignore"):
-        scores = divide(np.where(undefined, 0.0, a), np.where(undefined, 0.0, b), np.nan,
-                        metric=metric, missing=missing, positive_over_zero=np.inf)
-    return replace_undefined(scores, np.isnan(scores), zero_division, metric=metric,
-                             missing=missing, stacklevel=5)
+        scores = divide(
+            np.where(undefined, 0.0, a),
+            np.where(undefined, 0.0, b),
+            np.nan,
+            metric=metric,
+            missing=missing,
+            positive_over_zero=np.inf,
+        )
+    return replace_undefined(
+        scores, np.isnan(scores), zero_division, metric=metric, missing=missing, stacklevel=5
+    )
 
 
 def positive_likelihood_ratio(
-    matrix: MatrixLike | LabelCounts, *, labels: Labels = None,
+    matrix: MatrixLike | LabelCounts,
+    *,
+    labels: Labels = None,
     zero_division: ZeroDivision = "warn",
 ) -> np.ndarray:
     """Positive likelihood ratio ``LR+_i = TPR_i / FPR_i``, per class.
@@ -322,14 +433,23 @@ def positive_likelihood_ratio(
         >>> positive_likelihood_ratio([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([1.4074, 3.    , 3.5556])
     """
-    return _ratio_of_rates(matrix, lambda s: s.tp, lambda s: s.ap, lambda s: s.fp,
-                           lambda s: s.fp + s.tn, labels=labels, zero_division=zero_division,
-                           metric="Positive likelihood ratio",
-                           missing="true, no negative or no false positive")
+    return _ratio_of_rates(
+        matrix,
+        lambda s: s.tp,
+        lambda s: s.ap,
+        lambda s: s.fp,
+        lambda s: s.fp + s.tn,
+        labels=labels,
+        zero_division=zero_division,
+        metric="Positive likelihood ratio",
+        missing="true, no negative or no false positive",
+    )
 
 
 def negative_likelihood_ratio(
-    matrix: MatrixLike | LabelCounts, *, labels: Labels = None,
+    matrix: MatrixLike | LabelCounts,
+    *,
+    labels: Labels = None,
     zero_division: ZeroDivision = "warn",
 ) -> np.ndarray:
     """Negative likelihood ratio ``LR-_i = FNR_i / TNR_i``, per class.
@@ -342,14 +462,23 @@ def negative_likelihood_ratio(
         >>> negative_likelihood_ratio([[4, 1, 1], [6, 2, 2], [3, 0, 6]]).round(4)
         array([0.6333, 0.8571, 0.4103])
     """
-    return _ratio_of_rates(matrix, lambda s: s.fn, lambda s: s.ap, lambda s: s.tn,
-                           lambda s: s.fp + s.tn, labels=labels, zero_division=zero_division,
-                           metric="Negative likelihood ratio",
-                           missing="true, no negative or no true negative")
+    return _ratio_of_rates(
+        matrix,
+        lambda s: s.fn,
+        lambda s: s.ap,
+        lambda s: s.tn,
+        lambda s: s.fp + s.tn,
+        labels=labels,
+        zero_division=zero_division,
+        metric="Negative likelihood ratio",
+        missing="true, no negative or no true negative",
+    )
 
 
 def diagnostic_odds_ratio(
-    matrix: MatrixLike | LabelCounts, *, labels: Labels = None,
+    matrix: MatrixLike | LabelCounts,
+    *,
+    labels: Labels = None,
     zero_division: ZeroDivision = "warn",
 ) -> np.ndarray:
     """Diagnostic odds ratio ``DOR_i = (TP_i TN_i) / (FP_i FN_i) = LR+_i / LR-_i``, per class.
@@ -365,9 +494,14 @@ def diagnostic_odds_ratio(
     sel = select(matrix, labels=labels)
     numerator = sel.tp.astype(np.float64) * sel.tn
     denominator = sel.fp.astype(np.float64) * sel.fn
-    return divide(numerator, denominator, zero_division, metric="Diagnostic odds ratio",
-                  missing="true positive, true negative, false positive or false negative",
-                  positive_over_zero=np.inf)
+    return divide(
+        numerator,
+        denominator,
+        zero_division,
+        metric="Diagnostic odds ratio",
+        missing="true positive, true negative, false positive or false negative",
+        positive_over_zero=np.inf,
+    )
 
 
 def prevalence(
@@ -385,7 +519,9 @@ def prevalence(
     counts = as_counts(matrix)
     sel = select(counts, labels=labels)
     if counts.total == 0:
-        value = undefined_scalar(zero_division, "Prevalence is ill-defined and being set to 0.0 "
-                                 "because there are no samples.")
+        value = undefined_scalar(
+            zero_division,
+            "Prevalence is ill-defined and being set to 0.0 because there are no samples.",
+        )
         return np.full(sel.ap.shape, value)
     return sel.ap / np.float64(counts.total)

@@ -40,7 +40,8 @@ def _check_k(k: object, num_classes: int) -> int:
         warnings.warn(
             f"'k' ({k}) greater than or equal to 'n_classes' ({num_classes}) will result in a "
             f"perfect score and is therefore meaningless.",
-            UndefinedMetricWarning, stacklevel=3,
+            UndefinedMetricWarning,
+            stacklevel=3,
         )
     return int(k)
 
@@ -57,8 +58,11 @@ def top_k_accuracy(ranks: object, k: int | None = None) -> float | np.ndarray:
     array = _ranks(ranks)
     total = array.sum()
     if total <= 0:
-        warnings.warn("Top-k accuracy is undefined (NaN): no samples were counted.",
-                      UndefinedMetricWarning, stacklevel=2)
+        warnings.warn(
+            "Top-k accuracy is undefined (NaN): no samples were counted.",
+            UndefinedMetricWarning,
+            stacklevel=2,
+        )
         return float("nan") if k is not None else np.full(array.shape[0], np.nan)
     cumulative = np.cumsum(array.sum(axis=0)) / total
     if k is None:
@@ -78,7 +82,10 @@ def top_k_recall(ranks: object, k: int) -> np.ndarray:
     support = array.sum(axis=1)
     hits = array[:, :k].sum(axis=1)
     if np.any(support <= 0):
-        warnings.warn("Top-k recall is undefined (NaN) for classes without samples.",
-                      UndefinedMetricWarning, stacklevel=2)
+        warnings.warn(
+            "Top-k recall is undefined (NaN) for classes without samples.",
+            UndefinedMetricWarning,
+            stacklevel=2,
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(support > 0, hits / np.where(support > 0, support, 1.0), np.nan)
