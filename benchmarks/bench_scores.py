@@ -61,8 +61,7 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def _bf16(values: np.ndarray) -> np.ndarray:
-    return (np.asarray(values, np.float32).view(np.uint32)
-            & np.uint32(0xFFFF0000)).view(np.float32)
+    return (np.asarray(values, np.float32).view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
 
 
 def score_sets(seed: int = 0) -> list[ScoreSet]:
@@ -88,28 +87,50 @@ def score_sets(seed: int = 0) -> list[ScoreSet]:
     sets.append(ScoreSet("ties (2 decimals)", y, ties.astype(np.float32), "binary"))
     y = rng.integers(0, 10, 20_000)
     logits = rng.normal(size=(20_000, 10)) + 2.0 * np.eye(10)[y]
-    sets.append(ScoreSet("softmax, 10 classes", y, _softmax(logits).astype(np.float32),
-                         "multiclass"))
+    sets.append(
+        ScoreSet("softmax, 10 classes", y, _softmax(logits).astype(np.float32), "multiclass")
+    )
     sets.append(ScoreSet("same, float64", y, _softmax(logits), "multiclass"))
 
     digits = load_digits()
     x_train, x_test, y_train, y_test = train_test_split(
-        digits.data, digits.target, test_size=0.5, random_state=0, stratify=digits.target)
+        digits.data, digits.target, test_size=0.5, random_state=0, stratify=digits.target
+    )
     model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
     model.fit(x_train, y_train)
     proba = model.predict_proba(x_test).astype(np.float32)
     sets.append(ScoreSet("digits logistic, OvR", y_test, proba, "multiclass"))
-    sets.append(ScoreSet("digits logistic, 3 vs rest", (y_test == 3).astype(int),
-                         proba[:, 3], "binary"))
-    sets.append(ScoreSet("digits logistic, logits", y_test,
-                         model.decision_function(x_test).astype(np.float32), "multiclass",
-                         logits=True))
-    sets.append(ScoreSet("digits logistic, log-proba", y_test,
-                         model.predict_log_proba(x_test).astype(np.float32), "multiclass",
-                         logits=True))
+    sets.append(
+        ScoreSet("digits logistic, 3 vs rest", (y_test == 3).astype(int), proba[:, 3], "binary")
+    )
+    sets.append(
+        ScoreSet(
+            "digits logistic, logits",
+            y_test,
+            model.decision_function(x_test).astype(np.float32),
+            "multiclass",
+            logits=True,
+        )
+    )
+    sets.append(
+        ScoreSet(
+            "digits logistic, log-proba",
+            y_test,
+            model.predict_log_proba(x_test).astype(np.float32),
+            "multiclass",
+            logits=True,
+        )
+    )
     bayes = GaussianNB().fit(x_train, y_train).predict_proba(x_test).astype(np.float32)
-    sets.append(ScoreSet("digits GaussianNB (0/1)", y_test, bayes, "multiclass",
-                         note=f"{np.mean((bayes == 0) | (bayes == 1)):.0%} exact 0/1"))
+    sets.append(
+        ScoreSet(
+            "digits GaussianNB (0/1)",
+            y_test,
+            bayes,
+            "multiclass",
+            note=f"{np.mean((bayes == 0) | (bayes == 1)):.0%} exact 0/1",
+        )
+    )
     sets.append(ScoreSet("bfloat16 softmax", y, _bf16(_softmax(logits)), "multiclass"))
     half = 1 / (1 + np.exp(-(rng.normal(size=n) + 1.5 * (yb := rng.integers(0, 2, n)))))
     sets.append(ScoreSet("float16 binary", yb, half.astype(np.float16), "binary"))
@@ -122,18 +143,19 @@ def exact_values(s: ScoreSet) -> tuple[float, float]:
 
     scores = s.scores.astype(np.float64)
     if s.task == "binary":
-        return (metrics.roc_auc_score(s.y, scores),
-                metrics.average_precision_score(s.y, scores))
+        return (metrics.roc_auc_score(s.y, scores), metrics.average_precision_score(s.y, scores))
     onehot = np.eye(scores.shape[1])[s.y]
-    return (metrics.roc_auc_score(onehot, scores, average="macro"),
-            metrics.average_precision_score(onehot, scores, average="macro"))
+    return (
+        metrics.roc_auc_score(onehot, scores, average="macro"),
+        metrics.average_precision_score(onehot, scores, average="macro"),
+    )
 
 
 def accumulate(s: ScoreSet, **kwargs) -> ScoreAccumulator:
     classes = None if s.task == "binary" else s.scores.shape[1]
     acc = ScoreAccumulator(s.task, classes, logits=s.logits, **kwargs)
     for lo in range(0, len(s.y), 4096):
-        acc.update(s.y[lo:lo + 4096], s.scores[lo:lo + 4096])
+        acc.update(s.y[lo : lo + 4096], s.scores[lo : lo + 4096])
     return acc
 
 
@@ -184,24 +206,39 @@ def accuracy_rows(sets: list[ScoreSet] | None = None) -> list[dict]:
             auroc = acc.auroc("macro", with_bound=True)
             ap = acc.average_precision("macro", with_bound=True)
         row = {
-            "name": s.name, "n": len(s.y), "exact_auroc": exact_auroc, "exact_ap": exact_ap,
-            "auroc_error": abs(auroc.value - exact_auroc), "ap_error": abs(ap.value - exact_ap),
-            "auroc_bound": (auroc.lower, auroc.upper), "ap_bound": (ap.lower, ap.upper),
-            "contained": (auroc.lower - 1e-12 <= exact_auroc <= auroc.upper + 1e-12
-                          and ap.lower - 1e-12 <= exact_ap <= ap.upper + 1e-12),
-            "exact": bool(acc.exact().all()), "bins": acc.num_bins,
+            "name": s.name,
+            "n": len(s.y),
+            "exact_auroc": exact_auroc,
+            "exact_ap": exact_ap,
+            "auroc_error": abs(auroc.value - exact_auroc),
+            "ap_error": abs(ap.value - exact_ap),
+            "auroc_bound": (auroc.lower, auroc.upper),
+            "ap_bound": (ap.lower, ap.upper),
+            "contained": (
+                auroc.lower - 1e-12 <= exact_auroc <= auroc.upper + 1e-12
+                and ap.lower - 1e-12 <= exact_ap <= ap.upper + 1e-12
+            ),
+            "exact": bool(acc.exact().all()),
+            "bins": acc.num_bins,
             "sixteen_bit": s.scores.dtype == np.float16 or s.name.startswith("bfloat16"),
         }
         for count in (100, 1000):
             values = torchmetrics_values(s, count)
-            row[f"tm{count}"] = None if values is None else (abs(values[0] - exact_auroc),
-                                                            abs(values[1] - exact_ap))
+            row[f"tm{count}"] = (
+                None
+                if values is None
+                else (abs(values[0] - exact_auroc), abs(values[1] - exact_ap))
+            )
         if s.task == "binary" and not s.logits:
             row["keras200"] = abs(keras_auroc(s.y, s.scores.astype(np.float64)) - exact_auroc)
         elif not s.logits:
             onehot = np.eye(s.scores.shape[1])[s.y]
-            row["keras200"] = abs(np.mean([keras_auroc(onehot[:, c], s.scores[:, c])
-                                           for c in range(s.scores.shape[1])]) - exact_auroc)
+            row["keras200"] = abs(
+                np.mean(
+                    [keras_auroc(onehot[:, c], s.scores[:, c]) for c in range(s.scores.shape[1])]
+                )
+                - exact_auroc
+            )
         else:
             row["keras200"] = None
         rows.append(row)
@@ -214,14 +251,20 @@ def _e(value: float | None) -> str:
 
 def print_accuracy(rows: list[dict]) -> None:
     print("\n## accuracy: |value - scikit-learn exact| (AUROC / AP, macro for multiclass)")
-    print(f"{'score set':30} {'n':>7} {'metricstream (default bins)':>29} {'bound ok':>8} "
-          f"{'torchmetrics 100':>17} {'torchmetrics 1000':>18} {'Keras 200':>9}")
+    print(
+        f"{'score set':30} {'n':>7} {'metricstream (default bins)':>29} {'bound ok':>8} "
+        f"{'torchmetrics 100':>17} {'torchmetrics 1000':>18} {'Keras 200':>9}"
+    )
     for r in rows:
         ms = f"{_e(r['auroc_error'])} / {_e(r['ap_error'])}" + (" exact" if r["exact"] else "")
-        tm = [("n/a" if r[k] is None else f"{_e(r[k][0])} / {_e(r[k][1])}")
-              for k in ("tm100", "tm1000")]
-        print(f"{r['name']:30} {r['n']:>7} {ms:>29} {'yes' if r['contained'] else 'NO':>8} "
-              f"{tm[0]:>17} {tm[1]:>18} {_e(r['keras200']):>9}")
+        tm = [
+            ("n/a" if r[k] is None else f"{_e(r[k][0])} / {_e(r[k][1])}")
+            for k in ("tm100", "tm1000")
+        ]
+        print(
+            f"{r['name']:30} {r['n']:>7} {ms:>29} {'yes' if r['contained'] else 'NO':>8} "
+            f"{tm[0]:>17} {tm[1]:>18} {_e(r['keras200']):>9}"
+        )
 
 
 # ---------------------------------------------------------------------- speed
@@ -262,23 +305,27 @@ def bench_update(classes: int, repeats: int) -> dict[str, float]:
         topk = tmc.MulticlassAccuracy(classes, top_k=5)
         calibration = tmc.MulticlassCalibrationError(classes, n_bins=15)
         candidates["torchmetrics MulticlassAccuracy(top_k=5)"] = lambda: topk.update(ts, ty)
-        candidates["torchmetrics MulticlassCalibrationError"] = (
-            lambda: calibration.update(ts, ty))
+        candidates["torchmetrics MulticlassCalibrationError"] = lambda: calibration.update(ts, ty)
     with torch.inference_mode():
         if classes <= 100:
             result = single_calls(candidates, calls=200 * repeats)
             result["metricstream update, cold cache"] = cold_update(
-                lambda: acc.update(y, scores), calls=20 * repeats)
+                lambda: acc.update(y, scores), calls=20 * repeats
+            )
             result["torchmetrics MulticlassAUROC(thresholds=100), cold cache"] = cold_update(
-                lambda: auroc100.update(ts, ty), calls=20 * repeats)
+                lambda: auroc100.update(ts, ty), calls=20 * repeats
+            )
         else:  # torchmetrics takes a quarter of a second per call here
             result = single_calls(candidates, calls=4 * repeats, block=2)
     return result
 
 
-def single_calls(candidates: dict[str, Callable[[], object]], calls: int,
-                 block: int = 100, clock: Callable[[], float] = time.thread_time
-                 ) -> dict[str, float]:
+def single_calls(
+    candidates: dict[str, Callable[[], object]],
+    calls: int,
+    block: int = 100,
+    clock: Callable[[], float] = time.thread_time,
+) -> dict[str, float]:
     """Median seconds of single calls, each candidate called ``block`` times in a row, the
     candidates taking turns block by block.
 
@@ -352,29 +399,40 @@ def bench_memory(total_scores: float) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", nargs="*", default=None,
-                        choices=["update", "update_k1000", "large", "memory", "accuracy"])
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        choices=["update", "update_k1000", "large", "memory", "accuracy"],
+    )
     args = parser.parse_args(argv)
     cases = args.only or ["update", "update_k1000", "large", "memory", "accuracy"]
     repeats = 5 if args.quick else 15
     print(f"load average: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     if "update" in cases:
         times = bench_update(10, repeats)
-        _print_times("## one update, 256 x 10 float32 probabilities", times,
-                     "metricstream update (all views)")
+        _print_times(
+            "## one update, 256 x 10 float32 probabilities",
+            times,
+            "metricstream update (all views)",
+        )
     if "update_k1000" in cases:
         times = bench_update(1000, max(3, repeats // 3))
-        _print_times("## one update, 256 x 1000 float32 probabilities", times,
-                     "metricstream update (all views)")
+        _print_times(
+            "## one update, 256 x 1000 float32 probabilities",
+            times,
+            "metricstream update (all views)",
+        )
     if "large" in cases:
         times = bench_large(max(3, repeats // 3))
-        _print_times("## one update, 10^6 x 10 float32 probabilities", times,
-                     "metricstream update")
+        _print_times("## one update, 10^6 x 10 float32 probabilities", times, "metricstream update")
     if "memory" in cases:
         total = 1e7 if args.quick else 1e8
         small, large = bench_memory(total)
-        print(f"\n## memory: tracemalloc peak {small:.2f} MiB over {total / 10:.0e} scores, "
-              f"{large:.2f} MiB over {total:.0e} scores")
+        print(
+            f"\n## memory: tracemalloc peak {small:.2f} MiB over {total / 10:.0e} scores, "
+            f"{large:.2f} MiB over {total:.0e} scores"
+        )
     if "accuracy" in cases:
         print_accuracy(accuracy_rows())
 

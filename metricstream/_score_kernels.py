@@ -83,6 +83,8 @@ def probability_key_layout(shift):
     middle = np.int64(_HALF_BITS) >> bits
     base = np.int64(_MIN_COMPLEMENT_BITS) >> bits
     return base, 2 * middle - base + 2
+
+
 _NEGATIVE_ZERO = np.uint32(0x80000000)
 
 
@@ -220,8 +222,9 @@ def _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
     ok = True
     for i in range(lo, hi):
         t = labels[i]
-        ok &= ((t == ignore_index) & has_ignore) | ((t >= 0) & (t < num_classes)
-                                                   & (np.floor(t) == t))
+        ok &= ((t == ignore_index) & has_ignore) | (
+            (t >= 0) & (t < num_classes) & (np.floor(t) == t)
+        )
     # One flat loop over the chunk's scores, "all good" as a conjunction: vectorised, 0.06 ns a
     # score (a 2-D loop accumulating "some bad" took 0.4 ns).
     flat = scores.reshape(-1)
@@ -242,8 +245,26 @@ def _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
 
 
 @njit(inline="always")
-def _negatives(scores, i, c0, c1, st, count_ties, curves, exact_count, w, top, arg, brier,
-               shift, low, base, last, thresholds, logits):
+def _negatives(
+    scores,
+    i,
+    c0,
+    c1,
+    st,
+    count_ties,
+    curves,
+    exact_count,
+    w,
+    top,
+    arg,
+    brier,
+    shift,
+    low,
+    base,
+    last,
+    thresholds,
+    logits,
+):
     """Count the scores of classes ``[c0, c1)`` of row ``i`` (all negatives of that row) and
     return ``(greater, tied, top, arg, brier)`` updated: the scores above the true class's
     ``st``, those equal to it (when ``count_ties``), the running first max and argmax, and
@@ -271,9 +292,26 @@ def _negatives(scores, i, c0, c1, st, count_ties, curves, exact_count, w, top, a
 
 
 @_kernel
-def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts,
-                     cal_conf, sums, thresholds, shift, start, stop, chunk, sign, flags,
-                     ignore_index, eps):
+def count_multiclass(
+    labels,
+    scores,
+    weights,
+    curves,
+    inexact,
+    ranks,
+    cal_counts,
+    cal_conf,
+    sums,
+    thresholds,
+    shift,
+    start,
+    stop,
+    chunk,
+    sign,
+    flags,
+    ignore_index,
+    eps,
+):
     """Count rows ``[start, stop)`` of a multiclass batch, one-vs-rest per class.
 
     ``labels`` ``(N,)``, ``scores`` ``(N, C)``, ``weights`` ``(N,)`` or None. Per counted
@@ -312,8 +350,7 @@ def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts
         hi = min(lo + chunk, stop)
         if not _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
             for i in range(lo, hi):
-                status, position = _check_row(labels, scores, i, has_ignore, ignore_index,
-                                              logits)
+                status, position = _check_row(labels, scores, i, has_ignore, ignore_index, logits)
                 if status != OK:
                     sums[0] += brier_sum
                     sums[1] += log_sum
@@ -337,8 +374,25 @@ def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts
             # 12.9 -> 11.6 us), and the additions keep the class order.
             top = scores[i, 0]
             greater, _, top, arg, brier = _negatives(
-                scores, i, 0, ti, st, False, curves, exact_count, w, top, 0, 0.0, ushift, low,
-                base, last, thresholds, logits)
+                scores,
+                i,
+                0,
+                ti,
+                st,
+                False,
+                curves,
+                exact_count,
+                w,
+                top,
+                0,
+                0.0,
+                ushift,
+                low,
+                base,
+                last,
+                thresholds,
+                logits,
+            )
             b, exact = _bin_of(st, ushift, low, base, last, thresholds, logits)
             curves[ti, b, 1] += w
             if exact:
@@ -350,8 +404,25 @@ def count_multiclass(labels, scores, weights, curves, inexact, ranks, cal_counts
                 d = np.float64(st) - 1.0
                 brier += d * d
             greater_after, tied_after, top, arg, brier = _negatives(
-                scores, i, ti + 1, num_classes, st, True, curves, exact_count, w, top, arg,
-                brier, ushift, low, base, last, thresholds, logits)
+                scores,
+                i,
+                ti + 1,
+                num_classes,
+                st,
+                True,
+                curves,
+                exact_count,
+                w,
+                top,
+                arg,
+                brier,
+                ushift,
+                low,
+                base,
+                last,
+                thresholds,
+                logits,
+            )
             greater += greater_after
             ranks[0, ti, greater + tied_after] += w
             ranks[1, ti, greater] += w
@@ -401,8 +472,25 @@ def _check_elements(targets, scores, i, has_ignore, ignore_index, logits):
 
 
 @_kernel
-def count_elementwise(targets, scores, weights, curves, inexact, cal_counts, cal_conf, sums,
-                      thresholds, shift, start, stop, chunk, sign, flags, ignore_index, eps):
+def count_elementwise(
+    targets,
+    scores,
+    weights,
+    curves,
+    inexact,
+    cal_counts,
+    cal_conf,
+    sums,
+    thresholds,
+    shift,
+    start,
+    stop,
+    chunk,
+    sign,
+    flags,
+    ignore_index,
+    eps,
+):
     """Count rows ``[start, stop)`` of a binary (C = 1) or multilabel batch.
 
     ``targets`` (0/1) and ``scores`` are ``(N, C)``, ``weights`` ``(N,)`` (one weight per row,
@@ -426,8 +514,7 @@ def count_elementwise(targets, scores, weights, curves, inexact, cal_counts, cal
     for lo in range(start, stop, chunk):
         hi = min(lo + chunk, stop)
         for i in range(lo, hi):
-            status, position = _check_elements(targets, scores, i, has_ignore, ignore_index,
-                                               logits)
+            status, position = _check_elements(targets, scores, i, has_ignore, ignore_index, logits)
             if status != OK:
                 sums[0] += brier_sum
                 sums[1] += log_sum

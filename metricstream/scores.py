@@ -42,8 +42,10 @@ DEFAULT_CALIBRATION_BINS = 25200
 _CHUNK_ROWS = 4096
 _INT64_MAX = np.iinfo(np.int64).max
 # Log loss clips probabilities to [eps, 1 - eps] with the eps of their float type (scikit-learn).
-_EPS = {np.dtype(np.float32): float(np.finfo(np.float32).eps),
-        np.dtype(np.float64): float(np.finfo(np.float64).eps)}
+_EPS = {
+    np.dtype(np.float32): float(np.finfo(np.float32).eps),
+    np.dtype(np.float64): float(np.finfo(np.float64).eps),
+}
 
 
 @dataclass(slots=True)
@@ -155,8 +157,11 @@ class ScoreAccumulator(Accumulator):
             self._num_classes = 1
         else:
             least = 2 if task == "multiclass" else 1
-            if (isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer))
-                    or num_classes < least):
+            if (
+                isinstance(num_classes, bool)
+                or not isinstance(num_classes, (int, np.integer))
+                or num_classes < least
+            ):
                 raise ValueError(
                     f"`num_classes` must be an integer >= {least} for task={task!r}, got "
                     f"{num_classes!r}."
@@ -167,16 +172,19 @@ class ScoreAccumulator(Accumulator):
                 raise TypeError(f"`{name}` must be True or False, got {flag!r}.")
         self._logits = bool(logits)
         self._weighted = bool(weighted)
-        if ignore_index is not None and (isinstance(ignore_index, bool)
-                                         or not isinstance(ignore_index, (int, np.integer))):
+        if ignore_index is not None and (
+            isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer))
+        ):
             raise TypeError(f"`ignore_index` must be an integer or None, got {ignore_index!r}.")
         self._ignore_index = None if ignore_index is None else int(ignore_index)
         if isinstance(class_axis, bool) or not isinstance(class_axis, (int, np.integer)):
             raise TypeError(f"`class_axis` must be an integer, got {class_axis!r}.")
         self._class_axis = int(class_axis)
-        if (isinstance(calibration_bins, bool)
-                or not isinstance(calibration_bins, (int, np.integer))
-                or not 1 <= calibration_bins <= 1 << 24):
+        if (
+            isinstance(calibration_bins, bool)
+            or not isinstance(calibration_bins, (int, np.integer))
+            or not 1 <= calibration_bins <= 1 << 24
+        ):
             raise ValueError(
                 f"`calibration_bins` must be an integer in [1, 2**24], got {calibration_bins!r}."
             )
@@ -212,10 +220,19 @@ class ScoreAccumulator(Accumulator):
         if self._task == "multilabel" or self._weighted:
             return None
         a = self._arrays
-        return (a, a["curves"], a["inexact"], a.get("ranks"), a["calibration"], a["confidence"],
-                a["losses"], self._thresholds, self._shift,
-                _k.HAS_IGNORE if self._ignore_index is not None else 0,
-                -1 if self._ignore_index is None else self._ignore_index)
+        return (
+            a,
+            a["curves"],
+            a["inexact"],
+            a.get("ranks"),
+            a["calibration"],
+            a["confidence"],
+            a["losses"],
+            self._thresholds,
+            self._shift,
+            _k.HAS_IGNORE if self._ignore_index is not None else 0,
+            -1 if self._ignore_index is None else self._ignore_index,
+        )
 
     # ------------------------------------------------------------------ configuration
     def config(self) -> dict[str, Any]:
@@ -304,69 +321,158 @@ class ScoreAccumulator(Accumulator):
         # validation chunk, no weights): one kernel call with arguments prepared at
         # construction. The general path costs about 3 us more.
         fast = self._fast_args
-        if (fast is not None and weights is None and type(y_pred) is np.ndarray
-                and type(y_true) is np.ndarray and y_pred.ndim == 1 and y_true.ndim == 1
-                and self._task == "binary"):
+        if (
+            fast is not None
+            and weights is None
+            and type(y_pred) is np.ndarray
+            and type(y_true) is np.ndarray
+            and y_pred.ndim == 1
+            and y_true.ndim == 1
+            and self._task == "binary"
+        ):
             return self._update_binary(y_true, y_pred, fast)
-        if (fast is not None and weights is None and type(y_pred) is np.ndarray
-                and type(y_true) is np.ndarray and y_pred.ndim == 2 and y_true.ndim == 1
-                and self._task == "multiclass"):
+        if (
+            fast is not None
+            and weights is None
+            and type(y_pred) is np.ndarray
+            and type(y_true) is np.ndarray
+            and y_pred.ndim == 2
+            and y_true.ndim == 1
+            and self._task == "multiclass"
+        ):
             rows, classes = y_pred.shape
             eps = _EPS.get(y_pred.dtype)
-            if (eps is not None and classes == self._num_classes and rows == y_true.shape[0]
-                    and 0 < rows <= _CHUNK_ROWS and y_true.dtype.kind in "iu"
-                    and y_true.dtype.isnative and y_pred.flags.c_contiguous
-                    and fast[0] is self._arrays):
+            if (
+                eps is not None
+                and classes == self._num_classes
+                and rows == y_true.shape[0]
+                and 0 < rows <= _CHUNK_ROWS
+                and y_true.dtype.kind in "iu"
+                and y_true.dtype.isnative
+                and y_pred.flags.c_contiguous
+                and fast[0] is self._arrays
+            ):
                 with self._lock:
                     status, position, _ = _k.count_multiclass(
-                        y_true, y_pred, None, fast[1], fast[2], fast[3], fast[4], fast[5],
-                        fast[6], fast[7], fast[8], 0, rows, _CHUNK_ROWS, 1, fast[9], fast[10],
-                        None if self._logits else eps)
+                        y_true,
+                        y_pred,
+                        None,
+                        fast[1],
+                        fast[2],
+                        fast[3],
+                        fast[4],
+                        fast[5],
+                        fast[6],
+                        fast[7],
+                        fast[8],
+                        0,
+                        rows,
+                        _CHUNK_ROWS,
+                        1,
+                        fast[9],
+                        fast[10],
+                        None if self._logits else eps,
+                    )
                     if status == _k.OK:
                         self._changed()
                         return self
                 # Rows are validated before any is counted: the state is unchanged.
-                raise self._error(status, position, _Batch(
-                    y_true, y_pred, None, None if self._logits else eps, y_pred.shape, 1,
-                    y_true.shape, float(rows)))
+                raise self._error(
+                    status,
+                    position,
+                    _Batch(
+                        y_true,
+                        y_pred,
+                        None,
+                        None if self._logits else eps,
+                        y_pred.shape,
+                        1,
+                        y_true.shape,
+                        float(rows),
+                    ),
+                )
         return super().update(y_true, y_pred, weights)
 
-    def _update_binary(self, y_true: np.ndarray, y_pred: np.ndarray, fast: tuple[Any, ...]
-                       ) -> ScoreAccumulator:
+    def _update_binary(
+        self, y_true: np.ndarray, y_pred: np.ndarray, fast: tuple[Any, ...]
+    ) -> ScoreAccumulator:
         """The small-batch binary path of :meth:`update`: numpy (N,) integer targets and
         contiguous (N,) float32/float64 scores in one kernel call; anything else goes the
         general way."""
         rows = y_pred.shape[0]
         eps = _EPS.get(y_pred.dtype)
-        if not (eps is not None and rows == y_true.shape[0] and 0 < rows <= _CHUNK_ROWS
-                and y_true.dtype.kind in "iu" and y_true.dtype.isnative
-                and y_pred.flags.c_contiguous and y_true.flags.c_contiguous
-                and fast[0] is self._arrays):
+        if not (
+            eps is not None
+            and rows == y_true.shape[0]
+            and 0 < rows <= _CHUNK_ROWS
+            and y_true.dtype.kind in "iu"
+            and y_true.dtype.isnative
+            and y_pred.flags.c_contiguous
+            and y_true.flags.c_contiguous
+            and fast[0] is self._arrays
+        ):
             return super().update(y_true, y_pred)
         targets = y_true.reshape(-1, 1)
         scores = y_pred.reshape(-1, 1)
         eps_or_logits = None if self._logits else eps
         with self._lock:
             status, position, _ = _k.count_elementwise(
-                targets, scores, None, fast[1], fast[2], fast[4], fast[5], fast[6], fast[7],
-                fast[8], 0, rows, _CHUNK_ROWS, 1, fast[9], fast[10], eps_or_logits)
+                targets,
+                scores,
+                None,
+                fast[1],
+                fast[2],
+                fast[4],
+                fast[5],
+                fast[6],
+                fast[7],
+                fast[8],
+                0,
+                rows,
+                _CHUNK_ROWS,
+                1,
+                fast[9],
+                fast[10],
+                eps_or_logits,
+            )
             if status == _k.OK:
                 self._changed()
                 return self
         # Rows are validated before any is counted: the state is unchanged.
-        raise self._error(status, position, _Batch(targets, scores, None, eps_or_logits,
-                                                   y_pred.shape, 1, y_true.shape, float(rows)))
+        raise self._error(
+            status,
+            position,
+            _Batch(
+                targets, scores, None, eps_or_logits, y_pred.shape, 1, y_true.shape, float(rows)
+            ),
+        )
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> _Batch:
         # Fast path for the training-loop case (numpy (N,) labels and C-contiguous (N, C)
         # float scores): the general path below costs about 4 us of a 256x10 update.
-        if (weights is None and self._task == "multiclass" and type(y_true) is np.ndarray
-                and type(y_pred) is np.ndarray and y_true.ndim == 1 and y_pred.ndim == 2
-                and y_pred.shape == (y_true.shape[0], self._num_classes)
-                and y_true.dtype.kind in "iu" and y_pred.dtype in _EPS
-                and y_pred.flags.c_contiguous and y_true.dtype.isnative):
-            return _Batch(y_true, y_pred, None, None if self._logits else _EPS[y_pred.dtype],
-                          y_pred.shape, 1, y_true.shape, float(y_true.shape[0]))
+        if (
+            weights is None
+            and self._task == "multiclass"
+            and type(y_true) is np.ndarray
+            and type(y_pred) is np.ndarray
+            and y_true.ndim == 1
+            and y_pred.ndim == 2
+            and y_pred.shape == (y_true.shape[0], self._num_classes)
+            and y_true.dtype.kind in "iu"
+            and y_pred.dtype in _EPS
+            and y_pred.flags.c_contiguous
+            and y_true.dtype.isnative
+        ):
+            return _Batch(
+                y_true,
+                y_pred,
+                None,
+                None if self._logits else _EPS[y_pred.dtype],
+                y_pred.shape,
+                1,
+                y_true.shape,
+                float(y_true.shape[0]),
+            )
         scores = as_array(y_pred, "y_pred")
         if scores.dtype not in _EPS:  # integers, bools, long double
             scores = scores.astype(np.float64)
@@ -382,8 +488,9 @@ class ScoreAccumulator(Accumulator):
         eps = None if self._logits else _EPS[matrix.dtype]
         return _Batch(labels, matrix, weight_array, eps, scores.shape, axis, sample_shape, total)
 
-    def _multiclass_layout(self, y: np.ndarray, scores: np.ndarray
-                           ) -> tuple[np.ndarray, np.ndarray, int, tuple[int, ...]]:
+    def _multiclass_layout(
+        self, y: np.ndarray, scores: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, int, tuple[int, ...]]:
         if scores.ndim != y.ndim + 1:
             raise ValueError(
                 f"`y_pred` must hold {self._num_classes} class scores per label: one more "
@@ -395,20 +502,20 @@ class ScoreAccumulator(Accumulator):
                 f"`y_pred` has {scores.shape[axis]} class scores on axis {axis}, but "
                 f"`num_classes` is {self._num_classes}."
             )
-        rest = scores.shape[:axis] + scores.shape[axis + 1:]
+        rest = scores.shape[:axis] + scores.shape[axis + 1 :]
         if rest != y.shape:
             raise ValueError(
                 f"`y_pred` has shape {scores.shape} (classes on axis {axis}), which leaves "
                 f"{rest}, but `y_true` has shape {y.shape}; set `class_axis` if the classes "
                 f"are on another axis."
             )
-        matrix = np.ascontiguousarray(np.moveaxis(scores, axis, -1)).reshape(-1,
-                                                                            self._num_classes)
+        matrix = np.ascontiguousarray(np.moveaxis(scores, axis, -1)).reshape(-1, self._num_classes)
         labels = np.ascontiguousarray(y).reshape(-1)
         return labels, matrix, axis, y.shape
 
-    def _elementwise_layout(self, y: np.ndarray, scores: np.ndarray
-                            ) -> tuple[np.ndarray, np.ndarray, int, tuple[int, ...]]:
+    def _elementwise_layout(
+        self, y: np.ndarray, scores: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, int, tuple[int, ...]]:
         if self._task == "binary":
             if scores.ndim == y.ndim + 1 and scores.shape[-1] == 1:
                 scores = scores[..., 0]
@@ -426,9 +533,7 @@ class ScoreAccumulator(Accumulator):
                 f"task='multilabel', got {y.shape} and {scores.shape}."
             )
         if scores.ndim < 2:
-            raise ValueError(
-                f"multilabel scores need a label axis, got shape {scores.shape}."
-            )
+            raise ValueError(f"multilabel scores need a label axis, got shape {scores.shape}.")
         axis = self._axis(scores)
         if scores.shape[axis] != self._num_classes:
             raise ValueError(
@@ -438,7 +543,7 @@ class ScoreAccumulator(Accumulator):
         classes = self._num_classes
         matrix = np.ascontiguousarray(np.moveaxis(scores, axis, -1)).reshape(-1, classes)
         targets = np.ascontiguousarray(np.moveaxis(y, axis, -1)).reshape(-1, classes)
-        return targets, matrix, axis, scores.shape[:axis] + scores.shape[axis + 1:]
+        return targets, matrix, axis, scores.shape[:axis] + scores.shape[axis + 1 :]
 
     def _axis(self, scores: np.ndarray) -> int:
         axis = self._class_axis + scores.ndim if self._class_axis < 0 else self._class_axis
@@ -449,8 +554,7 @@ class ScoreAccumulator(Accumulator):
             )
         return axis
 
-    def _weights(self, weights: Any, sample_shape: tuple[int, ...]
-                 ) -> tuple[np.ndarray, float]:
+    def _weights(self, weights: Any, sample_shape: tuple[int, ...]) -> tuple[np.ndarray, float]:
         array = as_array(weights, "weights")
         if array.shape != sample_shape:
             raise ValueError(
@@ -466,8 +570,10 @@ class ScoreAccumulator(Accumulator):
             value = flat[int(np.argmax(bad))]
             rule = "finite and non-negative"
             if not self._weighted and np.isfinite(value) and value >= 0:
-                rule = ("whole numbers: this accumulator counts integers; create it with "
-                        "`weighted=True` for fractional weights")
+                rule = (
+                    "whole numbers: this accumulator counts integers; create it with "
+                    "`weighted=True` for fractional weights"
+                )
             position = where[0] if len(where) == 1 else tuple(int(i) for i in where)
             raise ValueError(
                 f"`weights` holds {value!r} at position {position}, but weights must be {rule}."
@@ -508,19 +614,57 @@ class ScoreAccumulator(Accumulator):
             arrays["losses"][...] = backup[1]
         raise self._error(status, position, batch)
 
-    def _run(self, arrays: dict[str, np.ndarray], batch: _Batch, start: int, stop: int,
-             chunk: int, sign: int, flags: int) -> tuple[int, int, int]:
+    def _run(
+        self,
+        arrays: dict[str, np.ndarray],
+        batch: _Batch,
+        start: int,
+        stop: int,
+        chunk: int,
+        sign: int,
+        flags: int,
+    ) -> tuple[int, int, int]:
         ignore = -1 if self._ignore_index is None else self._ignore_index
         if self._task == "multiclass":
             return _k.count_multiclass(
-                batch.y, batch.scores, batch.weights, arrays["curves"], arrays["inexact"],
-                arrays["ranks"], arrays["calibration"], arrays["confidence"],
-                arrays["losses"], self._thresholds, self._shift, start, stop, chunk, sign,
-                flags, ignore, batch.eps)
+                batch.y,
+                batch.scores,
+                batch.weights,
+                arrays["curves"],
+                arrays["inexact"],
+                arrays["ranks"],
+                arrays["calibration"],
+                arrays["confidence"],
+                arrays["losses"],
+                self._thresholds,
+                self._shift,
+                start,
+                stop,
+                chunk,
+                sign,
+                flags,
+                ignore,
+                batch.eps,
+            )
         return _k.count_elementwise(
-            batch.y, batch.scores, batch.weights, arrays["curves"], arrays["inexact"],
-            arrays["calibration"], arrays["confidence"], arrays["losses"], self._thresholds,
-            self._shift, start, stop, chunk, sign, flags, ignore, batch.eps)
+            batch.y,
+            batch.scores,
+            batch.weights,
+            arrays["curves"],
+            arrays["inexact"],
+            arrays["calibration"],
+            arrays["confidence"],
+            arrays["losses"],
+            self._thresholds,
+            self._shift,
+            start,
+            stop,
+            chunk,
+            sign,
+            flags,
+            ignore,
+            batch.eps,
+        )
 
     def _error(self, status: int, position: int, batch: _Batch) -> ValueError:
         """The error for a kernel's status; ``error.sample`` is the flat index of the sample
@@ -533,11 +677,13 @@ class ScoreAccumulator(Accumulator):
             if self._task == "binary":
                 where = sample
             else:
-                where = sample[:batch.class_axis] + (column,) + sample[batch.class_axis:]
+                where = sample[: batch.class_axis] + (column,) + sample[batch.class_axis :]
             shown = where[0] if len(where) == 1 else where
             if status == _k.BAD_TRUE:
-                message = (f"`y_true` holds {_show(batch.y[row, column])} at position {shown}, "
-                           f"but targets must be 0 or 1")
+                message = (
+                    f"`y_true` holds {_show(batch.y[row, column])} at position {shown}, "
+                    f"but targets must be 0 or 1"
+                )
                 if self._ignore_index is not None:
                     message += f" (or `ignore_index` {self._ignore_index})"
                 error = ValueError(message + ".")
@@ -545,22 +691,30 @@ class ScoreAccumulator(Accumulator):
                 if self._logits:
                     rule = "logits must not be NaN or +inf"
                 else:
-                    rule = ("probabilities must lie in [0, 1]; create the accumulator with "
-                            "`logits=True` for logits or other unbounded scores")
-                error = ValueError(f"`y_pred` (scores) holds {_show(batch.scores[row, column])} "
-                                   f"at position {shown}, but {rule}.")
+                    rule = (
+                        "probabilities must lie in [0, 1]; create the accumulator with "
+                        "`logits=True` for logits or other unbounded scores"
+                    )
+                error = ValueError(
+                    f"`y_pred` (scores) holds {_show(batch.scores[row, column])} "
+                    f"at position {shown}, but {rule}."
+                )
         else:
             sample = _unravel(position, batch.sample_shape)
             shown = sample[0] if len(sample) == 1 else sample
             if status == _k.BAD_ROW:
-                error = ValueError(f"`y_pred` (logits) at position {shown} are all -inf: the "
-                                   f"softmax of that sample is undefined.")
+                error = ValueError(
+                    f"`y_pred` (logits) at position {shown} are all -inf: the "
+                    f"softmax of that sample is undefined."
+                )
             else:
                 allowed = f"labels must be integers in [0, {classes})"
                 if self._ignore_index is not None:
                     allowed += f" or equal `ignore_index` ({self._ignore_index})"
-                error = ValueError(f"`y_true` holds label {_show(batch.y[position])} at "
-                                   f"position {shown}, but {allowed}.")
+                error = ValueError(
+                    f"`y_true` holds label {_show(batch.y[position])} at "
+                    f"position {shown}, but {allowed}."
+                )
         error.sample = row  # type: ignore[attr-defined]
         return error
 
@@ -578,9 +732,7 @@ class ScoreAccumulator(Accumulator):
                 f"task={self._task!r}, got {label!r}."
             )
         if not 0 <= label < self._num_classes:
-            raise ValueError(
-                f"`label` is {label}, but `num_classes` is {self._num_classes}."
-            )
+            raise ValueError(f"`label` is {label}, but `num_classes` is {self._num_classes}.")
         return int(label)
 
     def _default_average(self, average: Any) -> CurveAverage:
@@ -588,23 +740,24 @@ class ScoreAccumulator(Accumulator):
             return None
         return average
 
-    def roc_curve(self, label: int | None = None, *, micro: bool = False,
-                  drop_intermediate: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def roc_curve(
+        self, label: int | None = None, *, micro: bool = False, drop_intermediate: bool = True
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(fpr, tpr, thresholds)`` of the positive class (binary), of class ``label``
         (one-vs-rest), or of the pooled one-vs-rest histograms (``micro=True``); see
         :func:`metricstream.metrics.curves.roc_curve`."""
         pos, neg = self._one(label, micro)
-        return _curves.roc_curve(pos, neg, self.bin_values(),
-                                 drop_intermediate=drop_intermediate)
+        return _curves.roc_curve(pos, neg, self.bin_values(), drop_intermediate=drop_intermediate)
 
-    def precision_recall_curve(self, label: int | None = None, *, micro: bool = False,
-                               drop_intermediate: bool = False
-                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def precision_recall_curve(
+        self, label: int | None = None, *, micro: bool = False, drop_intermediate: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(precision, recall, thresholds)``, as scikit-learn's function of that name; see
         :func:`metricstream.metrics.curves.precision_recall_curve`."""
         pos, neg = self._one(label, micro)
-        return _curves.precision_recall_curve(pos, neg, self.bin_values(),
-                                              drop_intermediate=drop_intermediate)
+        return _curves.precision_recall_curve(
+            pos, neg, self.bin_values(), drop_intermediate=drop_intermediate
+        )
 
     def _one(self, label: int | None, micro: bool) -> tuple[np.ndarray, np.ndarray]:
         pos, neg, _ = self._hist(self._snapshot())
@@ -614,14 +767,16 @@ class ScoreAccumulator(Accumulator):
         return pos[index], neg[index]
 
     @overload
-    def auroc(self, average: CurveAverage = ..., *,
-              with_bound: Literal[False] = ...) -> float | np.ndarray: ...
+    def auroc(
+        self, average: CurveAverage = ..., *, with_bound: Literal[False] = ...
+    ) -> float | np.ndarray: ...
 
     @overload
     def auroc(self, average: CurveAverage = ..., *, with_bound: Literal[True]) -> Bounded: ...
 
-    def auroc(self, average: CurveAverage = "macro", *,
-              with_bound: bool = False) -> float | np.ndarray | Bounded:
+    def auroc(
+        self, average: CurveAverage = "macro", *, with_bound: bool = False
+    ) -> float | np.ndarray | Bounded:
         """Area under the ROC curve; one-vs-rest ``average`` for multiclass/multilabel
         (``"macro"``, ``"weighted"``, ``"micro"`` or None per class; ignored for binary).
 
@@ -634,63 +789,85 @@ class ScoreAccumulator(Accumulator):
         return result if with_bound else result.value
 
     @overload
-    def average_precision(self, average: CurveAverage = ..., *,
-                          with_bound: Literal[False] = ...) -> float | np.ndarray: ...
+    def average_precision(
+        self, average: CurveAverage = ..., *, with_bound: Literal[False] = ...
+    ) -> float | np.ndarray: ...
 
     @overload
-    def average_precision(self, average: CurveAverage = ..., *,
-                          with_bound: Literal[True]) -> Bounded: ...
+    def average_precision(
+        self, average: CurveAverage = ..., *, with_bound: Literal[True]
+    ) -> Bounded: ...
 
-    def average_precision(self, average: CurveAverage = "macro", *,
-                          with_bound: bool = False) -> float | np.ndarray | Bounded:
+    def average_precision(
+        self, average: CurveAverage = "macro", *, with_bound: bool = False
+    ) -> float | np.ndarray | Bounded:
         """Average precision, scikit-learn's step sum; arguments as :meth:`auroc`. See
         :func:`metricstream.metrics.curves.average_precision`."""
         result = Bounded(*self._view(_ap_view, self._default_average(average)))
         return result if with_bound else result.value
 
-    def _point(self, target: _curves.Target, constraint: float, label: int | None,
-               with_bound: bool) -> Any:
+    def _point(
+        self, target: _curves.Target, constraint: float, label: int | None, with_bound: bool
+    ) -> Any:
         pos, neg, exact = self._hist(self._snapshot())
         values = self.bin_values()
-        indices = [self._class(label)] if (label is not None or self._task == "binary") else (
-            range(self._num_classes))
-        results = [_curves.operating_point(pos[i], neg[i], values, target, constraint,
-                                           exact=exact[i]) for i in indices]
+        indices = (
+            [self._class(label)]
+            if (label is not None or self._task == "binary")
+            else (range(self._num_classes))
+        )
+        results = [
+            _curves.operating_point(pos[i], neg[i], values, target, constraint, exact=exact[i])
+            for i in indices
+        ]
         if label is not None or self._task == "binary":
             point, bound = results[0]
             return (point, bound) if with_bound else point
-        point = OperatingPoint(np.array([r[0].value for r in results]),
-                               np.array([r[0].threshold for r in results]))
-        bound = Bounded(point.value, np.array([r[1].lower for r in results]),
-                        np.array([r[1].upper for r in results]))
+        point = OperatingPoint(
+            np.array([r[0].value for r in results]), np.array([r[0].threshold for r in results])
+        )
+        bound = Bounded(
+            point.value,
+            np.array([r[1].lower for r in results]),
+            np.array([r[1].upper for r in results]),
+        )
         return (point, bound) if with_bound else point
 
-    def precision_at_recall(self, min_recall: float, label: int | None = None, *,
-                            with_bound: bool = False) -> Any:
+    def precision_at_recall(
+        self, min_recall: float, label: int | None = None, *, with_bound: bool = False
+    ) -> Any:
         """``OperatingPoint(precision, threshold)``: the highest precision at a threshold
         whose recall is ``>= min_recall`` (per class unless ``label`` is given). With
         ``with_bound=True`` also the ``Bounded`` interval of the best value; see
         :func:`metricstream.metrics.curves.operating_point`."""
         return self._point("precision_at_recall", min_recall, label, with_bound)
 
-    def recall_at_precision(self, min_precision: float, label: int | None = None, *,
-                            with_bound: bool = False) -> Any:
+    def recall_at_precision(
+        self, min_precision: float, label: int | None = None, *, with_bound: bool = False
+    ) -> Any:
         """The highest recall at a threshold whose precision is ``>= min_precision``."""
         return self._point("recall_at_precision", min_precision, label, with_bound)
 
-    def sensitivity_at_specificity(self, min_specificity: float, label: int | None = None, *,
-                                   with_bound: bool = False) -> Any:
+    def sensitivity_at_specificity(
+        self, min_specificity: float, label: int | None = None, *, with_bound: bool = False
+    ) -> Any:
         """The highest sensitivity (TPR) at a threshold whose specificity is
         ``>= min_specificity``."""
         return self._point("sensitivity_at_specificity", min_specificity, label, with_bound)
 
-    def specificity_at_sensitivity(self, min_sensitivity: float, label: int | None = None, *,
-                                   with_bound: bool = False) -> Any:
+    def specificity_at_sensitivity(
+        self, min_sensitivity: float, label: int | None = None, *, with_bound: bool = False
+    ) -> Any:
         """The highest specificity at a threshold whose sensitivity is ``>= min_sensitivity``."""
         return self._point("specificity_at_sensitivity", min_sensitivity, label, with_bound)
 
-    def best_threshold(self, criterion: _curves.Criterion = "f1", label: int | None = None,
-                       *, with_bound: bool = False) -> Any:
+    def best_threshold(
+        self,
+        criterion: _curves.Criterion = "f1",
+        label: int | None = None,
+        *,
+        with_bound: bool = False,
+    ) -> Any:
         """``OperatingPoint(value, threshold)`` maximising F1 (``criterion="f1"``) or Youden's
         J = TPR - FPR (``"youden"``)."""
         if criterion not in ("f1", "youden"):
@@ -718,8 +895,9 @@ class ScoreAccumulator(Accumulator):
         ``sklearn.metrics.multilabel_confusion_matrix``."""
         pos, neg, _ = self._hist(self._snapshot())
         index = self.bin_index(threshold)
-        result = np.stack([_curves.confusion_at(pos[i], neg[i], index)
-                           for i in range(self._num_classes)])
+        result = np.stack(
+            [_curves.confusion_at(pos[i], neg[i], index) for i in range(self._num_classes)]
+        )
         return result if self._weighted else result.astype(np.int64)
 
     # ------------------------------------------------------------------ calibration
@@ -735,9 +913,9 @@ class ScoreAccumulator(Accumulator):
         (``"max"``) over ``n_bins`` equal-width bins; see
         :func:`metricstream.metrics.calibration.calibration_error`."""
         snap = self._snapshot()
-        return _calibration.calibration_error(snap["calibration"][:, 0],
-                                              snap["calibration"][:, 1], snap["confidence"],
-                                              n_bins, norm)
+        return _calibration.calibration_error(
+            snap["calibration"][:, 0], snap["calibration"][:, 1], snap["confidence"], n_bins, norm
+        )
 
     def max_calibration_error(self, n_bins: int = 15) -> float:
         """Maximum calibration error, ``calibration_error(n_bins, norm="max")``."""
@@ -749,16 +927,18 @@ class ScoreAccumulator(Accumulator):
         ``brier_score_loss``; an exact running sum, not binned. NaN (with a warning) when
         empty."""
         snap = self._snapshot()
-        return _calibration.mean_loss(snap["losses"][0], snap["calibration"][:, 0].sum(),
-                                      "Brier score")
+        return _calibration.mean_loss(
+            snap["losses"][0], snap["calibration"][:, 0].sum(), "Brier score"
+        )
 
     def log_loss(self) -> float:
         """Mean negative log-likelihood, as scikit-learn's ``log_loss`` (probabilities clipped
         to ``[eps, 1 - eps]`` with ``eps`` of their float type; from logits it is computed
         without clipping); an exact running sum. NaN (with a warning) when empty."""
         snap = self._snapshot()
-        return _calibration.mean_loss(snap["losses"][1], snap["calibration"][:, 0].sum(),
-                                      "Log loss")
+        return _calibration.mean_loss(
+            snap["losses"][1], snap["calibration"][:, 0].sum(), "Log loss"
+        )
 
     # ------------------------------------------------------------------ top-k
     def _ranks(self, ties: Ties) -> np.ndarray:
@@ -768,8 +948,7 @@ class ScoreAccumulator(Accumulator):
             raise ValueError(f"`ties` must be 'sklearn' or 'optimistic', got {ties!r}.")
         return self._snapshot()["ranks"][0 if ties == "sklearn" else 1]
 
-    def top_k_accuracy(self, k: int | None = None, *,
-                       ties: Ties = "sklearn") -> float | np.ndarray:
+    def top_k_accuracy(self, k: int | None = None, *, ties: Ties = "sklearn") -> float | np.ndarray:
         """Fraction of samples whose true class is among the ``k`` highest scores, for every
         k at once when ``k`` is None. ``ties="sklearn"`` ranks tied classes as
         ``top_k_accuracy_score`` (higher class index first); ``"optimistic"`` ranks the true
@@ -821,13 +1000,13 @@ def _ap_view(snap: dict[str, np.ndarray], average: CurveAverage) -> Bounded:
     pos, neg = curves[:, :, 1], curves[:, :, 0]
     if pos.shape[0] == 1:
         pos, neg = pos[0], neg[0]
-    return _curves.average_precision_bounds(pos, neg, exact=snap["inexact"] == 0,
-                                            average=average)
+    return _curves.average_precision_bounds(pos, neg, exact=snap["inexact"] == 0, average=average)
 
 
 def _diagram_view(snap: dict[str, np.ndarray], n_bins: int) -> ReliabilityDiagram:
-    return _calibration.reliability_diagram(snap["calibration"][:, 0], snap["calibration"][:, 1],
-                                            snap["confidence"], n_bins)
+    return _calibration.reliability_diagram(
+        snap["calibration"][:, 0], snap["calibration"][:, 1], snap["confidence"], n_bins
+    )
 
 
 # ---------------------------------------------------------------------- configuration helpers
@@ -837,8 +1016,12 @@ def _check_bins(bins: int | None, num_classes: int) -> int:
         while bins > MIN_BINS and num_classes * bins > DEFAULT_MAX_CELLS:
             bins //= 2
         return bins
-    if (isinstance(bins, bool) or not isinstance(bins, (int, np.integer))
-            or not MIN_BINS <= bins <= MAX_BINS or bins & (bins - 1)):
+    if (
+        isinstance(bins, bool)
+        or not isinstance(bins, (int, np.integer))
+        or not MIN_BINS <= bins <= MAX_BINS
+        or bins & (bins - 1)
+    ):
         raise ValueError(
             f"`bins` must be a power of two from {MIN_BINS} to 2**24 (65536 keeps every "
             f"bfloat16 value apart), got {bins!r}."
@@ -882,17 +1065,22 @@ def _bin_values(shift: int, thresholds: np.ndarray | None, logits: bool) -> np.n
         top = np.arange(1 << (32 - shift), dtype=np.uint64) << np.uint64(shift)
         low = np.uint64((1 << shift) - 1)
         positive = top >= np.uint64(0x80000000)
-        bits = np.where(positive, top & np.uint64(0x7FFFFFFF),
-                        (~(top | low)) & np.uint64(0xFFFFFFFF))
+        bits = np.where(
+            positive, top & np.uint64(0x7FFFFFFF), (~(top | low)) & np.uint64(0xFFFFFFFF)
+        )
         return bits.astype(np.uint32).view(np.float32).astype(np.float64)
     base, last = (int(v) for v in _k.probability_key_layout(shift))
-    middle = (0x3F000000 >> shift)
+    middle = 0x3F000000 >> shift
     lower = (np.arange(middle, dtype=np.uint64) << np.uint64(shift)).astype(np.uint32)
     # Upper bins M + 1 .. last - 1 hold 1 - p from 1/2 down to 2**-24.
     complement_keys = (last - 1 - np.arange(middle + 1, last, dtype=np.int64)) + base
     upper = (complement_keys.astype(np.uint64) << np.uint64(shift)).astype(np.uint32)
-    values = np.r_[0.0, lower.view(np.float32).astype(np.float64),
-                   1.0 - upper.view(np.float32).astype(np.float64), 1.0]
+    values = np.r_[
+        0.0,
+        lower.view(np.float32).astype(np.float64),
+        1.0 - upper.view(np.float32).astype(np.float64),
+        1.0,
+    ]
     # Bin 1 holds the smallest positive floats (0 has bin 0): its smallest is its value.
     values[1] = float(np.nextafter(np.float32(0), np.float32(1)))
     return values

@@ -55,25 +55,29 @@ def test_binary_equals_sklearn_on_16_bit_scores(seed, weighted):
     weights = rng.random(n) * 3 if weighted else rng.integers(0, 4, n)
     acc = feed(ScoreAccumulator("binary", weighted=weighted), y, scores, weights, seed)
     assert acc.exact().all()
-    assert acc.auroc() == pytest.approx(skm.roc_auc_score(y, scores, sample_weight=weights),
-                                        **EXACT)
+    assert acc.auroc() == pytest.approx(
+        skm.roc_auc_score(y, scores, sample_weight=weights), **EXACT
+    )
     assert acc.average_precision() == pytest.approx(
-        skm.average_precision_score(y, scores, sample_weight=weights), **EXACT)
-    for mine, ref in zip(acc.roc_curve(), skm.roc_curve(y, scores, sample_weight=weights),
-                         strict=True):
+        skm.average_precision_score(y, scores, sample_weight=weights), **EXACT
+    )
+    for mine, ref in zip(
+        acc.roc_curve(), skm.roc_curve(y, scores, sample_weight=weights), strict=True
+    ):
         np.testing.assert_allclose(mine, ref, rtol=1e-12, atol=1e-12)
     for drop in (False, True):
         mine = acc.precision_recall_curve(drop_intermediate=drop)
-        ref = skm.precision_recall_curve(y, scores, sample_weight=weights,
-                                         drop_intermediate=drop)
+        ref = skm.precision_recall_curve(y, scores, sample_weight=weights, drop_intermediate=drop)
         for a, b in zip(mine, ref, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     bound = acc.auroc(with_bound=True)
     assert bound.lower == bound.value == bound.upper
     assert acc.brier_score() == pytest.approx(
-        skm.brier_score_loss(y, scores.astype(np.float64), sample_weight=weights), rel=1e-9)
+        skm.brier_score_loss(y, scores.astype(np.float64), sample_weight=weights), rel=1e-9
+    )
     assert acc.log_loss() == pytest.approx(
-        skm.log_loss(y, scores.astype(np.float64), sample_weight=weights), rel=1e-6)
+        skm.log_loss(y, scores.astype(np.float64), sample_weight=weights), rel=1e-6
+    )
 
 
 def test_binary_float64_scores_and_n_by_1_layout():
@@ -107,8 +111,7 @@ def test_logits_any_range():
     acc = ScoreAccumulator("binary", logits=True).update(y, logits)
     assert acc.exact().all()
     assert acc.auroc() == pytest.approx(skm.roc_auc_score(y, logits), **EXACT)
-    assert acc.average_precision() == pytest.approx(
-        skm.average_precision_score(y, logits), **EXACT)
+    assert acc.average_precision() == pytest.approx(skm.average_precision_score(y, logits), **EXACT)
     probabilities = 1 / (1 + np.exp(-logits.astype(np.float64)))
     assert acc.log_loss() == pytest.approx(skm.log_loss(y, probabilities), rel=1e-9)
     assert acc.brier_score() == pytest.approx(skm.brier_score_loss(y, probabilities), rel=1e-9)
@@ -123,12 +126,15 @@ def test_multiclass_ovr_equals_sklearn(seed, average):
     acc = feed(ScoreAccumulator("multiclass", 5), y, scores, seed=seed)
     onehot = np.eye(5)[y]
     assert acc.auroc(average) == pytest.approx(
-        skm.roc_auc_score(onehot, scores, average=average), **EXACT)
+        skm.roc_auc_score(onehot, scores, average=average), **EXACT
+    )
     assert acc.average_precision(average) == pytest.approx(
-        skm.average_precision_score(onehot, scores, average=average), **EXACT)
+        skm.average_precision_score(onehot, scores, average=average), **EXACT
+    )
     per_class = acc.auroc(None)
-    np.testing.assert_allclose(per_class, skm.roc_auc_score(onehot, scores, average=None),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        per_class, skm.roc_auc_score(onehot, scores, average=None), rtol=1e-12
+    )
 
 
 def test_multiclass_matches_roc_auc_score_multi_class_ovr():
@@ -210,15 +216,19 @@ def test_multiclass_losses_equal_sklearn():
     weights = np.random.default_rng(0).integers(1, 5, len(y))
     acc = feed(ScoreAccumulator("multiclass", 5), y, probabilities, weights)
     assert acc.log_loss() == pytest.approx(
-        skm.log_loss(y, probabilities, sample_weight=weights), rel=1e-12)
+        skm.log_loss(y, probabilities, sample_weight=weights), rel=1e-12
+    )
     assert acc.brier_score() == pytest.approx(
-        skm.brier_score_loss(y, probabilities, sample_weight=weights), rel=1e-12)
+        skm.brier_score_loss(y, probabilities, sample_weight=weights), rel=1e-12
+    )
     from_logits = feed(ScoreAccumulator("multiclass", 5, logits=True), y, logits, weights)
     exact = softmax(logits)
     assert from_logits.log_loss() == pytest.approx(
-        skm.log_loss(y, exact, sample_weight=weights), rel=1e-9)
+        skm.log_loss(y, exact, sample_weight=weights), rel=1e-9
+    )
     assert from_logits.brier_score() == pytest.approx(
-        skm.brier_score_loss(y, exact, sample_weight=weights), rel=1e-9)
+        skm.brier_score_loss(y, exact, sample_weight=weights), rel=1e-9
+    )
     # the ranking of logits is the ranking of their softmax: top-k agree
     np.testing.assert_allclose(from_logits.top_k_accuracy(), acc.top_k_accuracy())
 
@@ -234,8 +244,9 @@ def test_top_k_every_k_with_sklearn_tie_rule():
     acc = feed(ScoreAccumulator("multiclass", classes, weighted=True), y, scores, weights)
     every_k = acc.top_k_accuracy()
     for k in range(1, classes):
-        expected = skm.top_k_accuracy_score(y, scores, k=k, labels=range(classes),
-                                            sample_weight=weights)
+        expected = skm.top_k_accuracy_score(
+            y, scores, k=k, labels=range(classes), sample_weight=weights
+        )
         assert every_k[k - 1] == pytest.approx(expected, rel=1e-12)
         assert acc.top_k_accuracy(k) == pytest.approx(expected, rel=1e-12)
     # optimistic rule: the true class beats every class tied with it
@@ -246,8 +257,9 @@ def test_top_k_every_k_with_sklearn_tie_rule():
     recall = acc.top_k_recall(2)
     for label in range(classes):
         rows = y == label
-        hits = skm.top_k_accuracy_score(y[rows], scores[rows], k=2, labels=range(classes),
-                                        sample_weight=weights[rows])
+        hits = skm.top_k_accuracy_score(
+            y[rows], scores[rows], k=2, labels=range(classes), sample_weight=weights[rows]
+        )
         assert recall[label] == pytest.approx(hits, rel=1e-12)
     with pytest.warns(UndefinedMetricWarning, match="greater than or equal"):
         assert acc.top_k_accuracy(classes) == pytest.approx(1.0)
@@ -264,8 +276,10 @@ def reference_calibration(confidence, correct, weights, n_bins, fine=25200):
         if not rows.any() or weights[rows].sum() == 0:
             continue
         w = weights[rows].sum()
-        gap = abs(np.average(correct[rows], weights=weights[rows])
-                  - np.average(confidence[rows], weights=weights[rows]))
+        gap = abs(
+            np.average(correct[rows], weights=weights[rows])
+            - np.average(confidence[rows], weights=weights[rows])
+        )
         ece += w / total * gap
         mce = max(mce, gap)
     return ece, mce
@@ -340,8 +354,10 @@ def test_operating_points_equal_brute_force():
     specificity = 1 - fp / negatives
     point = acc.precision_at_recall(0.9)
     assert point.value == pytest.approx(precision[recall >= 0.9].max())
-    assert point.threshold in thresholds[(recall >= 0.9)
-                                         & (precision == precision[recall >= 0.9].max())]
+    assert (
+        point.threshold
+        in thresholds[(recall >= 0.9) & (precision == precision[recall >= 0.9].max())]
+    )
     point = acc.recall_at_precision(0.8)
     assert point.value == pytest.approx(recall[(precision >= 0.8) & (tp + fp > 0)].max())
     point = acc.sensitivity_at_specificity(0.95)
@@ -392,18 +408,21 @@ def test_multilabel_equals_sklearn_and_ignores_index():
     scores = bf16(np.clip(rng.random((n, labels)) * 0.7 + 0.3 * targets, 0, 1))
     acc = feed(ScoreAccumulator("multilabel", labels), targets, scores)
     for average in ("macro", "micro", "weighted", None):
-        np.testing.assert_allclose(acc.auroc(average),
-                                   skm.roc_auc_score(targets, scores, average=average),
-                                   rtol=1e-12)
-        np.testing.assert_allclose(acc.average_precision(average),
-                                   skm.average_precision_score(targets, scores,
-                                                               average=average), rtol=1e-12)
+        np.testing.assert_allclose(
+            acc.auroc(average), skm.roc_auc_score(targets, scores, average=average), rtol=1e-12
+        )
+        np.testing.assert_allclose(
+            acc.average_precision(average),
+            skm.average_precision_score(targets, scores, average=average),
+            rtol=1e-12,
+        )
     masked = targets.copy()
     masked[::3, 1] = -1
     ignoring = ScoreAccumulator("multilabel", labels, ignore_index=-1).update(masked, scores)
     keep = masked[:, 1] != -1
     assert ignoring.auroc(None)[1] == pytest.approx(
-        skm.roc_auc_score(targets[keep, 1], scores[keep, 1]), **EXACT)
+        skm.roc_auc_score(targets[keep, 1], scores[keep, 1]), **EXACT
+    )
 
 
 def test_segmentation_layout_equals_flat_rows():
@@ -417,11 +436,13 @@ def test_segmentation_layout_equals_flat_rows():
     flat_scores = np.moveaxis(logits, 1, -1).reshape(-1, classes)
     flat_labels = labels.reshape(-1)
     keep = flat_labels != 255
-    flat = ScoreAccumulator("multiclass", classes, logits=True).update(flat_labels[keep],
-                                                                      flat_scores[keep])
+    flat = ScoreAccumulator("multiclass", classes, logits=True).update(
+        flat_labels[keep], flat_scores[keep]
+    )
     assert state_bytes(acc) == state_bytes(flat)
-    last = ScoreAccumulator("multiclass", classes, logits=True, ignore_index=255,
-                            class_axis=-1).update(labels, np.moveaxis(logits, 1, -1))
+    last = ScoreAccumulator(
+        "multiclass", classes, logits=True, ignore_index=255, class_axis=-1
+    ).update(labels, np.moveaxis(logits, 1, -1))
     assert state_bytes(last) == state_bytes(acc)
 
 
@@ -489,8 +510,9 @@ def test_default_memory_shrinks_at_many_classes():
 
 def test_pickle_and_bytes_round_trip():
     y, _, probabilities = multiclass_data(6)
-    acc = ScoreAccumulator("multiclass", 5, weighted=True).update(y, probabilities,
-                                                                np.ones(len(y)) * 0.5)
+    acc = ScoreAccumulator("multiclass", 5, weighted=True).update(
+        y, probabilities, np.ones(len(y)) * 0.5
+    )
     assert pickle.loads(pickle.dumps(acc)) == acc
     restored = ScoreAccumulator.from_bytes(acc.to_bytes())
     assert restored == acc
@@ -536,8 +558,9 @@ def test_in_a_group_with_a_confusion_accumulator():
     from metricstream import AccumulatorGroup, ConfusionAccumulator
 
     y, _, probabilities = multiclass_data(22, classes=4)
-    group = AccumulatorGroup({"matrix": ConfusionAccumulator(4),
-                              "scores": ScoreAccumulator("multiclass", 4)})
+    group = AccumulatorGroup(
+        {"matrix": ConfusionAccumulator(4), "scores": ScoreAccumulator("multiclass", 4)}
+    )
     group.update(y, probabilities)
     assert group["scores"].top_k_accuracy(1) == pytest.approx(group["matrix"].accuracy())
     bad = probabilities.copy()
@@ -548,9 +571,11 @@ def test_in_a_group_with_a_confusion_accumulator():
     assert state_bytes(group["scores"]) == before
 
 
-@pytest.mark.parametrize("config", [dict(logits=True),
-                                    dict(thresholds=np.linspace(-3, 3, 25), logits=True),
-                                    dict()], ids=["logits", "thresholds", "probabilities"])
+@pytest.mark.parametrize(
+    "config",
+    [dict(logits=True), dict(thresholds=np.linspace(-3, 3, 25), logits=True), dict()],
+    ids=["logits", "thresholds", "probabilities"],
+)
 def test_confusion_at_every_bin_value_equals_sklearn(config):
     rng = np.random.default_rng(23)
     y = rng.integers(0, 2, 400)
@@ -573,8 +598,9 @@ def test_weighted_large_batch_failure_changes_nothing():
     targets = rng.integers(0, 2, size=(n, 3))
     scores = rng.random((n, 3))
     weights = rng.random(n)
-    acc = ScoreAccumulator("multilabel", 3, weighted=True).update(targets[:50], scores[:50],
-                                                                 weights[:50])
+    acc = ScoreAccumulator("multilabel", 3, weighted=True).update(
+        targets[:50], scores[:50], weights[:50]
+    )
     before = state_bytes(acc)
     bad = targets.copy()
     bad[n - 1, 2] = 2
@@ -585,15 +611,19 @@ def test_weighted_large_batch_failure_changes_nothing():
     assert acc.num_samples == pytest.approx(3 * (weights.sum() + weights[:50].sum()))
     bound = acc.auroc(None, with_bound=True)
     for j in range(3):
-        exact = skm.roc_auc_score(np.r_[targets[:50, j], targets[:, j]],
-                                  np.r_[scores[:50, j], scores[:, j]],
-                                  sample_weight=np.r_[weights[:50], weights])
+        exact = skm.roc_auc_score(
+            np.r_[targets[:50, j], targets[:, j]],
+            np.r_[scores[:50, j], scores[:, j]],
+            sample_weight=np.r_[weights[:50], weights],
+        )
         assert bound.lower[j] <= exact <= bound.upper[j]
 
 
-@pytest.mark.parametrize("config", [dict(), dict(logits=True), dict(ignore_index=-1),
-                                    dict(thresholds=np.linspace(0, 1, 11))],
-                         ids=["probabilities", "logits", "ignore", "thresholds"])
+@pytest.mark.parametrize(
+    "config",
+    [dict(), dict(logits=True), dict(ignore_index=-1), dict(thresholds=np.linspace(0, 1, 11))],
+    ids=["probabilities", "logits", "ignore", "thresholds"],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_small_batch_fast_path_equals_general_path(config, dtype):
     """numpy (N,) labels with C-contiguous (N, C) scores take one kernel call; lists,
@@ -607,8 +637,8 @@ def test_small_batch_fast_path_equals_general_path(config, dtype):
     fast = ScoreAccumulator("multiclass", 5, **config)
     general = ScoreAccumulator("multiclass", 5, **config)
     for lo in range(0, 700, 256):
-        fast.update(y[lo:lo + 256], scores[lo:lo + 256])
-        general.update(y[lo:lo + 256].tolist(), np.asfortranarray(scores[lo:lo + 256]))
+        fast.update(y[lo : lo + 256], scores[lo : lo + 256])
+        general.update(y[lo : lo + 256].tolist(), np.asfortranarray(scores[lo : lo + 256]))
     assert state_bytes(fast) == state_bytes(general)
     bad = scores[:256].copy()
     bad[200, 2] = np.nan
@@ -633,8 +663,11 @@ def test_small_batch_fast_path_equals_general_path(config, dtype):
     assert state_bytes(twin) == state_bytes(copy) != before
 
 
-@pytest.mark.parametrize("config", [dict(), dict(logits=True), dict(ignore_index=-1)],
-                         ids=["probabilities", "logits", "ignore"])
+@pytest.mark.parametrize(
+    "config",
+    [dict(), dict(logits=True), dict(ignore_index=-1)],
+    ids=["probabilities", "logits", "ignore"],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_binary_fast_path_equals_general_path(config, dtype):
     """numpy (N,) targets and scores take one kernel call; lists and strided arrays take the
@@ -648,8 +681,8 @@ def test_binary_fast_path_equals_general_path(config, dtype):
     fast = ScoreAccumulator("binary", **config)
     general = ScoreAccumulator("binary", **config)
     for lo in range(0, 900, 256):
-        fast.update(y[lo:lo + 256], scores[lo:lo + 256])
-        general.update(y[lo:lo + 256].tolist(), np.repeat(scores[lo:lo + 256], 2)[::2])
+        fast.update(y[lo : lo + 256], scores[lo : lo + 256])
+        general.update(y[lo : lo + 256].tolist(), np.repeat(scores[lo : lo + 256], 2)[::2])
     assert state_bytes(fast) == state_bytes(general)
     before = state_bytes(fast)
     bad = scores[:256].copy()

@@ -31,8 +31,16 @@ def _rows(sets: list[ScoreSet]) -> list[dict]:
             warnings.simplefilter("ignore")
             auroc = acc.auroc("macro", with_bound=True)
             ap = acc.average_precision("macro", with_bound=True)
-        out.append({"name": s.name, "set": s, "acc": acc, "exact": (exact_auroc, exact_ap),
-                    "auroc": auroc, "ap": ap})
+        out.append(
+            {
+                "name": s.name,
+                "set": s,
+                "acc": acc,
+                "exact": (exact_auroc, exact_ap),
+                "auroc": auroc,
+                "ap": ap,
+            }
+        )
     return out
 
 

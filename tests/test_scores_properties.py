@@ -15,23 +15,25 @@ from metricstream.scores import ScoreAccumulator
 INTEGER_STATE = ("curves", "inexact", "ranks", "calibration")
 FLOAT_STATE = ("confidence", "losses")
 
-SETTINGS = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
 def streams(draw):
     classes = draw(st.integers(2, 5))
     n = draw(st.integers(0, 60))
-    y = np.array(draw(st.lists(st.integers(0, classes - 1), min_size=n, max_size=n)),
-                 dtype=np.int64)
+    y = np.array(
+        draw(st.lists(st.integers(0, classes - 1), min_size=n, max_size=n)), dtype=np.int64
+    )
     # Values on a coarse grid: ties within and across rows, exact 0 and 1.
-    grid = draw(st.lists(st.lists(st.integers(0, 8), min_size=classes, max_size=classes),
-                         min_size=n, max_size=n))
-    scores = (np.array(grid, dtype=np.float32).reshape(n, classes) / 8.0)
+    grid = draw(
+        st.lists(
+            st.lists(st.integers(0, 8), min_size=classes, max_size=classes), min_size=n, max_size=n
+        )
+    )
+    scores = np.array(grid, dtype=np.float32).reshape(n, classes) / 8.0
     cuts = sorted(draw(st.lists(st.integers(0, n), max_size=4)))
-    weights = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)),
-                       dtype=np.int64)
+    weights = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.int64)
     return classes, y, scores, weights, cuts
 
 
@@ -60,9 +62,12 @@ def test_any_split_equals_one_update(stream):
 def test_merge_in_any_order(stream, random):
     classes, y, scores, weights, cuts = stream
     edges = [0, *cuts, len(y)]
-    shards = [ScoreAccumulator("multiclass", classes, bins=256).update(
-        y[lo:hi], scores[lo:hi], weights[lo:hi]) for lo, hi in zip(edges[:-1], edges[1:],
-                                                                    strict=True)]
+    shards = [
+        ScoreAccumulator("multiclass", classes, bins=256).update(
+            y[lo:hi], scores[lo:hi], weights[lo:hi]
+        )
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+    ]
     whole = ScoreAccumulator("multiclass", classes, bins=256).update(y, scores, weights)
     random.shuffle(shards)
     merged = sum(shards)

@@ -45,15 +45,13 @@ def test_digits_summary_equals_direct_accumulation_and_sklearn(digits, prefer_py
     rows = summary_rows(report.accumulator)
     exact = skm.roc_auc_score(y, scores.astype(np.float64), multi_class="ovr")
     assert abs(rows["auroc_macro"] - exact) <= rows["auroc_error_bound"] + 1e-12
-    assert rows["top_1_accuracy"] == pytest.approx(
-        skm.top_k_accuracy_score(y, scores, k=1))
-    assert rows["top_5_accuracy"] == pytest.approx(
-        skm.top_k_accuracy_score(y, scores, k=5))
-    assert rows["log_loss"] == pytest.approx(skm.log_loss(y, scores.astype(np.float64)),
-                                             rel=1e-6)
+    assert rows["top_1_accuracy"] == pytest.approx(skm.top_k_accuracy_score(y, scores, k=1))
+    assert rows["top_5_accuracy"] == pytest.approx(skm.top_k_accuracy_score(y, scores, k=5))
+    assert rows["log_loss"] == pytest.approx(skm.log_loss(y, scores.astype(np.float64)), rel=1e-6)
     assert report.confusion is not None
-    np.testing.assert_array_equal(report.confusion.confusion_matrix(),
-                                  skm.confusion_matrix(y, scores.argmax(axis=1)))
+    np.testing.assert_array_equal(
+        report.confusion.confusion_matrix(), skm.confusion_matrix(y, scores.argmax(axis=1))
+    )
     text = report.text()
     assert "AUROC (macro, one-vs-rest)" in text and "top-5 accuracy" in text
     assert report.markdown().startswith("| score metric | value |")
@@ -64,16 +62,17 @@ def test_digits_summary_equals_direct_accumulation_and_sklearn(digits, prefer_py
 
 def test_text_labels_map_through_column_suffixes(tmp_path):
     path = tmp_path / "named.csv"
-    path.write_text("label,p_cat,p_dog,weight\ncat,0.9,0.1,1\ndog,0.3,0.7,2\nvoid,0.5,0.5,1\n"
-                    "cat,0.4,0.6,1\n")
+    path.write_text(
+        "label,p_cat,p_dog,weight\ncat,0.9,0.1,1\ndog,0.3,0.7,2\nvoid,0.5,0.5,1\ncat,0.4,0.6,1\n"
+    )
     report = score_summary(path, "p_*", truth="label", weight="weight", ignore="void")
     assert report.class_names == ["cat", "dog"]
     acc = report.accumulator
     assert acc.num_samples == 4  # weights 1 + 2 + 1, the void row skipped
     expected = ScoreAccumulator("multiclass", 2).update(
-        [0, 1, 0], [[0.9, 0.1], [0.3, 0.7], [0.4, 0.6]], [1, 2, 1])
-    np.testing.assert_array_equal(acc.state_arrays()["curves"],
-                                  expected.state_arrays()["curves"])
+        [0, 1, 0], [[0.9, 0.1], [0.3, 0.7], [0.4, 0.6]], [1, 2, 1]
+    )
+    np.testing.assert_array_equal(acc.state_arrays()["curves"], expected.state_arrays()["curves"])
     with pytest.raises(InputError, match="'bird' at row 2"):
         bad = tmp_path / "bad.csv"
         bad.write_text("y_true,p_cat,p_dog\ncat,0.9,0.1\nbird,0.3,0.7\n")
@@ -121,8 +120,11 @@ def test_plots_draw_every_class(tmp_path, digits):
     report = score_summary(DATA)
     for name in ("roc", "pr", "calibration"):
         path = tmp_path / f"{name}.png"
-        {"roc": report.plot_roc, "pr": report.plot_precision_recall,
-         "calibration": report.plot_calibration}[name](path)
+        {
+            "roc": report.plot_roc,
+            "pr": report.plot_precision_recall,
+            "calibration": report.plot_calibration,
+        }[name](path)
         assert path.stat().st_size > 1000
     binary = ScoreAccumulator("binary").update([0, 1, 1, 0], [0.2, 0.7, 0.4, 0.1])
     assert len(binary.plot_roc().lines) == 2
@@ -138,8 +140,17 @@ def test_command_line_options(tmp_path):
     parser = argparse.ArgumentParser()
     parser.add_argument("path")
     add_score_arguments(parser)
-    args = parser.parse_args([str(DATA), "--scores", "p_*", "--calibration-bins", "10",
-                              "--plot-calibration", str(tmp_path / "cal.png")])
+    args = parser.parse_args(
+        [
+            str(DATA),
+            "--scores",
+            "p_*",
+            "--calibration-bins",
+            "10",
+            "--plot-calibration",
+            str(tmp_path / "cal.png"),
+        ]
+    )
     report = report_from_args(args)
     assert report is not None and report.n_bins == 10
     if __import__("importlib").util.find_spec("matplotlib") is not None:
