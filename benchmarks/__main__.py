@@ -171,13 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-readme",
         action="store_true",
-        help="do not rewrite the README's benchmark section (a full run does)",
+        help="do not rewrite the benchmark section of docs/benchmarks.md (a full run does)",
     )
     parser.add_argument(
         "--only",
         nargs="+",
         choices=[case.__name__ for case in suite.CASES],
-        help="run only these cases (README untouched)",
+        help="run only these cases (docs/benchmarks.md untouched)",
     )
     args = parser.parse_args(argv)
 
@@ -199,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(exist_ok=True)
     (out_dir / ("quick.md" if args.quick else "latest.md")).write_text(markdown)
     if not (args.quick or args.no_readme or args.only):
-        update_readme(markdown, suite.REPO / "README.md")
-        print("README.md benchmark section updated.", file=sys.stderr)
+        update_readme(markdown, suite.REPO / "docs" / "benchmarks.md")
+        print("docs/benchmarks.md benchmark section updated.", file=sys.stderr)
     failed = [t for t in results.targets if t.passed is False]
     print(f"{len(failed)} target(s) FAIL" if failed else "every target PASS", file=sys.stderr)
     return 0

@@ -21,7 +21,7 @@ temporary directory and deleted afterwards; it is never committed. Three compari
   the file.
 
 Before any time is reported, the matrix counted by the report is checked equal to one counted
-with ``np.bincount`` from pyarrow's table. Target (issue 6): report ≤ 2 × pyarrow's read.
+with ``np.bincount`` from pyarrow's table. Target: report ≤ 2 × pyarrow's read.
 """
 
 from __future__ import annotations

@@ -20,12 +20,14 @@ from metricstream import ConfusionAccumulator, UndefinedMetricWarning
 from metricstream import metrics as ms
 
 # classes: 0 ordinary, 1 absent, 2 predicted but never true, 3 true but never predicted
-MATRIX = np.array([
-    [5, 0, 2, 0],
-    [0, 0, 0, 0],
-    [0, 0, 0, 0],
-    [1, 0, 1, 0],
-])
+MATRIX = np.array(
+    [
+        [5, 0, 2, 0],
+        [0, 0, 0, 0],
+        [0, 0, 0, 0],
+        [1, 0, 1, 0],
+    ]
+)
 ABSENT, PREDICTED_ONLY, TRUE_ONLY = 1, 2, 3
 N = MATRIX.sum()
 
@@ -89,9 +91,17 @@ def test_warn_means_zero_and_a_warning(name):
     np.testing.assert_array_equal(values, getattr(ms, name)(MATRIX, zero_division=0))
 
 
-AVERAGED = [name for name in TABLE if name not in (
-    "positive_likelihood_ratio", "negative_likelihood_ratio", "diagnostic_odds_ratio",
-    "prevalence")]
+AVERAGED = [
+    name
+    for name in TABLE
+    if name
+    not in (
+        "positive_likelihood_ratio",
+        "negative_likelihood_ratio",
+        "diagnostic_odds_ratio",
+        "prevalence",
+    )
+]
 
 
 @pytest.mark.parametrize("zd", ZERO_DIVISIONS, ids=["0", "1", "nan"])
@@ -110,20 +120,24 @@ def test_averages_are_never_poisoned(name, zd):
     present = [0, PREDICTED_ONLY, TRUE_ONLY]
     seg = function(MATRIX, average="macro", zero_division=zd, ignore_absent=True)
     assert seg == pytest.approx(np.nanmean(per_class[present])) or (
-        math.isnan(seg) and np.isnan(per_class[present]).all())
-    assert seg == pytest.approx(function(MATRIX, labels=present, average="macro",
-                                         zero_division=zd)) or math.isnan(seg)
+        math.isnan(seg) and np.isnan(per_class[present]).all()
+    )
+    assert seg == pytest.approx(
+        function(MATRIX, labels=present, average="macro", zero_division=zd)
+    ) or math.isnan(seg)
 
 
 def test_ignore_absent_gives_miou_and_mean_dice():
     assert ms.jaccard(MATRIX, average="macro", ignore_absent=True) == ms.miou(MATRIX)
     assert ms.dice(MATRIX, average="macro", ignore_absent=True) == pytest.approx(
-        np.mean(ms.dice(MATRIX, labels=[0, 2, 3])))
+        np.mean(ms.dice(MATRIX, labels=[0, 2, 3]))
+    )
     # per-class output still lists the absent class (with its zero_division value)
     assert ms.jaccard(MATRIX, zero_division=1, ignore_absent=True)[ABSENT] == 1.0
     # absent classes add N to the micro TN sum unless left out
     assert ms.specificity(MATRIX, average="micro", ignore_absent=True) == pytest.approx(
-        ms.specificity(MATRIX, labels=[0, 2, 3], average="micro"))
+        ms.specificity(MATRIX, labels=[0, 2, 3], average="micro")
+    )
 
 
 def test_average_over_nothing_is_zero_division_not_nan():
@@ -131,8 +145,9 @@ def test_average_over_nothing_is_zero_division_not_nan():
     with pytest.warns(UndefinedMetricWarning, match="no selected class is present"):
         assert ms.jaccard(empty, average="macro", ignore_absent=True) == 0.0
     assert ms.recall(empty, average="macro", ignore_absent=True, zero_division=1) == 1.0
-    assert math.isnan(ms.specificity(empty, average="weighted", ignore_absent=True,
-                                     zero_division=np.nan))
+    assert math.isnan(
+        ms.specificity(empty, average="weighted", ignore_absent=True, zero_division=np.nan)
+    )
 
 
 # scalar metrics on degenerate matrices: no samples, and a single class used by both sides

@@ -47,7 +47,8 @@ def test_identities(matrix):
     both(ms.dice(matrix, **m), 2 * iou / (1 + iou))
     with np.errstate(all="ignore"):
         lr_ratio = ms.positive_likelihood_ratio(matrix, **m) / ms.negative_likelihood_ratio(
-            matrix, **m)
+            matrix, **m
+        )
     both(ms.diagnostic_odds_ratio(matrix, **m), lr_ratio)
     # micro averages over all classes
     k, n = matrix.shape[0], matrix.sum()
@@ -72,13 +73,22 @@ def test_identities(matrix):
 
 @given(matrices(), st.sampled_from([0, 1, NAN]))
 def test_averages_never_nan_unless_asked(matrix, zd):
-    for name in ("precision", "recall", "f1", "jaccard", "specificity",
-                 "negative_predictive_value", "informedness", "markedness",
-                 "ovr_matthews_corrcoef"):
+    for name in (
+        "precision",
+        "recall",
+        "f1",
+        "jaccard",
+        "specificity",
+        "negative_predictive_value",
+        "informedness",
+        "markedness",
+        "ovr_matthews_corrcoef",
+    ):
         for average in ("micro", "macro", "weighted"):
             for ignore_absent in (False, True):
-                value = getattr(ms, name)(matrix, average=average, zero_division=zd,
-                                          ignore_absent=ignore_absent)
+                value = getattr(ms, name)(
+                    matrix, average=average, zero_division=zd, ignore_absent=ignore_absent
+                )
                 assert isinstance(value, float)
                 if not np.isnan(zd):
                     assert not np.isnan(value), (name, average, ignore_absent)

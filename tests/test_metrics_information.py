@@ -51,8 +51,9 @@ def test_random_matrices_match_sklearn(seed):
     if seed % 4 == 0:
         y_pred[:] = y_pred[0]
     matrix = skm.confusion_matrix(y_true, y_pred, labels=range(k))
-    assert mutual_information(matrix) == pytest.approx(skm.mutual_info_score(y_true, y_pred),
-                                                       abs=1e-14)
+    assert mutual_information(matrix) == pytest.approx(
+        skm.mutual_info_score(y_true, y_pred), abs=1e-14
+    )
     for method in METHODS:
         expected = skm.normalized_mutual_info_score(y_true, y_pred, average_method=method)
         got = normalized_mutual_information(matrix, average_method=method)

@@ -13,14 +13,17 @@ METHODS = ["wilson", "normal", "agresti-coull"]
 
 # Newcombe (1998), "Two-sided confidence intervals for the single proportion", Table I
 # (95%, 4 decimals): Wald ("normal") and Wilson score intervals.
-@pytest.mark.parametrize("x, n, method, expected", [
-    (81, 263, "normal", (0.2522, 0.3638)),
-    (81, 263, "wilson", (0.2553, 0.3662)),
-    (15, 148, "normal", (0.0527, 0.1500)),
-    (15, 148, "wilson", (0.0624, 0.1605)),
-    (0, 20, "normal", (0.0, 0.0)),
-    (0, 20, "wilson", (0.0, 0.1611)),
-])
+@pytest.mark.parametrize(
+    "x, n, method, expected",
+    [
+        (81, 263, "normal", (0.2522, 0.3638)),
+        (81, 263, "wilson", (0.2553, 0.3662)),
+        (15, 148, "normal", (0.0527, 0.1500)),
+        (15, 148, "wilson", (0.0624, 0.1605)),
+        (0, 20, "normal", (0.0, 0.0)),
+        (0, 20, "wilson", (0.0, 0.1611)),
+    ],
+)
 def test_textbook_intervals(x, n, method, expected):
     low, high = ms.proportion_interval(x, n, method=method)
     assert (round(low, 4), round(high, 4)) == expected
@@ -81,8 +84,9 @@ def test_against_pycm_clipped(pycm, seed, method):
     k = int(rng.integers(2, 6))
     matrix = rng.integers(0, 15, size=(k, k))
     matrix[np.diag_indices(k)] += rng.integers(5, 40, size=k)
-    cm = pycm.ConfusionMatrix(matrix={i: {j: int(matrix[i, j]) for j in range(k)}
-                                      for i in range(k)})
+    cm = pycm.ConfusionMatrix(
+        matrix={i: {j: int(matrix[i, j]) for j in range(k)} for i in range(k)}
+    )
     for param, function in PYCM_PARAM.items():
         result = cm.CI(param, binom_method=PYCM_METHOD[method])  # alpha 0.05: z = 1.96
         low, high = function(matrix, method=method, z=1.96)
@@ -114,11 +118,14 @@ def test_kappa_interval_and_accumulator_views():
     z = ms.critical_value(0.95)
     assert (low, high) == pytest.approx((kappa - z * se, kappa + z * se), rel=1e-15)
     assert acc.accuracy_interval() == ms.accuracy_interval(matrix)
-    for name in ("recall_interval", "precision_interval", "specificity_interval",
-                 "negative_predictive_value_interval"):
+    for name in (
+        "recall_interval",
+        "precision_interval",
+        "specificity_interval",
+        "negative_predictive_value_interval",
+    ):
         ours = getattr(acc, name)(method="agresti-coull", confidence=0.9, labels=[2, 0])
-        expected = getattr(ms, name)(matrix, method="agresti-coull", confidence=0.9,
-                                     labels=[2, 0])
+        expected = getattr(ms, name)(matrix, method="agresti-coull", confidence=0.9, labels=[2, 0])
         np.testing.assert_array_equal(ours, expected)
     # undefined kappa: both bounds are zero_division
     assert ms.cohen_kappa_interval(np.diag([0, 5]), zero_division=1) == (1.0, 1.0)

@@ -46,10 +46,8 @@ def test_fwiou_equals_weighted_jaccard_and_dice_equals_f1():
     rng = np.random.default_rng(3)
     matrix = rng.integers(0, 9, size=(6, 6))
     matrix[2] = 0
-    assert ms.fwiou(matrix) == pytest.approx(ms.jaccard(matrix, average="weighted"),
-                                             rel=1e-14)
-    np.testing.assert_array_equal(ms.dice(matrix, zero_division=0),
-                                  ms.f1(matrix, zero_division=0))
+    assert ms.fwiou(matrix) == pytest.approx(ms.jaccard(matrix, average="weighted"), rel=1e-14)
+    np.testing.assert_array_equal(ms.dice(matrix, zero_division=0), ms.f1(matrix, zero_division=0))
 
 
 def test_ari_exact_for_huge_counts():
@@ -73,24 +71,53 @@ def test_new_views_cache_and_match_functions():
 
 
 def _all_metrics(counts):
-    for name in ("precision", "recall", "f1", "jaccard", "dice", "specificity",
-                 "negative_predictive_value", "false_positive_rate", "false_negative_rate",
-                 "false_discovery_rate", "false_omission_rate", "informedness", "markedness",
-                 "ovr_matthews_corrcoef"):
+    for name in (
+        "precision",
+        "recall",
+        "f1",
+        "jaccard",
+        "dice",
+        "specificity",
+        "negative_predictive_value",
+        "false_positive_rate",
+        "false_negative_rate",
+        "false_discovery_rate",
+        "false_omission_rate",
+        "informedness",
+        "markedness",
+        "ovr_matthews_corrcoef",
+    ):
         for average in (None, "micro", "macro", "weighted"):
             getattr(ms, name)(counts, average=average, zero_division=np.nan)
-    for name in ("positive_likelihood_ratio", "negative_likelihood_ratio",
-                 "diagnostic_odds_ratio", "prevalence", "accuracy", "balanced_accuracy",
-                 "hamming_loss", "zero_one_loss", "miou", "fwiou", "scott_pi",
-                 "cohen_kappa_standard_error", "mutual_information",
-                 "normalized_mutual_information", "adjusted_rand_index",
-                 "cohen_kappa_interval"):
+    for name in (
+        "positive_likelihood_ratio",
+        "negative_likelihood_ratio",
+        "diagnostic_odds_ratio",
+        "prevalence",
+        "accuracy",
+        "balanced_accuracy",
+        "hamming_loss",
+        "zero_one_loss",
+        "miou",
+        "fwiou",
+        "scott_pi",
+        "cohen_kappa_standard_error",
+        "mutual_information",
+        "normalized_mutual_information",
+        "adjusted_rand_index",
+        "cohen_kappa_interval",
+    ):
         getattr(ms, name)(counts, zero_division=np.nan)
     for weights in (None, "linear", "quadratic"):
         ms.cohen_kappa(counts, weights=weights)
     ms.matthews_corrcoef(counts)
-    for name in ("accuracy_interval", "recall_interval", "precision_interval",
-                 "specificity_interval", "negative_predictive_value_interval"):
+    for name in (
+        "accuracy_interval",
+        "recall_interval",
+        "precision_interval",
+        "specificity_interval",
+        "negative_predictive_value_interval",
+    ):
         getattr(ms, name)(counts)
     report.classification_report(counts, zero_division=np.nan)
     report.summary(counts, zero_division=np.nan)

@@ -35,17 +35,26 @@ def quietly(function, *args, **kwargs):
 def case_and_oracle(seed: int):
     """The case, its accumulator, and scikit-learn's per-class binary scores (NaN = 0/0)."""
     case = make_case(seed)
-    acc = ConfusionAccumulator(case.num_classes, weighted=case.weights is not None
-                               and case.weights.dtype.kind == "f")
+    acc = ConfusionAccumulator(
+        case.num_classes, weighted=case.weights is not None and case.weights.dtype.kind == "f"
+    )
     for y_true, y_pred, w in case.batches():
         acc.update(y_true, y_pred, w)
     k, yt, yp, w = case.num_classes, case.y_true, case.y_pred, case.weights
-    oracle: dict[str, list] = {key: [] for key in (
-        "tpr", "ppv", "tnr", "npv", "mcc", "lr+", "lr-", "mlcm")}
+    oracle: dict[str, list] = {
+        key: [] for key in ("tpr", "ppv", "tnr", "npv", "mcc", "lr+", "lr-", "mlcm")
+    }
     for i in range(k):
         t, p = yt == i, yp == i
-        prec, rec, _, _ = quietly(skm.precision_recall_fscore_support, t, p, labels=[False, True],
-                                  sample_weight=w, zero_division=np.nan, average=None)
+        prec, rec, _, _ = quietly(
+            skm.precision_recall_fscore_support,
+            t,
+            p,
+            labels=[False, True],
+            sample_weight=w,
+            zero_division=np.nan,
+            average=None,
+        )
         oracle["tpr"].append(rec[1])
         oracle["ppv"].append(prec[1])
         oracle["tnr"].append(rec[0])
@@ -55,8 +64,14 @@ def case_and_oracle(seed: int):
             oracle["lr+"].append(np.nan)
             oracle["lr-"].append(np.nan)
         else:
-            lr = quietly(skm.class_likelihood_ratios, t, p, labels=[False, True],
-                         sample_weight=w, replace_undefined_by=np.nan)
+            lr = quietly(
+                skm.class_likelihood_ratios,
+                t,
+                p,
+                labels=[False, True],
+                sample_weight=w,
+                replace_undefined_by=np.nan,
+            )
             oracle["lr+"].append(lr[0])
             oracle["lr-"].append(lr[1])
     mlcm = skm.multilabel_confusion_matrix(yt, yp, sample_weight=w, labels=np.arange(k))
@@ -87,10 +102,14 @@ RATES = {
     "false_negative_rate": (lambda o: 1 - o["tpr"], lambda tn, fp, fn, tp: fn / (tp + fn)),
     "false_discovery_rate": (lambda o: 1 - o["ppv"], lambda tn, fp, fn, tp: fp / (tp + fp)),
     "false_omission_rate": (lambda o: 1 - o["npv"], lambda tn, fp, fn, tp: fn / (tn + fn)),
-    "informedness": (lambda o: o["tpr"] + o["tnr"] - 1,
-                     lambda tn, fp, fn, tp: tp / (tp + fn) + tn / (tn + fp) - 1),
-    "markedness": (lambda o: o["ppv"] + o["npv"] - 1,
-                   lambda tn, fp, fn, tp: tp / (tp + fp) + tn / (tn + fn) - 1),
+    "informedness": (
+        lambda o: o["tpr"] + o["tnr"] - 1,
+        lambda tn, fp, fn, tp: tp / (tp + fn) + tn / (tn + fp) - 1,
+    ),
+    "markedness": (
+        lambda o: o["ppv"] + o["npv"] - 1,
+        lambda tn, fp, fn, tp: tp / (tp + fp) + tn / (tn + fn) - 1,
+    ),
 }
 
 
@@ -104,19 +123,19 @@ def test_rates_match_sklearn_binary_scores(name, seed):
     close(getattr(ms, name)(acc.matrix, zero_division=np.nan), expected)
     support = acc.support()
     for average in ("macro", "weighted"):
-        close(getattr(acc, name)(average=average, zero_division=np.nan),
-              averaged(expected, support, average))
+        close(
+            getattr(acc, name)(average=average, zero_division=np.nan),
+            averaged(expected, support, average),
+        )
     tn, fp, fn, tp = (oracle["mlcm"].reshape(-1, 4).sum(axis=0)).astype(np.float64)
     with np.errstate(all="ignore"):
-        close(getattr(acc, name)(average="micro", zero_division=np.nan),
-              micro(tn, fp, fn, tp))
+        close(getattr(acc, name)(average="micro", zero_division=np.nan), micro(tn, fp, fn, tp))
     # labels select and order classes
     subset = case.labels_subset
     close(getattr(acc, name)(labels=subset, zero_division=np.nan), expected[subset])
     with np.errstate(all="ignore"):
         sub = oracle["mlcm"][subset].reshape(-1, 4).sum(axis=0).astype(np.float64)
-        close(getattr(acc, name)(average="micro", labels=subset, zero_division=np.nan),
-              micro(*sub))
+        close(getattr(acc, name)(average="micro", labels=subset, zero_division=np.nan), micro(*sub))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -125,10 +144,14 @@ def test_ovr_mcc_matches_sklearn_binary_mcc(seed):
     close(acc.ovr_matthews_corrcoef(zero_division=0), oracle["mcc"])  # scikit-learn: 0 if 0/0
     per_class = acc.ovr_matthews_corrcoef(zero_division=np.nan)
     support = acc.support()
-    close(acc.ovr_matthews_corrcoef(average="macro", zero_division=np.nan),
-          averaged(per_class, support, "macro"))
-    close(acc.ovr_matthews_corrcoef(average="weighted", zero_division=np.nan),
-          averaged(per_class, support, "weighted"))
+    close(
+        acc.ovr_matthews_corrcoef(average="macro", zero_division=np.nan),
+        averaged(per_class, support, "macro"),
+    )
+    close(
+        acc.ovr_matthews_corrcoef(average="weighted", zero_division=np.nan),
+        averaged(per_class, support, "weighted"),
+    )
     tn, fp, fn, tp = oracle["mlcm"].reshape(-1, 4).sum(axis=0).astype(np.float64)
     denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
     micro = (tp * tn - fp * fn) / denominator if denominator else np.nan
@@ -138,8 +161,12 @@ def test_ovr_mcc_matches_sklearn_binary_mcc(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_likelihood_ratios_match_sklearn(seed):
     _, acc, oracle = case_and_oracle(seed)
-    tp, fp, fn, tn = acc.true_positives(), acc.false_positives(), acc.false_negatives(), \
-        acc.true_negatives()
+    tp, fp, fn, tn = (
+        acc.true_positives(),
+        acc.false_positives(),
+        acc.false_negatives(),
+        acc.true_negatives(),
+    )
     for ours, expected, zero_rate in (
         (acc.positive_likelihood_ratio(zero_division=np.nan), oracle["lr+"], fp),
         (acc.negative_likelihood_ratio(zero_division=np.nan), oracle["lr-"], tn),
@@ -167,26 +194,59 @@ def test_overlap_losses_and_agreement_match_sklearn(seed):
     yt, yp, w = case.y_true, case.y_pred, case.weights
     labels = np.arange(case.num_classes)
     for average in (None, "micro", "macro", "weighted"):
-        expected = quietly(skm.f1_score, yt, yp, labels=labels, average=average,
-                           sample_weight=w, zero_division=np.nan)
+        expected = quietly(
+            skm.f1_score,
+            yt,
+            yp,
+            labels=labels,
+            average=average,
+            sample_weight=w,
+            zero_division=np.nan,
+        )
         close(acc.dice(average=average, zero_division=np.nan), expected)
-    close(acc.fwiou(), quietly(skm.jaccard_score, yt, yp, labels=labels, average="weighted",
-                               sample_weight=w, zero_division=0))
+    close(
+        acc.fwiou(),
+        quietly(
+            skm.jaccard_score,
+            yt,
+            yp,
+            labels=labels,
+            average="weighted",
+            sample_weight=w,
+            zero_division=0,
+        ),
+    )
     close(acc.hamming_loss(), skm.hamming_loss(yt, yp, sample_weight=w))
     close(acc.zero_one_loss(), skm.zero_one_loss(yt, yp, sample_weight=w))
-    close(acc.zero_one_loss(normalize=False),
-          skm.zero_one_loss(yt, yp, sample_weight=w, normalize=False))
-    close(acc.prevalence(), np.bincount(yt, weights=w, minlength=case.num_classes)
-          / (yt.size if w is None else w.sum()))
+    close(
+        acc.zero_one_loss(normalize=False),
+        skm.zero_one_loss(yt, yp, sample_weight=w, normalize=False),
+    )
+    close(
+        acc.prevalence(),
+        np.bincount(yt, weights=w, minlength=case.num_classes)
+        / (yt.size if w is None else w.sum()),
+    )
     for weights in (None, "linear", "quadratic"):
-        close(acc.cohen_kappa(weights=weights, zero_division=np.nan),
-              quietly(skm.cohen_kappa_score, yt, yp, labels=labels, weights=weights,
-                      sample_weight=w, replace_undefined_by=np.nan))
+        close(
+            acc.cohen_kappa(weights=weights, zero_division=np.nan),
+            quietly(
+                skm.cohen_kappa_score,
+                yt,
+                yp,
+                labels=labels,
+                weights=weights,
+                sample_weight=w,
+                replace_undefined_by=np.nan,
+            ),
+        )
     # a user weight matrix equal to the linear one gives the linear kappa
     k = case.num_classes
     linear = np.abs(np.subtract.outer(np.arange(k), np.arange(k))).astype(float)
-    close(acc.cohen_kappa(weights=linear, zero_division=np.nan),
-          acc.cohen_kappa(weights="linear", zero_division=np.nan))
+    close(
+        acc.cohen_kappa(weights=linear, zero_division=np.nan),
+        acc.cohen_kappa(weights="linear", zero_division=np.nan),
+    )
     close(acc.matthews_corrcoef(), skm.matthews_corrcoef(yt, yp, sample_weight=w))
 
 
@@ -198,8 +258,10 @@ def test_information_scores_match_sklearn(seed):
     yt, yp = case.y_true, case.y_pred
     close(acc.mutual_information(), skm.mutual_info_score(yt, yp))
     for method in ("arithmetic", "geometric", "min", "max"):
-        close(acc.normalized_mutual_information(average_method=method),
-              skm.normalized_mutual_info_score(yt, yp, average_method=method))
+        close(
+            acc.normalized_mutual_information(average_method=method),
+            skm.normalized_mutual_info_score(yt, yp, average_method=method),
+        )
     close(acc.adjusted_rand_index(), skm.adjusted_rand_score(yt, yp))
 
 
@@ -211,8 +273,13 @@ def test_balanced_accuracy_adjusted_matches_sklearn(seed):
         # scikit-learn divides by 1 - 1/1 = 0 (NaN or inf with a RuntimeWarning); ours is 0/0
         assert np.isnan(ours)
         return
-    expected = quietly(skm.balanced_accuracy_score, case.y_true, case.y_pred,
-                       sample_weight=case.weights, adjusted=True)
+    expected = quietly(
+        skm.balanced_accuracy_score,
+        case.y_true,
+        case.y_pred,
+        sample_weight=case.weights,
+        adjusted=True,
+    )
     close(ours, expected)
 
 
@@ -226,6 +293,7 @@ def test_informedness_is_binary_adjusted_balanced_accuracy():
 
 # ---------------------------------------------------------------------- PyCM
 
+
 @pytest.fixture(scope="module")
 def pycm():
     """PyCM (in the test extra); only the tests that compare with it skip without it."""
@@ -234,8 +302,9 @@ def pycm():
 
 def _pycm(pycm, matrix):
     k = len(matrix)
-    return pycm.ConfusionMatrix(matrix={i: {j: int(matrix[i][j]) for j in range(k)}
-                                        for i in range(k)})
+    return pycm.ConfusionMatrix(
+        matrix={i: {j: int(matrix[i][j]) for j in range(k)} for i in range(k)}
+    )
 
 
 def _num(value):
@@ -252,12 +321,20 @@ def test_against_pycm(pycm, seed):
         matrix += np.eye(k, dtype=matrix.dtype)  # PyCM prints "None" for these: keep defined
     cm = _pycm(pycm, matrix)
     per_class = {
-        "TNR": ms.specificity, "NPV": ms.negative_predictive_value,
-        "FPR": ms.false_positive_rate, "FNR": ms.false_negative_rate,
-        "FDR": ms.false_discovery_rate, "FOR": ms.false_omission_rate,
-        "BM": ms.informedness, "MK": ms.markedness, "PLR": ms.positive_likelihood_ratio,
-        "NLR": ms.negative_likelihood_ratio, "DOR": ms.diagnostic_odds_ratio,
-        "PRE": ms.prevalence, "MCC": ms.ovr_matthews_corrcoef, "J": ms.jaccard,
+        "TNR": ms.specificity,
+        "NPV": ms.negative_predictive_value,
+        "FPR": ms.false_positive_rate,
+        "FNR": ms.false_negative_rate,
+        "FDR": ms.false_discovery_rate,
+        "FOR": ms.false_omission_rate,
+        "BM": ms.informedness,
+        "MK": ms.markedness,
+        "PLR": ms.positive_likelihood_ratio,
+        "NLR": ms.negative_likelihood_ratio,
+        "DOR": ms.diagnostic_odds_ratio,
+        "PRE": ms.prevalence,
+        "MCC": ms.ovr_matthews_corrcoef,
+        "J": ms.jaccard,
         "F1": ms.dice,
     }
     for key, function in per_class.items():
@@ -272,8 +349,10 @@ def test_against_pycm(pycm, seed):
     close(ms.matthews_corrcoef(matrix), overall["Overall MCC"])
     close(ms.mutual_information(matrix) / np.log(2), overall["Mutual Information"])
     close(ms.hamming_loss(matrix), 1 - overall["Overall ACC"])
-    close(ms.informedness(matrix, average="macro"), np.mean(
-        [_num(cm.class_stat["BM"][i]) for i in range(k)]))
+    close(
+        ms.informedness(matrix, average="macro"),
+        np.mean([_num(cm.class_stat["BM"][i]) for i in range(k)]),
+    )
     close(ms.specificity(matrix, average="micro"), overall["TNR Micro"])
     close(ms.specificity(matrix, average="macro"), overall["TNR Macro"])
     close(ms.false_positive_rate(matrix, average="micro"), overall["FPR Micro"])

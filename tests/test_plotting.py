@@ -29,9 +29,14 @@ def test_heatmap_annotates_counts_and_names_the_classes():
     np.testing.assert_array_equal(ax.images[0].get_array(), MATRIX)
 
 
-@pytest.mark.parametrize(("normalize", "row"), [("true", ["0.83", "0.17", "0.00"]),
-                                                ("pred", ["0.71", "0.12", "0.00"]),
-                                                ("all", ["0.25", "0.05", "0.00"])])
+@pytest.mark.parametrize(
+    ("normalize", "row"),
+    [
+        ("true", ["0.83", "0.17", "0.00"]),
+        ("pred", ["0.71", "0.12", "0.00"]),
+        ("all", ["0.25", "0.05", "0.00"]),
+    ],
+)
 def test_normalized_heatmap_shows_rates(normalize, row):
     ax = plot_confusion_matrix(MATRIX, normalize=normalize)
     assert [t.get_text() for t in ax.texts[:3]] == row
@@ -72,8 +77,12 @@ def test_per_class_bars_are_the_library_metrics():
     np.testing.assert_allclose(heights[1], acc.recall())
     np.testing.assert_allclose(heights[2], acc.f1())
     np.testing.assert_allclose(heights[3], acc.jaccard())
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["precision", "recall", "F1",
-                                                                   "IoU"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "precision",
+        "recall",
+        "F1",
+        "IoU",
+    ]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["cat", "dog", "hen"]
 
 

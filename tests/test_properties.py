@@ -6,13 +6,10 @@ import pickle
 import warnings
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from metricstream import ConfusionAccumulator
-
-settings.register_profile("metricstream", deadline=None, max_examples=60)
-settings.load_profile("metricstream")
 
 
 @st.composite

@@ -37,8 +37,9 @@ def python_blocks(path: Path) -> list[tuple[str, int, str]]:
 BLOCKS = [(path, *block) for path in [README, *DOCS] for block in python_blocks(path)]
 
 
-@pytest.mark.parametrize(("path", "block_id", "line", "source"), BLOCKS,
-                         ids=[block[1] for block in BLOCKS])
+@pytest.mark.parametrize(
+    ("path", "block_id", "line", "source"), BLOCKS, ids=[block[1] for block in BLOCKS]
+)
 def test_python_block_runs(path, block_id, line, source, tmp_path, monkeypatch):
     # Line numbers in tracebacks are the file's: pad the source so that line 1 is `line`.
     code = compile("\n" * (line - 1) + source, str(path), "exec")

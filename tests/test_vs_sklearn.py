@@ -49,12 +49,12 @@ def assert_close(ours, theirs):
     theirs = np.asarray(theirs, dtype=float)
     finite = np.abs(theirs[np.isfinite(theirs)])
     scale = max(1.0, float(finite.max(initial=0.0)))
-    np.testing.assert_allclose(ours, theirs, equal_nan=True, rtol=TOL["rtol"],
-                               atol=TOL["atol"] * scale)
+    np.testing.assert_allclose(
+        ours, theirs, equal_nan=True, rtol=TOL["rtol"], atol=TOL["atol"] * scale
+    )
 
 
-@pytest.fixture(params=slow_beyond(CASES, DEFAULT_CASES, ids=lambda case: case.id),
-                scope="module")
+@pytest.fixture(params=slow_beyond(CASES, DEFAULT_CASES, ids=lambda case: case.id), scope="module")
 def case_and_acc(request):
     return request.param, accumulate(request.param)
 
@@ -65,19 +65,28 @@ def case_and_acc(request):
 def test_matrix_and_counts(case_and_acc):
     case, acc = case_and_acc
     labels = np.arange(case.num_classes)
-    expected = skm.confusion_matrix(case.y_true, case.y_pred, labels=labels,
-                                    sample_weight=case.weights)
+    expected = skm.confusion_matrix(
+        case.y_true, case.y_pred, labels=labels, sample_weight=case.weights
+    )
     if case.weights is None or case.weights.dtype.kind == "i":
         assert acc.matrix.dtype == np.int64
         np.testing.assert_array_equal(acc.matrix, expected)
     else:
         assert_close(acc.matrix, expected)
     for normalize in ["true", "pred", "all"]:
-        assert_close(acc.confusion_matrix(normalize=normalize),
-                     skm.confusion_matrix(case.y_true, case.y_pred, labels=labels,
-                                          sample_weight=case.weights, normalize=normalize))
-    mcm = skm.multilabel_confusion_matrix(case.y_true, case.y_pred, labels=labels,
-                                          sample_weight=case.weights)
+        assert_close(
+            acc.confusion_matrix(normalize=normalize),
+            skm.confusion_matrix(
+                case.y_true,
+                case.y_pred,
+                labels=labels,
+                sample_weight=case.weights,
+                normalize=normalize,
+            ),
+        )
+    mcm = skm.multilabel_confusion_matrix(
+        case.y_true, case.y_pred, labels=labels, sample_weight=case.weights
+    )
     assert_close(acc.true_negatives(), mcm[:, 0, 0])
     assert_close(acc.false_positives(), mcm[:, 0, 1])
     assert_close(acc.false_negatives(), mcm[:, 1, 0])
@@ -93,19 +102,26 @@ def test_accuracy_family(case_and_acc):
     if acc.num_samples == 0:
         assert acc.accuracy(zero_division=np.nan) != acc.accuracy(zero_division=np.nan)
         return
-    assert_close(acc.accuracy(), skm.accuracy_score(case.y_true, case.y_pred,
-                                                    sample_weight=case.weights))
+    assert_close(
+        acc.accuracy(), skm.accuracy_score(case.y_true, case.y_pred, sample_weight=case.weights)
+    )
     for adjusted in (False, True):
-        expected = quietly(skm.balanced_accuracy_score, case.y_true, case.y_pred,
-                           sample_weight=case.weights, adjusted=adjusted)
+        expected = quietly(
+            skm.balanced_accuracy_score,
+            case.y_true,
+            case.y_pred,
+            sample_weight=case.weights,
+            adjusted=adjusted,
+        )
         ours = quietly(acc.balanced_accuracy, adjusted=adjusted, zero_division=np.nan)
         if np.isfinite(expected):
             assert_close(ours, expected)
         else:  # scikit-learn divides by zero (one class present); we return zero_division
             assert np.isnan(ours)
     for label in range(case.num_classes):
-        expected = skm.accuracy_score(case.y_true == label, case.y_pred == label,
-                                      sample_weight=case.weights)
+        expected = skm.accuracy_score(
+            case.y_true == label, case.y_pred == label, sample_weight=case.weights
+        )
         assert_close(acc.ovr_accuracy()[label], expected)
 
 
@@ -115,8 +131,12 @@ def test_precision_recall_f(case_and_acc, average, zero_division):
     case, acc = case_and_acc
     for labels in (None, case.labels_subset):
         sk_labels = np.arange(case.num_classes) if labels is None else labels
-        common = dict(labels=sk_labels, average=average, zero_division=zero_division,
-                      sample_weight=case.weights)
+        common = dict(
+            labels=sk_labels,
+            average=average,
+            zero_division=zero_division,
+            sample_weight=case.weights,
+        )
         ours_common = dict(average=average, labels=labels, zero_division=zero_division)
         pairs = [
             (acc.precision, skm.precision_score, {}),
@@ -124,33 +144,47 @@ def test_precision_recall_f(case_and_acc, average, zero_division):
             (acc.f1, skm.f1_score, {}),
         ]
         for ours, theirs, extra in pairs:
-            assert_close(quietly(ours, **ours_common),
-                         quietly(theirs, case.y_true, case.y_pred, **common, **extra))
+            assert_close(
+                quietly(ours, **ours_common),
+                quietly(theirs, case.y_true, case.y_pred, **common, **extra),
+            )
         for beta in (0.5, 2.0):
-            assert_close(quietly(acc.fbeta, beta, **ours_common),
-                         quietly(skm.fbeta_score, case.y_true, case.y_pred, beta=beta, **common))
+            assert_close(
+                quietly(acc.fbeta, beta, **ours_common),
+                quietly(skm.fbeta_score, case.y_true, case.y_pred, beta=beta, **common),
+            )
         if not (isinstance(zero_division, float) and np.isnan(zero_division)):
             # scikit-learn's jaccard_score has no zero_division=nan.
-            assert_close(quietly(acc.jaccard, **ours_common),
-                         quietly(skm.jaccard_score, case.y_true, case.y_pred, **common))
+            assert_close(
+                quietly(acc.jaccard, **ours_common),
+                quietly(skm.jaccard_score, case.y_true, case.y_pred, **common),
+            )
 
 
 def test_warnings_match_sklearn(case_and_acc):
     case, acc = case_and_acc
     for average in AVERAGES:
-        for ours, theirs in [(acc.precision, skm.precision_score),
-                             (acc.recall, skm.recall_score),
-                             (acc.f1, skm.f1_score),
-                             (acc.jaccard, skm.jaccard_score)]:
+        for ours, theirs in [
+            (acc.precision, skm.precision_score),
+            (acc.recall, skm.recall_score),
+            (acc.f1, skm.f1_score),
+            (acc.jaccard, skm.jaccard_score),
+        ]:
             with warnings.catch_warnings(record=True) as sk_caught:
                 warnings.simplefilter("always")
-                theirs(case.y_true, case.y_pred, labels=np.arange(case.num_classes),
-                       average=average, sample_weight=case.weights)
+                theirs(
+                    case.y_true,
+                    case.y_pred,
+                    labels=np.arange(case.num_classes),
+                    average=average,
+                    sample_weight=case.weights,
+                )
             with warnings.catch_warnings(record=True) as our_caught:
                 warnings.simplefilter("always")
                 ours(average=average)
-            sk_undefined = any(w.category is skm._classification.UndefinedMetricWarning
-                               for w in sk_caught)
+            sk_undefined = any(
+                w.category is skm._classification.UndefinedMetricWarning for w in sk_caught
+            )
             our_undefined = any(w.category is UndefinedMetricWarning for w in our_caught)
             assert our_undefined == sk_undefined, (ours.__name__, average)
 
@@ -162,11 +196,19 @@ def test_agreement(case_and_acc):
     case, acc = case_and_acc
     labels = np.arange(case.num_classes)
     for weights in (None, "linear", "quadratic"):
-        expected = quietly(skm.cohen_kappa_score, case.y_true, case.y_pred, labels=labels,
-                           weights=weights, sample_weight=case.weights)
+        expected = quietly(
+            skm.cohen_kappa_score,
+            case.y_true,
+            case.y_pred,
+            labels=labels,
+            weights=weights,
+            sample_weight=case.weights,
+        )
         assert_close(quietly(acc.cohen_kappa, weights=weights, zero_division=np.nan), expected)
-    assert_close(acc.matthews_corrcoef(),
-                 skm.matthews_corrcoef(case.y_true, case.y_pred, sample_weight=case.weights))
+    assert_close(
+        acc.matthews_corrcoef(),
+        skm.matthews_corrcoef(case.y_true, case.y_pred, sample_weight=case.weights),
+    )
 
 
 def test_miou_is_macro_jaccard_over_present_classes(case_and_acc):
@@ -174,8 +216,14 @@ def test_miou_is_macro_jaccard_over_present_classes(case_and_acc):
     present = np.union1d(case.y_true[_nonzero(case)], case.y_pred[_nonzero(case)])
     if present.size == 0:
         return
-    expected = skm.jaccard_score(case.y_true, case.y_pred, labels=present, average="macro",
-                                 sample_weight=case.weights, zero_division=0)
+    expected = skm.jaccard_score(
+        case.y_true,
+        case.y_pred,
+        labels=present,
+        average="macro",
+        sample_weight=case.weights,
+        zero_division=0,
+    )
     assert_close(acc.miou(), expected)
 
 

@@ -10,9 +10,7 @@ import pytest
 from metricstream import ConfusionAccumulator, metrics
 
 # Seed 004: cats, fish and hens. Rows are the true class, columns the predicted class.
-CAT_FISH_HEN = np.array([[4, 1, 1],
-                         [6, 2, 2],
-                         [3, 0, 6]])
+CAT_FISH_HEN = np.array([[4, 1, 1], [6, 2, 2], [3, 0, 6]])
 
 
 @pytest.fixture
@@ -100,6 +98,8 @@ def test_miou_differs_from_macro_jaccard_on_absent_classes():
     per_class = [4 / 11, 2 / 9]
     assert metrics.miou(matrix) == pytest.approx(np.mean(per_class))
     assert metrics.jaccard(matrix, average="macro", zero_division=0) == pytest.approx(
-        sum(per_class) / 3)
+        sum(per_class) / 3
+    )
     assert metrics.jaccard(matrix, average="macro", zero_division=np.nan) == pytest.approx(
-        np.mean(per_class))
+        np.mean(per_class)
+    )
