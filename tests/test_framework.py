@@ -332,3 +332,22 @@ def test_update_after_merge_near_the_limit_still_refuses_to_wrap():
         restored.update(ones, ones)
     acc.reset().update([1] * 20, [1] * 20)
     assert acc.num_samples == 20
+
+
+def test_macro_average_with_nan_is_bit_equal_to_scikit_learn():
+    """scikit-learn's macro average is np.nanmean over every class (summation order matters)."""
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    checked = 0
+    for seed in range(400):
+        rng = np.random.default_rng(seed)
+        k, n = int(rng.integers(2, 12)), int(rng.integers(1, 40))
+        y_true, y_pred = rng.integers(0, k, n), rng.integers(0, k, n)
+        acc = ConfusionAccumulator(k).update(y_true, y_pred)
+        for name in ("precision", "recall", "f1"):
+            ours = getattr(acc, name)(average="macro", labels=list(range(k)), zero_division=np.nan)
+            theirs = getattr(sklearn_metrics, f"{name}_score")(
+                y_true, y_pred, average="macro", labels=list(range(k)), zero_division=np.nan
+            )
+            assert ours == theirs or (np.isnan(ours) and np.isnan(theirs)), (seed, name)
+            checked += 1
+    assert checked == 1200
