@@ -116,6 +116,20 @@ def test_a_quote_that_never_closes(tmp_path):
     assert_bounded(run, 60)
 
 
+@pytest.mark.slow  # ~6 s
+def test_a_failed_parse_never_aborts_the_interpreter(tmp_path):
+    # pyarrow's streaming reader over the open file once left a read-ahead thread behind when the
+    # type inference failed: "terminate called without an active exception", exit -6, about one
+    # run in seven. Run it often enough that a return would be caught (0.85**16 < 8 %).
+    path = tmp_path / "p.csv"
+    with open(path, "w", encoding="utf-8") as file:
+        file.write('y_true,y_pred,note\n0,0,"open\n')
+        file.write("1,1,x\n" * 2_000_000)
+    for _ in range(16):
+        run = measure(tmp_path, "report", path, timeout=60)
+        assert "(a quoted field that is never closed?)" in one_line_error(run)
+
+
 @pytest.mark.slow  # ~10 s: 400 MB to compress and count (test_io checks the same path's counts)
 def test_fortran_order_npz_is_streamed(tmp_path):
     # a 3 MB compressed Fortran-order archive once peaked at 4.6 GiB: it was loaded whole
