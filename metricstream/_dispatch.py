@@ -24,6 +24,7 @@ import os
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -105,6 +106,84 @@ _FAST_FLAGS = _kernels.INTEGRAL | _kernels.COMMIT
 _FLOAT_LIMIT = _kernels.FLOAT_TOTAL_LIMIT
 
 
+# ``ndarray.flags.num`` bits of an array that Numba types as C-contiguous, aligned and writeable:
+# the only arrays handed to the compiled entry points of ``count_small``.
+_PLAIN = 0x1 | 0x100 | 0x400  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE
+_UNSEEN = object()
+# (y_true dtype, y_pred dtype, y_pred.ndim) -> the compiled entry point of the kernel that counts
+# that combination on the small-batch path, or None when it takes ``count_batch``.
+_small_entries: dict[tuple, Any] = {}
+
+
+def small_flags(ignore_index: int | None) -> int:
+    """The ``flags`` of ``count_small`` for an int64 matrix with this ``ignore_index``."""
+    return _FAST_FLAGS | (0 if ignore_index is None else _kernels.HAS_IGNORE)
+
+
+def count_small(
+    out: np.ndarray, y_true: Any, y_pred: Any, flags: int, ignore: int, total: float
+) -> float | None:
+    """The training-loop update in one kernel call, or None to take ``count_batch`` instead.
+
+    Handles plain arrays only: ``y_true`` 1-D integer labels, ``y_pred`` integer labels of the
+    same length or C-contiguous float32/float64 ``(N, C)`` scores with ``C == K < 128``, fewer
+    than ``PARALLEL_MIN_LABELS`` labels (or scores), into an int64 ``out`` whose total (bounded
+    by ``total``, NaN when unknown) stays far from 2^63. ``flags`` holds ``COMMIT``, ``INTEGRAL``
+    and ``HAS_IGNORE`` as the accumulator needs them. Returns the new bound of the total; None
+    (``out`` unchanged) for anything else, including input the kernel rejects: ``count_batch``
+    then finds the same problem and words the error. The compiled kernel is called without
+    Numba's dispatch (see ``_kernels.compiled_for``), so every type it is called with is checked
+    here: exact ndarrays, dtypes by the key of ``_small_entries``, layout by the flag bits.
+    """
+    if type(y_true) is not np.ndarray or type(y_pred) is not np.ndarray:
+        return None
+    if y_true.ndim != 1 or y_true.flags.num & y_pred.flags.num & _PLAIN != _PLAIN:
+        return None
+    shape = y_pred.shape
+    size = y_true.shape[0]
+    if shape[0] != size:
+        return None
+    if len(shape) == 2:
+        num_classes = out.shape[0]
+        if shape[1] != num_classes or num_classes >= NUMPY_ARGMAX_MIN_CLASSES:
+            return None
+        work = size * num_classes
+    elif len(shape) == 1:
+        work = size
+    else:
+        return None
+    if work >= PARALLEL_MIN_LABELS:
+        return None
+    if total != total:  # unknown after a merge, reset or restore: O(K²) once
+        total = _kernels.matrix_total(out)
+    if not size <= _INT_LIMIT - total:
+        return None
+    key = (y_true.dtype, y_pred.dtype, len(shape))
+    entry = _small_entries.get(key, _UNSEEN)
+    if entry is _UNSEEN:
+        entry = _small_entry(key, (y_true, y_pred, None, out, 0, size, 1, flags, ignore, np.inf))
+    if entry is None:
+        return None
+    status, _, counted = entry(y_true, y_pred, None, out, 0, size, 1, flags, ignore, np.inf)
+    if status:
+        entry(y_true, y_pred, None, out, 0, counted, -1, flags, ignore, np.inf)
+        return None
+    return total + size
+
+
+def _small_entry(key: tuple, args: tuple) -> Any:
+    """Register the entry point of ``count_small`` for one combination of dtypes."""
+    true_dtype, pred_dtype, pred_ndim = key
+    entry = None
+    if true_dtype.kind in "iu" and true_dtype.isnative and args[3].dtype == np.int64:
+        if pred_ndim == 1 and pred_dtype.kind in "iu" and pred_dtype.isnative:
+            entry = _kernels.compiled_for(_kernels.count_labels, args)
+        elif pred_ndim == 2 and pred_dtype in (np.float32, np.float64) and pred_dtype.isnative:
+            entry = _kernels.compiled_for(_kernels.count_argmax_rows, args)
+    _small_entries[key] = entry
+    return entry
+
+
 def count_batch(
     out: np.ndarray, batch: Batch, ignore_index: int | None, total: float | None = None
 ) -> float:
@@ -128,6 +207,10 @@ def count_batch(
             entry = [weakref.ref(out, _forget_total(id(out))), _kernels.matrix_total(out)]
             _known_totals[id(out)] = entry
         total = entry[1]
+    if total != total:
+        # Unknown (after a merge, reset or restore): sum the K² cells once here, so that the
+        # bound returned is known again (the kernels would otherwise sum them on every call).
+        total = _kernels.matrix_total(out)
     # The training-loop case inline (each Python call level costs about 0.1 µs of a 2 µs
     # update): unweighted labels or narrow logits into int64 counts, serial, far from 2^63.
     kind = batch.kind

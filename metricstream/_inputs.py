@@ -73,6 +73,20 @@ def _tensor_values(value: Any) -> Any:
         return value  # another device, a conjugate view...: the general path explains
 
 
+def plain_array(value: Any) -> Any:
+    """A CPU ``torch.Tensor`` as the ndarray sharing its memory, for the small-batch path of
+    ``update``; anything else (other tensors included) is returned as it is."""
+    cls = type(value)
+    if cls is _tensor_type[0]:
+        return _tensor_values(value)
+    if _tensor_type[0] is None and cls.__name__ == "Tensor":
+        torch = sys.modules.get("torch")
+        if torch is not None and cls is torch.Tensor:
+            _tensor_type[:] = [torch.Tensor, torch.bfloat16]
+            return _tensor_values(value)
+    return value
+
+
 def _torch_tensor_array(value: Any, name: str) -> tuple[np.ndarray, int] | None:
     """A CPU torch tensor as an ndarray sharing its memory, or None to take the generic path."""
     if _tensor_type[0] is None and type(value).__name__ == "Tensor":

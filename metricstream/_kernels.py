@@ -137,6 +137,25 @@ def _kernel(function):
         return njit(nogil=True)(function)
 
 
+def compiled_for(kernel, args):
+    """The machine code of ``kernel`` for the Numba types of ``args``, callable directly.
+
+    Compiles (or loads from the on-disk cache) the specialisation now if needed. Calling the
+    result skips Numba's per-call dispatch, which types every argument and looks the signature
+    up on each call: about 0.3 µs of a 0.9 µs ``count_labels`` call on 256 labels, whose
+    counting itself takes 0.4 µs. The result checks no type: the caller must pass only arguments
+    of exactly these Numba types afterwards (arrays of the same dtype, dimensions, layout,
+    alignment and writeability; scalars of the same Python type). With the JIT disabled
+    (``NUMBA_DISABLE_JIT=1``) it is the kernel itself.
+    """
+    compile_signature = getattr(kernel, "compile", None)
+    if compile_signature is None:
+        return kernel
+    from numba import typeof
+
+    return compile_signature(tuple(typeof(argument) for argument in args))
+
+
 # ---------------------------------------------------------------------------- element helpers
 def _label_key(x, num_classes):  # pragma: no cover - replaced by the overload below
     """``uint64`` key of a label: the label itself if valid, else a value ``>= num_classes``."""

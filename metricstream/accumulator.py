@@ -20,8 +20,8 @@ import numpy as np
 from . import bootstrap as _bootstrap
 from . import metrics as _metrics
 from . import report as _report
-from ._dispatch import count_batch
-from ._inputs import Batch, as_array, prepare_batch
+from ._dispatch import count_batch, count_small, small_flags
+from ._inputs import Batch, as_array, plain_array, prepare_batch
 from .base import Accumulator
 from .metrics._zero_division import ZeroDivision
 from .metrics.counts import ClassCounts, Normalize
@@ -121,14 +121,20 @@ class ConfusionAccumulator(Accumulator):
         # The live matrix, aliased for the update hot path (the base owns it in `_arrays`).
         self._matrix = self._arrays["matrix"]
         # An upper bound of the matrix's total, so that the overflow check of an update is O(1):
-        # kept by `update`, and "unknown" (NaN: the kernel sums the matrix once) after any other
-        # change (merge, reset, sync, restore), all of which go through `_changed`.
+        # kept by `update` with the version it holds for; any other change (merge, reset, sync,
+        # restore) goes through `_changed`, which moves the version on and so makes the bound
+        # "unknown" (the matrix is summed once, O(K²), by the next update).
         self._total_bound = math.nan
+        self._bound_version = -1
+        # Kernel flags of the small-batch path of `update` (0: not taken, float64 counts).
+        self._small_flags = 0 if self._weighted else small_flags(self._ignore_index)
+        self._small_ignore = 0 if self._ignore_index is None else self._ignore_index
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._matrix = self._arrays["matrix"]
         self._total_bound = math.nan
+        self._bound_version = -1
 
     # ------------------------------------------------------------------ configuration
     def config(self) -> dict[str, Any]:
@@ -223,11 +229,43 @@ class ConfusionAccumulator(Accumulator):
                 score, or counts that would overflow. The message names the argument, the value
                 and its position, and the accumulator is left exactly as it was.
         """
+        if weights is None and self._small_flags:
+            # The training-loop case (plain labels or narrow logits, a few hundred rows) in one
+            # kernel call with no Batch and no bookkeeping beyond the lock, the version and the
+            # total bound; anything else, or anything the kernel rejects, goes the general way.
+            if type(y_true) is not np.ndarray:
+                y_true = plain_array(y_true)
+            if type(y_pred) is not np.ndarray:
+                y_pred = plain_array(y_pred)
+            lock = self._lock
+            lock.acquire()
+            try:
+                bound = count_small(
+                    self._matrix,
+                    y_true,
+                    y_pred,
+                    self._small_flags,
+                    self._small_ignore,
+                    self._total_bound if self._bound_version == self._version else math.nan,
+                )
+                if bound is not None:
+                    self._changed()
+                    self._total_bound = bound
+                    self._bound_version = self._version
+                    return self
+            finally:
+                lock.release()
         batch = self._prepare(y_true, y_pred, weights)
         with self._lock:
-            bound = count_batch(self._matrix, batch, self._ignore_index, self._total_bound)
+            bound = count_batch(
+                self._matrix,
+                batch,
+                self._ignore_index,
+                self._total_bound if self._bound_version == self._version else math.nan,
+            )
             self._changed()
             self._total_bound = bound
+            self._bound_version = self._version
         return self
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> Batch:
@@ -239,10 +277,6 @@ class ConfusionAccumulator(Accumulator):
 
     def _count(self, arrays: dict[str, np.ndarray], batch: Batch) -> None:
         count_batch(arrays["matrix"], batch, self._ignore_index, math.nan)
-
-    def _changed(self) -> None:
-        super()._changed()
-        self._total_bound = math.nan
 
     # ------------------------------------------------------------------ constructors
     @classmethod
