@@ -28,7 +28,9 @@ nowhere but in ``num_rows``. Without masked entries every number equals scikit-l
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -36,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from . import _multilabel_kernels as _k
+from ._dispatch import get_num_threads
 from ._inputs import as_array
 from .base import Accumulator
 from .metrics import multilabel as _ml
@@ -70,6 +73,12 @@ _FAST_VIEWS = {
     )
 }
 _FAST_SCORES = {np.dtype(np.float32), np.dtype(np.float64)}
+# Unweighted batches of at least this many entries are counted in row ranges on several threads
+# (the kernel releases the GIL), each thread taking at least _PARALLEL_MIN_ROWS rows.
+_PARALLEL_MIN_ENTRIES = 1 << 22
+_PARALLEL_MIN_ROWS = 1 << 12
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
 _NO_COOCCURRENCE = {"i": np.zeros((0, 0), dtype=np.int64), "f": np.zeros((0, 0))}
 
 
@@ -284,6 +293,8 @@ class MultilabelAccumulator(Accumulator):
         self._layout = _k.sample_layout(self._num_labels, ratios)
         self._ratios = ratios
         self._scratch: np.ndarray | None = None
+        # Whether unweighted dense batches can take the one-call path of ``update``.
+        self._plain = ignore_index is None and not cooccurrence
         dtype = np.float64 if self._weighted else np.int64
         rows = 4 if ignore_index is not None else 3
         arrays: dict[str, Any] = {
@@ -338,6 +349,60 @@ class MultilabelAccumulator(Accumulator):
             LabelSets.from_lists(y_pred, name="`y_pred`"),
             weights,
         )
+
+    def update(self, y_true: Any, y_pred: Any, weights: Any = None) -> MultilabelAccumulator:
+        """Count a batch and return ``self``; on error nothing is counted.
+
+        ``y_true``: an (N, L) 0/1 indicator matrix or :class:`LabelSets`; ``y_pred``: (N, L)
+        indicators or scores (positive where ``score >= threshold``), or :class:`LabelSets`;
+        ``weights``: one weight per sample (see the class docstring).
+        """
+        # The training-loop case in as little Python as possible (measured: the general path
+        # costs 3 µs of Python per call, this one about 1 µs): unweighted C-contiguous numpy
+        # matrices of a native dtype, no masking or co-occurrence, small enough for one thread.
+        # One kernel call validates, checks the headroom and counts; anything else, and every
+        # error, takes the general path below.
+        if (
+            self._plain
+            and weights is None
+            and type(y_true) is np.ndarray
+            and type(y_pred) is np.ndarray
+            and y_true.ndim == 2
+            and y_true.shape == y_pred.shape
+            and y_true.shape[1] == self._num_labels
+            and y_true.size < _PARALLEL_MIN_ENTRIES
+            and y_true.flags.c_contiguous
+            and y_pred.flags.c_contiguous
+        ):
+            true_view = _FAST_VIEWS.get(y_true.dtype)
+            pred_view = _FAST_VIEWS.get(y_pred.dtype)
+            threshold: Any = self._threshold
+            pred = y_pred
+            if pred_view is not None:
+                if pred_view != y_pred.dtype:
+                    pred = y_pred.view(pred_view)
+            elif y_pred.dtype == np.float32:
+                threshold = self._threshold32
+            elif y_pred.dtype != np.float64:
+                true_view = None
+            if true_view is not None:
+                true = y_true if true_view == y_true.dtype else y_true.view(true_view)
+                with self._lock:
+                    arrays = self._arrays
+                    status, _ = _k.count_plain(
+                        true,
+                        pred,
+                        threshold,
+                        self._layout,
+                        arrays["labels"],
+                        arrays["per_sample"],
+                        True,
+                    )
+                    if status == _k.OK:
+                        self._changed()
+                        return self
+                # Nothing was counted: the general path finds the error and words it.
+        return super().update(y_true, y_pred, weights)
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> Any:
         # Fast path of the training loop: unweighted C-contiguous numpy indicator or score
@@ -484,6 +549,9 @@ class MultilabelAccumulator(Accumulator):
             )
 
     def _count(self, arrays: dict[str, np.ndarray], batch: Any) -> None:
+        if not batch.flags and isinstance(batch, _DenseBatch):
+            self._count_dense(arrays, batch)  # the kernel checks the headroom
+            return
         self._check_headroom(arrays, batch.total_weight)
         if isinstance(batch, _SetsBatch):
             self._count_sets(arrays, batch)
@@ -503,6 +571,9 @@ class MultilabelAccumulator(Accumulator):
         threshold: Any = self._threshold
         if batch.y_pred.dtype == np.float32:
             threshold = self._threshold32
+        if not batch.flags:
+            self._count_plain(arrays, batch, threshold)
+            return
         if batch.flags & _k.MASKED:
             status, row = _k.count_dense_masked(
                 batch.y_true,
@@ -528,9 +599,65 @@ class MultilabelAccumulator(Accumulator):
             )
         if status != _k.OK:
             raise ValueError(_dense_error(status, row, batch, self._ignore_index))
+        self._count_cooccurrence(arrays, batch)
+
+    def _count_cooccurrence(self, arrays: dict[str, np.ndarray], batch: _DenseBatch) -> None:
         cooc = arrays.get("cooccurrence")
         if cooc is not None:
             _k.count_cooccurrence(batch.y_true, batch.weights, batch.flags, cooc)
+
+    def _count_plain(
+        self, arrays: dict[str, np.ndarray], batch: _DenseBatch, threshold: Any
+    ) -> None:
+        """Count an unweighted, unmasked batch: on the calling thread, or for large batches in
+        row ranges on several threads (private buffers, added once every range is valid)."""
+        n, num_labels = batch.y_true.shape
+        threads = min(get_num_threads(), n // _PARALLEL_MIN_ROWS)
+        if n * num_labels < _PARALLEL_MIN_ENTRIES or threads < 2:
+            status, row = _k.count_plain(
+                batch.y_true,
+                batch.y_pred,
+                threshold,
+                self._layout,
+                arrays["labels"],
+                arrays["per_sample"],
+                True,
+            )
+        else:
+            self._check_headroom(arrays, n)
+            bounds = [n * t // threads for t in range(threads + 1)]
+            shares = [
+                (np.zeros_like(arrays["labels"]), np.zeros_like(arrays["per_sample"]))
+                for _ in range(threads)
+            ]
+
+            def count_share(t: int) -> tuple[int, int]:
+                lo, hi = bounds[t], bounds[t + 1]
+                return _k.count_plain(  # type: ignore[no-any-return]
+                    batch.y_true[lo:hi],
+                    batch.y_pred[lo:hi],
+                    threshold,
+                    self._layout,
+                    shares[t][0],
+                    shares[t][1],
+                    False,
+                )
+
+            results = list(_get_pool(threads).map(count_share, range(threads)))
+            status, row = _k.OK, -1
+            for t, (share_status, share_row) in enumerate(results):
+                if share_status != _k.OK:  # the first failing range holds the first bad row
+                    status, row = share_status, share_row + bounds[t]
+                    break
+            if status == _k.OK:
+                for labels, per_sample in shares:
+                    arrays["labels"] += labels
+                    arrays["per_sample"] += per_sample
+        if status == _k.OVERFLOW:
+            self._check_headroom(arrays, n)  # raises: the kernel found no headroom
+        if status != _k.OK:
+            raise ValueError(_dense_error(status, row, batch, self._ignore_index))
+        self._count_cooccurrence(arrays, batch)
 
     def _count_sets(self, arrays: dict[str, np.ndarray], batch: _SetsBatch) -> None:
         cooc = arrays.get("cooccurrence")
@@ -975,6 +1102,22 @@ def _dense_error(status: int, row: int, batch: _DenseBatch, ignore_index: int | 
         f"indicator holds 0 or 1 (float scores are thresholded at `threshold`). Nothing "
         f"was counted."
     )
+
+
+def _get_pool(workers: int) -> ThreadPoolExecutor:
+    """A pool of ``workers`` threads for large batches, made on first use."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != workers:
+            if _pool is not None:
+                _pool[1].shutdown(wait=False)
+            _pool = (
+                workers,
+                ThreadPoolExecutor(
+                    max_workers=workers, thread_name_prefix="metricstream-multilabel"
+                ),
+            )
+        return _pool[1]
 
 
 # ---------------------------------------------------------------------------- file input
