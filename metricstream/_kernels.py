@@ -43,11 +43,11 @@ How the label kernel is fast (measured on a 2-core AMD EPYC, see ``benchmarks/``
 * Counting indexes the flat matrix with an unsigned ``t * K + p``, which needs no wraparound test.
 
 Scores are reduced to an argmax without any N-sized temporary. For the ``(N, C)`` logits layout
-with few classes (``C <= TILE_MAX_CLASSES``) a tile of rows is copied into a column-major
-scratch buffer (sequential reads) and reduced column by column, so that each row's running
-maximum is an independent lane: a per-row loop of 10 compares is one long dependency chain,
-while across 64 rows the same compares vectorise. (Reducing the rows' columns in place instead
-makes LLVM gather strided loads, which is 2-3× slower once the scores are not in cache.) With
+with few classes (``C <= TILE_MAX_CLASSES``) NaNs are looked for first in one flat,
+vectorised pass over a tile of rows; then each row is reduced by a branch-free loop of one
+compare and two selects per score. Each row is a short dependency chain, and the core runs the
+chains of consecutive rows side by side; this beat reducing a tile column by column across rows
+(vectorised, but through gathers of the strided scores, or a transposing copy). With
 more classes each row's argmax is one max-reduction over "packed keys": an integer "sortable
 key" of the float bits in the high half and ``C - 1 - c`` in the low half, so that the maximum
 holds the largest score and, among equal scores, the first position (``np.argmax`` picks the
@@ -100,17 +100,13 @@ SUB_HISTOGRAM_MIN_LABELS_PER_CELL = 16
 # running argmax state is a fixed-size buffer (never an N-sized temporary) that stays in L1.
 SCORE_TILE = 256
 
-# (N, C) logits with at most this many classes are reduced a tile of ROW_TILE rows at a time;
-# wider rows one row at a time. Measured per call, 1 core, CPU time on a loaded machine,
-# per-row two-pass keys -> tiles/packed keys: (256, 10) 4.3 -> 2.8 µs, (10^5, 10) 1.69 ->
-# 0.82 ms, (10^5, 2) 1.24 -> 0.27 ms; packed keys for (256, 32) 6.6 -> 3.6 µs, (10^5, 32)
-# 2.0 -> 1.3 ms, (256, 1000) 82 -> 63 µs.
+# (N, C) logits are reduced ROW_TILE rows at a time; rows of at most TILE_MAX_CLASSES scores
+# with one branch-free compare-and-select loop per row, wider rows with one max-reduction over
+# packed keys. Measured per call, 1 core: packed keys for (256, 32) 6.6 -> 3.6 µs, (10^5, 32)
+# 2.0 -> 1.3 ms, (256, 1000) 82 -> 63 µs, against a per-row two-pass search; below 17 classes
+# the select loop is faster still (see ``_make_rows_argmax``).
 TILE_MAX_CLASSES = 16
 ROW_TILE = 64
-# Calls with at most this many scores (512 KiB of float32, L2-resident in a training loop)
-# reduce the tile in place (256 x 10: 2.8 -> 1.9 µs); larger ones copy each tile first, which
-# is 2-3× faster once the scores come from memory.
-IN_PLACE_SCORES = 1 << 17
 
 # Limits of a matrix's total (see ``_dispatch``): int64 below 2^63 with a 2^-16 margin that
 # covers the rounding of float bounds; float64 finite.
@@ -641,49 +637,44 @@ def _first_nan(row, inf_key):
     return -1
 
 
-def _tile_argmax(block, scratch, values, classes, inf_key, in_place):  # pragma: no cover
+def _rows_argmax(block, classes, inf_key):  # pragma: no cover - replaced by the overload below
     """Argmax of every row of a ``(w, C)`` block into ``classes[:w]``; returns whether any score
-    is NaN (the classes are then meaningless). ``scratch`` is ``(TILE_MAX_CLASSES, ROW_TILE)``
-    and ``values`` ``ROW_TILE`` keys."""
+    is NaN (the classes are then meaningless). First maximum wins, as ``np.argmax``."""
 
 
-def _make_tile_argmax(key):
-    def tile_argmax(block, scratch, values, classes, inf_key):
+def _make_rows_argmax(key):
+    def rows_argmax(block, classes, inf_key):
         width = block.shape[0]
         num_scores = block.shape[1]
+        # NaNs first, over the block's contiguous scores: a flat, branch-free loop that
+        # vectorises, so that the per-row loop below needs no NaN test.
+        scores = block.reshape(-1)
         nan_seen = False
+        for i in range(scores.size):
+            nan_seen |= _score_nan(scores[i], inf_key)
         if num_scores == 2:
             # Two columns: one compare per row (the second wins only when strictly larger).
             for j in range(width):
-                a = block[j, 0]
-                b = block[j, 1]
-                nan_seen |= _score_nan(a, inf_key) | _score_nan(b, inf_key)
-                classes[j] = np.int32(key(b) > key(a))
+                classes[j] = np.int32(key(block[j, 1]) > key(block[j, 0]))
             return nan_seen
-        # Rows in, columns out: sequential reads of the scores.
+        # One row at a time, branch-free (a compare and two selects per score), so that the
+        # core overlaps the rows' independent dependency chains. Measured per call on one
+        # core against the earlier tile reduction (column by column over 64 rows, gathering
+        # the strided scores): (256, 10) float32 2.3 -> 1.6 µs, (4096, 10) 31 -> 21 µs,
+        # (10^5, 10) 1.76 -> 0.51 ms.
         for j in range(width):
             row = block[j]
-            for c in range(num_scores):
-                x = row[c]
-                nan_seen |= _score_nan(x, inf_key)
-                scratch[c, j] = key(x)
-        # Column by column: every row's running maximum is an independent lane, so the compare
-        # and the two selects vectorise across rows (no branch, no early exit in here).
-        first = scratch[0]
-        for j in range(width):
-            values[j] = first[j]
-            classes[j] = 0
-        for c in range(1, num_scores):
-            column = scratch[c]
-            label = np.int32(c)
-            for j in range(width):
-                v = column[j]
-                better = v > values[j]
-                values[j] = v if better else values[j]
-                classes[j] = label if better else classes[j]
+            best = key(row[0])
+            label = np.int32(0)
+            for c in range(1, num_scores):
+                v = key(row[c])
+                better = v > best
+                best = v if better else best
+                label = np.int32(c) if better else label
+            classes[j] = label
         return nan_seen
 
-    return tile_argmax
+    return rows_argmax
 
 
 @njit(inline="always")
@@ -691,67 +682,22 @@ def _identity(x):
     return x
 
 
-def _make_inplace_tile_argmax(key):
-    def inplace_tile_argmax(block, scratch, values, classes, inf_key):
-        # The same reduction reading the rows' columns in place: LLVM gathers the strided
-        # loads, which beats the copy while the scores are in cache (see ``IN_PLACE_SCORES``).
-        width = block.shape[0]
-        nan_seen = False
-        for j in range(width):
-            x = block[j, 0]
-            nan_seen |= _score_nan(x, inf_key)
-            values[j] = key(x)
-            classes[j] = 0
-        for c in range(1, block.shape[1]):
-            label = np.int32(c)
-            for j in range(width):
-                x = block[j, c]
-                v = key(x)
-                better = v > values[j]
-                nan_seen |= _score_nan(x, inf_key)
-                values[j] = v if better else values[j]
-                classes[j] = label if better else classes[j]
-        return nan_seen
-
-    return inplace_tile_argmax
+_plain_rows_argmax = njit(inline="always")(_make_rows_argmax(_identity))
+_half_rows_argmax = njit(inline="always")(_make_rows_argmax(_half_key))
 
 
-_plain_tile_argmax = njit(inline="always")(_make_tile_argmax(_identity))
-_half_tile_argmax = njit(inline="always")(_make_tile_argmax(_half_key))
-_plain_inplace_tile_argmax = njit(inline="always")(_make_inplace_tile_argmax(_identity))
-_half_inplace_tile_argmax = njit(inline="always")(_make_inplace_tile_argmax(_half_key))
-
-
-@overload(_tile_argmax, inline="always")
-def _tile_argmax_impl(block, scratch, values, classes, inf_key, in_place):
+@overload(_rows_argmax, inline="always")
+def _rows_argmax_impl(block, classes, inf_key):
     if block.dtype == types.int16:
 
-        def int16_tile_argmax(block, scratch, values, classes, inf_key, in_place):
+        def int16_rows_argmax(block, classes, inf_key):
             if inf_key:
-                if in_place:
-                    return _half_inplace_tile_argmax(block, scratch, values, classes, inf_key)
-                return _half_tile_argmax(block, scratch, values, classes, inf_key)
-            return _plain_tile_argmax(block, scratch, values, classes, inf_key)
+                return _half_rows_argmax(block, classes, inf_key)
+            return _plain_rows_argmax(block, classes, inf_key)
 
-        return int16_tile_argmax
+        return int16_rows_argmax
 
-    def plain_tile_argmax(block, scratch, values, classes, inf_key, in_place):
-        if in_place:
-            return _plain_inplace_tile_argmax(block, scratch, values, classes, inf_key)
-        return _plain_tile_argmax(block, scratch, values, classes, inf_key)
-
-    return plain_tile_argmax
-
-
-def _key_dtype(scores):  # pragma: no cover - replaced by the overload below
-    """Dtype of running maxima: the scores' own float type, else int64 keys."""
-
-
-@overload(_key_dtype, inline="always")
-def _key_dtype_impl(scores):
-    if isinstance(scores.dtype, types.Float):
-        return lambda scores: scores.dtype
-    return lambda scores: np.int64
+    return lambda block, classes, inf_key: _plain_rows_argmax(block, classes, inf_key)
 
 
 @njit(inline="always")
@@ -788,11 +734,7 @@ def count_argmax_rows(
         return OVER_BOUND, start, start
     per_weight = _per_weight_bound(headroom, stop - start)
     weight_total = 0.0
-    key_dtype = _key_dtype(scores)
-    scratch = np.empty((min(num_scores, TILE_MAX_CLASSES), ROW_TILE), dtype=key_dtype)
-    values = np.empty(ROW_TILE, dtype=key_dtype)
     classes = np.empty(ROW_TILE, dtype=np.int32)
-    in_place = (stop - start) * num_scores <= IN_PLACE_SCORES
     for lo in range(start, stop, ROW_TILE):
         hi = min(lo + ROW_TILE, stop)
         n = hi - lo
@@ -801,7 +743,7 @@ def count_argmax_rows(
         labels = y_true[lo:hi]
         nan_row = n
         if num_scores <= TILE_MAX_CLASSES:
-            if _tile_argmax(block, scratch, values, classes, inf_key, in_place):
+            if _rows_argmax(block, classes, inf_key):
                 for j in range(n):
                     if _first_nan(block[j], inf_key) >= 0:
                         nan_row = j
@@ -816,7 +758,20 @@ def count_argmax_rows(
         # Rows are validated before any of the tile is counted, in stream order; a NaN row is
         # reported before a bad label in the same row, as the argmax comes first.
         big_weights = np.uint8(0)
-        for j in range(nan_row):
+        scan = nan_row
+        if weights is None:
+            # Unweighted: one branch-free pass over the tile's label keys (it vectorises); the
+            # loop below looks for the first bad label only when there is one.
+            worst = np.uint64(0)
+            for j in range(n):
+                t = labels[j]
+                key = _label_key(t, num_classes)
+                if has_ignore:
+                    key = np.uint64(0) if _is_ignored(t, ignore_index) else key
+                worst = max(worst, key)
+            if worst < limit:
+                scan = 0
+        for j in range(scan):
             t = labels[j]
             if has_ignore and _is_ignored(t, ignore_index):
                 continue
