@@ -77,6 +77,10 @@ _FAST_SCORES = {np.dtype(np.float32), np.dtype(np.float64)}
 # (the kernel releases the GIL), each thread taking at least _PARALLEL_MIN_ROWS rows.
 _PARALLEL_MIN_ENTRIES = 1 << 22
 _PARALLEL_MIN_ROWS = 1 << 12
+# ``ndarray.flags.num`` bits of an array that Numba types as C-contiguous, aligned and
+# writeable: the only arrays passed to the compiled entry points in ``_plain_entries``.
+_PLAIN = 0x1 | 0x100 | 0x400  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE
+_UNSEEN = object()
 _pool: tuple[int, ThreadPoolExecutor] | None = None
 _pool_lock = threading.Lock()
 _NO_COOCCURRENCE = {"i": np.zeros((0, 0), dtype=np.int64), "f": np.zeros((0, 0))}
@@ -293,8 +297,10 @@ class MultilabelAccumulator(Accumulator):
         self._layout = _k.sample_layout(self._num_labels, ratios)
         self._ratios = ratios
         self._scratch: np.ndarray | None = None
-        # Whether unweighted dense batches can take the one-call path of ``update``.
-        self._plain = ignore_index is None and not cooccurrence
+        # Whether unweighted dense batches can take the one-call path of ``update``, and how
+        # (see ``_route``), by the dtypes of (y_true, y_pred).
+        self._plain = ignore_index is None and not cooccurrence and not weighted
+        self._routes: dict[tuple[np.dtype, np.dtype], Any] = {}
         dtype = np.float64 if self._weighted else np.int64
         rows = 4 if ignore_index is not None else 3
         arrays: dict[str, Any] = {
@@ -358,51 +364,67 @@ class MultilabelAccumulator(Accumulator):
         ``weights``: one weight per sample (see the class docstring).
         """
         # The training-loop case in as little Python as possible (measured: the general path
-        # costs 3 µs of Python per call, this one about 1 µs): unweighted C-contiguous numpy
-        # matrices of a native dtype, no masking or co-occurrence, small enough for one thread.
-        # One kernel call validates, checks the headroom and counts; anything else, and every
-        # error, takes the general path below.
-        if (
-            self._plain
-            and weights is None
-            and type(y_true) is np.ndarray
-            and type(y_pred) is np.ndarray
-            and y_true.ndim == 2
-            and y_true.shape == y_pred.shape
-            and y_true.shape[1] == self._num_labels
-            and y_true.size < _PARALLEL_MIN_ENTRIES
-            and y_true.flags.c_contiguous
-            and y_pred.flags.c_contiguous
-        ):
-            true_view = _FAST_VIEWS.get(y_true.dtype)
-            pred_view = _FAST_VIEWS.get(y_pred.dtype)
-            threshold: Any = self._threshold
-            pred = y_pred
-            if pred_view is not None:
-                if pred_view != y_pred.dtype:
-                    pred = y_pred.view(pred_view)
-            elif y_pred.dtype == np.float32:
-                threshold = self._threshold32
-            elif y_pred.dtype != np.float64:
-                true_view = None
-            if true_view is not None:
-                true = y_true if true_view == y_true.dtype else y_true.view(true_view)
+        # costs 3 µs of Python per call, this one under 1 µs): unweighted, C-contiguous,
+        # aligned, writeable numpy matrices of a native dtype, no masking or co-occurrence,
+        # small enough for one thread. One call of the compiled kernel (no Numba dispatch)
+        # validates, checks the headroom and counts; anything else, and every error, takes the
+        # general path below.
+        if weights is None and type(y_true) is np.ndarray and type(y_pred) is np.ndarray:
+            route = self._routes.get((y_true.dtype, y_pred.dtype), _UNSEEN)
+            if route is _UNSEEN:
+                route = self._route(y_true, y_pred)
+            shape = y_true.shape
+            if (
+                route is not None
+                and shape == y_pred.shape
+                and len(shape) == 2
+                and shape[1] == self._num_labels
+                and y_true.size < _PARALLEL_MIN_ENTRIES
+                and y_true.flags.num & y_pred.flags.num & _PLAIN == _PLAIN
+            ):
+                true_view, pred_view, kernel, arguments = route
+                true = y_true if true_view is None else y_true.view(true_view)
+                pred = y_pred if pred_view is None else y_pred.view(pred_view)
                 with self._lock:
-                    arrays = self._arrays
-                    status, _ = _k.count_plain(
-                        true,
-                        pred,
-                        threshold,
-                        self._layout,
-                        arrays["labels"],
-                        arrays["per_sample"],
-                        True,
-                    )
-                    if status == _k.OK:
+                    status, _ = kernel(true, pred, *arguments)
+                    if not status:
                         self._changed()
                         return self
                 # Nothing was counted: the general path finds the error and words it.
         return super().update(y_true, y_pred, weights)
+
+    def _route(self, y_true: np.ndarray, y_pred: np.ndarray) -> Any:
+        """How ``update`` counts matrices of these dtypes in one call: ``(view of y_true or
+        None, view of y_pred or None, threshold, compiled kernel)``, or None for the general
+        path. Computed once per pair of dtypes and kept in ``_routes``."""
+        true_view = _FAST_VIEWS.get(y_true.dtype)
+        pred_view = _FAST_VIEWS.get(y_pred.dtype)
+        threshold: Any = self._threshold
+        if y_pred.dtype == np.float32:
+            threshold = self._threshold32
+        route = None
+        if (
+            self._plain
+            and true_view is not None
+            and (pred_view is not None or y_pred.dtype in _FAST_SCORES)
+        ):
+            true = np.zeros((1, self._num_labels), dtype=true_view)
+            pred = np.zeros((1, self._num_labels), dtype=pred_view or y_pred.dtype)
+            arrays = self._arrays
+            kernel = _k.compiled_for(
+                _k.count_plain,
+                (true, pred, threshold, self._layout, arrays["labels"], arrays["per_sample"], True),
+            )
+            # The state arrays are never rebound (only written in place), so the route may
+            # hold them.
+            route = (
+                None if true_view == y_true.dtype else true_view,
+                None if pred_view is None or pred_view == y_pred.dtype else pred_view,
+                kernel,
+                (threshold, self._layout, arrays["labels"], arrays["per_sample"], True),
+            )
+        self._routes[(y_true.dtype, y_pred.dtype)] = route
+        return route
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> Any:
         # Fast path of the training loop: unweighted C-contiguous numpy indicator or score
@@ -549,7 +571,7 @@ class MultilabelAccumulator(Accumulator):
             )
 
     def _count(self, arrays: dict[str, np.ndarray], batch: Any) -> None:
-        if not batch.flags and isinstance(batch, _DenseBatch):
+        if not batch.flags and not self._weighted and isinstance(batch, _DenseBatch):
             self._count_dense(arrays, batch)  # the kernel checks the headroom
             return
         self._check_headroom(arrays, batch.total_weight)
@@ -571,7 +593,7 @@ class MultilabelAccumulator(Accumulator):
         threshold: Any = self._threshold
         if batch.y_pred.dtype == np.float32:
             threshold = self._threshold32
-        if not batch.flags:
+        if not batch.flags and not self._weighted:
             self._count_plain(arrays, batch, threshold)
             return
         if batch.flags & _k.MASKED:
