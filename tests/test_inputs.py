@@ -29,17 +29,13 @@ DTYPES = [
 
 # Every (y_pred, y_true) dtype pair is its own kernel specialisation, 2-3 s of compilation
 # each on a cold cache. The default run keeps the pairs the rest of the suite compiles anyway
-# plus one narrow signed, one wide unsigned and one half-precision truth; CI runs the whole grid.
+# (one signed, one unsigned and one float type; half-precision truth is read as float32, which
+# tests/test_training_loop_inputs.py checks); CI runs the whole grid.
 DEFAULT_DTYPE_PAIRS = {
     ("int64", "int64"),
-    ("int64", "float32"),
     ("int64", "float64"),
     ("uint8", "uint8"),
-    ("uint8", "float32"),
     ("float32", "float32"),
-    ("int64", "int8"),
-    ("int64", "uint64"),
-    ("int64", "float16"),
 }
 
 

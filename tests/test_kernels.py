@@ -56,18 +56,27 @@ def expected_matrix(y_true, y_pred, num_classes, weights=None, ignore_index=None
     return np.bincount(flat, weights=w, minlength=num_classes**2).reshape(num_classes, num_classes)
 
 
-# Each label dtype is its own kernel specialisation (2-3 s of compilation on a cold cache): the
-# default run keeps a narrow and a wide signed, unsigned and float type; CI runs them all.
-MIDDLE_WIDTHS = (np.int16, np.uint16, np.int32, np.uint32)
+# Each label dtype is its own kernel specialisation on each path (2-3 s of compilation on a cold
+# cache): the default run keeps one signed, one unsigned and one float type on the serial path
+# and int64 on the threaded one (the types the rest of the suite compiles anyway); CI runs all.
+DEFAULT_LABEL_DTYPES = {"serial": (np.int64, np.uint8, np.float32), "threads": (np.int64,)}
 
 
-@pytest.mark.parametrize(
-    "dtype",
-    [
-        pytest.param(d, id=np.dtype(d).name, marks=[pytest.mark.slow] if d in MIDDLE_WIDTHS else [])
-        for d in LABEL_DTYPES
-    ],
-)
+def dtype_and_path(dtypes):
+    """``(dtype, path)`` pairs (``path`` fixture parametrized indirectly), slow off the defaults."""
+    return [
+        pytest.param(
+            d,
+            p,
+            id=f"{p}-{np.dtype(d).name}",
+            marks=[] if d in DEFAULT_LABEL_DTYPES[p] else [pytest.mark.slow],
+        )
+        for p in ("serial", "threads")
+        for d in dtypes
+    ]
+
+
+@pytest.mark.parametrize(("dtype", "path"), dtype_and_path(LABEL_DTYPES), indirect=["path"])
 @pytest.mark.parametrize("size", [0, 1, 255, 256, 257, 1000, 5000])
 def test_label_counts_equal_bincount(dtype, size, path):
     rng = np.random.default_rng(size)
@@ -139,6 +148,12 @@ def test_fractional_weight_into_int_matrix_is_rejected(path):
     assert acc.num_samples == 0
 
 
+# The threaded runs of the next two tests compile float64 and uint64 labels into int32 private
+# matrices for these tests alone: CI only.
+SERIAL_BY_DEFAULT = ["serial", pytest.param("threads", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("path", SERIAL_BY_DEFAULT, indirect=True)
 @pytest.mark.parametrize("bad", [np.nan, 1.5, -1.0, 3.0, np.inf], ids=str)
 def test_float_labels_must_be_whole_numbers_in_range(bad, path):
     y_true = np.zeros(700)
@@ -149,6 +164,7 @@ def test_float_labels_must_be_whole_numbers_in_range(bad, path):
     assert acc.num_samples == 0
 
 
+@pytest.mark.parametrize("path", SERIAL_BY_DEFAULT, indirect=True)
 def test_uint64_labels_above_int64_range_are_rejected(path):
     y_true = np.zeros(600, dtype=np.uint64)
     y_true[300] = np.uint64(2**63 + 1)
@@ -172,8 +188,25 @@ def special_scores(rng, size, num_classes, dtype):
     return scores
 
 
+# Default: float32 on both paths, float64 and int64 scores on the serial path (one kernel
+# specialisation per dtype and path); CI runs every pair.
+ROW_SCORE_DEFAULTS = {(np.float32, "serial"), (np.float32, "threads"), (np.float64, "serial")}
+ROW_SCORE_DEFAULTS |= {(np.int64, "serial")}
+
+
 @pytest.mark.parametrize(
-    "dtype", [np.float32, np.float64, np.int32, np.int64], ids=lambda d: np.dtype(d).name
+    ("dtype", "path"),
+    [
+        pytest.param(
+            d,
+            p,
+            id=f"{p}-{np.dtype(d).name}",
+            marks=[] if (d, p) in ROW_SCORE_DEFAULTS else [pytest.mark.slow],
+        )
+        for p in ("serial", "threads")
+        for d in (np.float32, np.float64, np.int32, np.int64)
+    ],
+    indirect=["path"],
 )
 @pytest.mark.parametrize("num_classes", [1, 2, 3, 17, 100])
 def test_row_scores_argmax_equals_numpy(dtype, num_classes, path):
@@ -209,7 +242,20 @@ def test_non_contiguous_row_scores(path):
     np.testing.assert_array_equal(acc.matrix, expected_matrix(y_true, np.argmax(scores, axis=1), 9))
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    ("dtype", "path"),
+    [
+        pytest.param(
+            d,
+            p,
+            id=f"{p}-{np.dtype(d).name}",
+            marks=[pytest.mark.slow] if (d, p) == (np.float64, "threads") else [],
+        )
+        for p in ("serial", "threads")
+        for d in (np.float32, np.float64)
+    ],
+    indirect=["path"],
+)
 @pytest.mark.parametrize("row", [0, 255, 256, 999])
 def test_nan_score_is_reported_and_changes_nothing(dtype, row, path):
     rng = np.random.default_rng(7)
@@ -326,10 +372,15 @@ def test_import_compiles_nothing_and_imports_no_optional_library():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)],
+    ids=lambda d: np.dtype(d).name,
+)
 @pytest.mark.parametrize("where", [(0, 0, 0, 0), (1, 2, 5, 7), (1, 3, 8, 10)], ids=str)
-def test_nan_in_channels_first_scores_is_reported_and_changes_nothing(where, path):
+def test_nan_in_channels_first_scores_is_reported_and_changes_nothing(where, dtype, path):
     rng = np.random.default_rng(8)
-    scores = rng.normal(size=(2, 4, 9, 11))
+    scores = rng.normal(size=(2, 4, 9, 11)).astype(dtype)
     scores[where] = np.nan
     acc = ConfusionAccumulator(4)
     acc.update([0, 1], [1, 1])
