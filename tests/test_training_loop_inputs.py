@@ -324,3 +324,86 @@ def test_non_numeric_object_weights_are_named_as_weights():
         r"first value 'heavy'",
     ):
         ConfusionAccumulator(2).update([0, 1], [0, 1], np.array(["heavy", "light"], object))
+
+
+# ---------------------------------------------------------------------------- small-batch path
+def _declined(y_true, y_pred, total=0.0):
+    """Whether ``count_small`` leaves these inputs to the general path (and ``out`` untouched)."""
+    out = np.zeros((3, 3), np.int64)
+    result = _dispatch.count_small(out, y_true, y_pred, _dispatch.small_flags(None), 0, total)
+    if result is None:
+        assert not out.any()
+        return True
+    return False
+
+
+def test_small_path_takes_only_arrays_its_compiled_kernels_read_safely():
+    labels = np.array([0, 1, 2, 2])
+    scores = np.eye(3, dtype=np.float32)[[0, 2, 1, 2]]
+    assert not _declined(labels, labels) and not _declined(labels, scores)
+    read_only = labels.copy()
+    read_only.flags.writeable = False
+    unaligned = np.zeros(4 * 8 + 1, np.uint8)[1:].view(np.int64)
+    assert not unaligned.flags.aligned
+    for y_true, y_pred in [
+        (read_only, labels),
+        (labels, read_only),
+        (unaligned, labels),
+        ((np.arange(8) % 3)[::2], labels),  # strided
+        (labels.astype(">i8"), labels),  # non-native byte order
+        (labels.astype(bool), labels),
+        (labels.astype(np.float64), labels),
+        (labels, labels.astype(np.float32)),
+        (labels, scores.astype(np.float16)),
+        (labels, np.asfortranarray(np.eye(3, dtype=np.float32)[[0, 2, 1]].T).T[:4]),
+        (labels.reshape(2, 2), labels.reshape(2, 2)),
+        (labels, labels[:3]),  # lengths differ
+        (labels, np.zeros((4, 2), np.float32)),  # not K classes
+        (labels.tolist(), labels),
+        (labels, np.array([0, 1, 3, 0])),  # rejected by the kernel: worded by the general path
+        (labels, scores * np.float32(np.nan)),
+    ]:
+        assert _declined(y_true, y_pred), (y_true, y_pred)
+    assert _declined(labels, labels, total=2.0**63 - 2)  # near overflow: the exact path
+    many = np.zeros(_dispatch.PARALLEL_MIN_LABELS, np.int64)
+    assert _declined(many, many)
+
+
+def test_small_path_counts_equal_the_general_path():
+    rng = np.random.default_rng(21)
+    for ignore_index in (None, 2, -1):
+        y_true = rng.integers(0, 4, 300)
+        if ignore_index is not None:
+            y_true[::7] = ignore_index
+        y_pred = rng.integers(0, 4, 300)
+        scores = rng.normal(size=(300, 4)).astype(np.float32)
+        for prediction in (y_pred, scores, y_pred.astype(np.uint8)):
+            fast = ConfusionAccumulator(4, ignore_index=ignore_index)
+            fast.update(y_true, prediction).update(y_true[:5], prediction[:5])
+            expected = counted(y_true, prediction, 4, ignore_index=ignore_index)
+            expected += counted(y_true[:5], prediction[:5], 4, ignore_index=ignore_index)
+            np.testing.assert_array_equal(fast.matrix, expected)
+
+
+@pytest.mark.parametrize("change", ["merge", "reset", "from_matrix"])
+def test_updates_after_other_changes_still_see_overflow(change):
+    # The bound of the total kept between updates must not outlive a merge, reset or load.
+    # Merging refuses totals within 2**20 of 2**63; from_matrix takes any int64 count.
+    room = 10 if change == "from_matrix" else 2**21
+    near = ConfusionAccumulator.from_matrix(np.array([[2**63 - room, 0], [0, 0]]))
+    acc = ConfusionAccumulator(2).update(np.zeros(3, np.int64), np.zeros(3, np.int64))
+    if change == "merge":
+        acc.merge(near)
+    elif change == "reset":
+        acc.reset().merge(near)
+    else:
+        acc = near
+    before = acc.matrix.copy()
+    zeros = np.zeros(room, np.int64)
+    with pytest.raises(ValueError, match="would overflow the counts"):
+        acc.update(zeros, zeros)
+    with pytest.raises(ValueError, match="would overflow the counts"):
+        acc.update(zeros, np.zeros((room, 2), np.float32))
+    np.testing.assert_array_equal(acc.matrix, before)
+    acc.update(np.ones(2, np.int64), np.zeros(2, np.int64))  # what fits is counted exactly
+    assert acc.matrix[1, 0] == 2 and acc.matrix[0, 0] == before[0, 0]
