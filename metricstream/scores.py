@@ -41,6 +41,8 @@ DEFAULT_CALIBRATION_BINS = 25200
 # Rows validated at a time before they are counted: a chunk of float32 scores stays in L2.
 _CHUNK_ROWS = 4096
 _INT64_MAX = np.iinfo(np.int64).max
+# A score dtype the fast path of ``update`` leaves to the general path.
+_UNSUPPORTED = object()
 # Log loss clips probabilities to [eps, 1 - eps] with the eps of their float type (scikit-learn).
 _EPS = {
     np.dtype(np.float32): float(np.finfo(np.float32).eps),
@@ -220,18 +222,27 @@ class ScoreAccumulator(Accumulator):
         if self._task == "multilabel" or self._weighted:
             return None
         a = self._arrays
-        return (
-            a,
+        ranks = (a["ranks"],) if self._task == "multiclass" else ()
+        # The kernel's arguments from the state arrays to ``start`` (0), unpacked in one
+        # call; the kernel's ``eps`` argument by score dtype.
+        head = (
             a["curves"],
             a["inexact"],
-            a.get("ranks"),
+            *ranks,
             a["calibration"],
             a["confidence"],
             a["losses"],
             self._thresholds,
             self._shift,
+            0,
+        )
+        eps = {dtype: None if self._logits else value for dtype, value in _EPS.items()}
+        return (
+            a,
+            head,
             _k.HAS_IGNORE if self._ignore_index is not None else 0,
             -1 if self._ignore_index is None else self._ignore_index,
+            eps,
         )
 
     # ------------------------------------------------------------------ configuration
@@ -322,28 +333,20 @@ class ScoreAccumulator(Accumulator):
         # construction. The general path costs about 3 us more.
         fast = self._fast_args
         if (
-            fast is not None
-            and weights is None
-            and type(y_pred) is np.ndarray
-            and type(y_true) is np.ndarray
-            and y_pred.ndim == 1
-            and y_true.ndim == 1
-            and self._task == "binary"
+            fast is None
+            or weights is not None
+            or type(y_pred) is not np.ndarray
+            or type(y_true) is not np.ndarray
+            or y_true.ndim != 1
         ):
+            return super().update(y_true, y_pred, weights)
+        if y_pred.ndim == 1 and self._task == "binary":
             return self._update_binary(y_true, y_pred, fast)
-        if (
-            fast is not None
-            and weights is None
-            and type(y_pred) is np.ndarray
-            and type(y_true) is np.ndarray
-            and y_pred.ndim == 2
-            and y_true.ndim == 1
-            and self._task == "multiclass"
-        ):
+        if y_pred.ndim == 2 and self._task == "multiclass":
             rows, classes = y_pred.shape
-            eps = _EPS.get(y_pred.dtype)
+            eps = fast[4].get(y_pred.dtype, _UNSUPPORTED)
             if (
-                eps is not None
+                eps is not _UNSUPPORTED
                 and classes == self._num_classes
                 and rows == y_true.shape[0]
                 and 0 < rows <= _CHUNK_ROWS
@@ -354,24 +357,7 @@ class ScoreAccumulator(Accumulator):
             ):
                 with self._lock:
                     status, position, _ = _k.count_multiclass(
-                        y_true,
-                        y_pred,
-                        None,
-                        fast[1],
-                        fast[2],
-                        fast[3],
-                        fast[4],
-                        fast[5],
-                        fast[6],
-                        fast[7],
-                        fast[8],
-                        0,
-                        rows,
-                        _CHUNK_ROWS,
-                        1,
-                        fast[9],
-                        fast[10],
-                        None if self._logits else eps,
+                        y_true, y_pred, None, *fast[1], rows, _CHUNK_ROWS, 1, fast[2], fast[3], eps
                     )
                     if status == _k.OK:
                         self._changed()
@@ -384,7 +370,7 @@ class ScoreAccumulator(Accumulator):
                         y_true,
                         y_pred,
                         None,
-                        None if self._logits else eps,
+                        eps,
                         y_pred.shape,
                         1,
                         y_true.shape,
@@ -400,9 +386,9 @@ class ScoreAccumulator(Accumulator):
         contiguous (N,) float32/float64 scores in one kernel call; anything else goes the
         general way."""
         rows = y_pred.shape[0]
-        eps = _EPS.get(y_pred.dtype)
+        eps = fast[4].get(y_pred.dtype, _UNSUPPORTED)
         if not (
-            eps is not None
+            eps is not _UNSUPPORTED
             and rows == y_true.shape[0]
             and 0 < rows <= _CHUNK_ROWS
             and y_true.dtype.kind in "iu"
@@ -414,26 +400,9 @@ class ScoreAccumulator(Accumulator):
             return super().update(y_true, y_pred)
         targets = y_true.reshape(-1, 1)
         scores = y_pred.reshape(-1, 1)
-        eps_or_logits = None if self._logits else eps
         with self._lock:
             status, position, _ = _k.count_elementwise(
-                targets,
-                scores,
-                None,
-                fast[1],
-                fast[2],
-                fast[4],
-                fast[5],
-                fast[6],
-                fast[7],
-                fast[8],
-                0,
-                rows,
-                _CHUNK_ROWS,
-                1,
-                fast[9],
-                fast[10],
-                eps_or_logits,
+                targets, scores, None, *fast[1], rows, _CHUNK_ROWS, 1, fast[2], fast[3], eps
             )
             if status == _k.OK:
                 self._changed()
@@ -442,9 +411,7 @@ class ScoreAccumulator(Accumulator):
         raise self._error(
             status,
             position,
-            _Batch(
-                targets, scores, None, eps_or_logits, y_pred.shape, 1, y_true.shape, float(rows)
-            ),
+            _Batch(targets, scores, None, eps, y_pred.shape, 1, y_true.shape, float(rows)),
         )
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> _Batch:
