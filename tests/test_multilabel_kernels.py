@@ -1,0 +1,198 @@
+"""The one-call kernel of unweighted multilabel batches (``count_plain``) at every shape that
+changes its code path: super-rows and the rows after them, 64-entry chunks with a masked last
+chunk, the last rows that take a scalar loop, more than 255 super-rows (the uint8 lanes are
+flushed), more than 255 labels, the row ranges counted on several threads; against
+scikit-learn and against the general (weighted) kernel, with errors found at every place.
+
+Every test here uses int64 or bool indicators and float64/float32 scores, the dtypes that the
+rest of the suite compiles anyway (each new Numba specialisation costs seconds of a cold run).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sklearn.metrics as skm
+
+import metricstream
+import metricstream.multilabel as module
+from metricstream.multilabel import MultilabelAccumulator
+
+from .marks import slow_beyond
+
+# L = 20 (super-rows of 16 rows), 1, 64 (one whole chunk), 65 (a masked chunk of one), 255
+# and 256 (the widths around a uint8 row sum), 1000 (super-rows of 2 rows, 16 chunks).
+WIDTHS = slow_beyond([20, 1, 65, 256, 64, 255, 1000, 3, 127], 4, ids=lambda w: f"L{w}")
+
+
+def _batch(seed: int, n: int, num_labels: int, density: float = 0.3):
+    rng = np.random.default_rng(seed)
+    y_true = (rng.random((n, num_labels)) < density).astype(np.int64)
+    y_pred = (rng.random((n, num_labels)) < density).astype(np.int64)
+    y_pred[: n // 4] = y_true[: n // 4]  # exact matches
+    y_true[n // 2 : n // 2 + 2] = 0  # empty rows
+    y_pred[n // 2 + 1 : n // 2 + 3] = 0
+    return y_true, y_pred
+
+
+def _by_general_kernel(num_labels: int, y_true, y_pred):
+    """The same counts through the weighted kernel (weights of 1): equal except the count of
+    weighted rows."""
+    acc = MultilabelAccumulator(num_labels, betas=(0.5, 1.0, 2.0))
+    acc.update(y_true, y_pred, np.ones(len(y_true), dtype=np.int64))
+    state = acc.state_arrays()
+    state["per_sample"][4] = 0  # WEIGHTED_ROWS
+    return state
+
+
+def _equal_states(a, b):
+    return all(np.array_equal(a[name], b[name]) for name in a)
+
+
+@pytest.mark.parametrize("num_labels", WIDTHS)
+@pytest.mark.parametrize("n", [0, 1, 37, 300])
+def test_plain_kernel_equals_general_kernel_and_sklearn(num_labels, n):
+    y_true, y_pred = _batch(num_labels + n, n, num_labels)
+    acc = MultilabelAccumulator(num_labels, betas=(0.5, 1.0, 2.0)).update(y_true, y_pred)
+    assert _equal_states(acc.state_arrays(), _by_general_kernel(num_labels, y_true, y_pred))
+    if n > 1 and num_labels > 1:
+        np.testing.assert_array_equal(
+            acc.multilabel_confusion_matrix(), skm.multilabel_confusion_matrix(y_true, y_pred)
+        )
+        for average in ("samples", "macro", "micro"):
+            assert acc.f1(average, zero_division=0) == pytest.approx(
+                skm.f1_score(y_true, y_pred, average=average, zero_division=0), abs=1e-12
+            )
+        assert acc.jaccard("samples", zero_division=1) == pytest.approx(
+            skm.jaccard_score(y_true, y_pred, average="samples", zero_division=1), abs=1e-12
+        )
+        assert acc.subset_accuracy() == skm.accuracy_score(y_true, y_pred)
+
+
+@pytest.mark.parametrize("num_labels", [20, 1000])
+def test_scores_bool_and_split_batches(num_labels):
+    y_true, y_pred = _batch(5, 300, num_labels)
+    reference = MultilabelAccumulator(num_labels).update(y_true, y_pred)
+    scores = np.where(y_pred == 1, 0.75, 0.25)
+    assert MultilabelAccumulator(num_labels).update(y_true, scores) == reference
+    assert MultilabelAccumulator(num_labels).update(y_true, scores.astype(np.float32)) == reference
+    split = MultilabelAccumulator(num_labels)
+    for lo, hi in ((0, 1), (1, 18), (18, 300)):
+        split.update(y_true[lo:hi].astype(bool), y_pred[lo:hi])
+    assert split == reference
+
+
+def test_more_than_255_super_rows_flush_the_uint8_lanes():
+    # L = 20: super-rows of 16 rows; 5000 rows are 312 super-rows and 8 rows after them, and
+    # every entry of the first label is 1 (a uint8 lane would wrap at 256).
+    y_true, y_pred = _batch(7, 5000, 20, density=0.6)
+    y_true[:, 0] = 1
+    y_pred[:, 0] = 1
+    acc = MultilabelAccumulator(20).update(y_true, y_pred)
+    np.testing.assert_array_equal(
+        acc.multilabel_confusion_matrix(), skm.multilabel_confusion_matrix(y_true, y_pred)
+    )
+    assert _equal_states(
+        MultilabelAccumulator(20, betas=(0.5, 1.0, 2.0)).update(y_true, y_pred).state_arrays(),
+        _by_general_kernel(20, y_true, y_pred),
+    )
+
+
+# Where a bad entry sits: a super-row, the rows after the last super-row, the last row (whose
+# row sums take the scalar loop), the first entry.
+PLACES = [(0, 0), (100, 7), (297, 19), (299, 19), (299, 0)]
+
+
+@pytest.mark.parametrize("row, column", PLACES, ids=lambda x: str(x))
+def test_bad_entries_are_found_anywhere_and_change_nothing(row, column):
+    y_true, y_pred = _batch(9, 300, 20)
+    acc = MultilabelAccumulator(20).update(y_true, y_pred)
+    before = acc.state_arrays()
+    bad = y_true.copy()
+    bad[row, column] = 2
+    with pytest.raises(
+        ValueError,
+        match=rf"`y_true` holds 2 at row {row}, label {column}, but a label indicator holds "
+        r"0 or 1\. Nothing was counted\.",
+    ):
+        acc.update(bad, y_pred)
+    bad = y_pred.copy()
+    bad[row, column] = -1
+    with pytest.raises(ValueError, match=rf"`y_pred` holds -1 at row {row}, label {column}"):
+        acc.update(y_true, bad)
+    scores = np.where(y_pred == 1, 0.9, 0.1).astype(np.float32)
+    scores[row, column] = np.nan
+    with pytest.raises(ValueError, match=rf"`y_pred` holds NaN at row {row}, label {column}"):
+        acc.update(y_true, scores)
+    # both bad: the truth of the first bad row is reported
+    bad_true, bad_pred = y_true.copy(), y_pred.copy()
+    bad_true[row, column], bad_pred[row, column] = 5, 5
+    with pytest.raises(ValueError, match=rf"`y_true` holds 5 at row {row}, label {column}"):
+        acc.update(bad_true, bad_pred)
+    assert _equal_states(acc.state_arrays(), before)
+
+
+def test_fast_path_refuses_overflow_and_keeps_other_layouts():
+    y_true, y_pred = _batch(11, 40, 4)
+    acc = MultilabelAccumulator(4).update(y_true, y_pred)
+    with acc.exclusive_state() as arrays:
+        arrays["per_sample"][0] = (2**63 - 1) // 4 - 40
+    before = acc.state_arrays()
+    with pytest.raises(ValueError, match=r"would let an int64 count .* pass 2\*\*63 - 1"):
+        acc.update(y_true, y_pred)
+    assert _equal_states(acc.state_arrays(), before)
+    acc.update(y_true[:39], y_pred[:39])  # just fits
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "fortran",
+        "strided",
+        # read-only arrays compile their own kernel: in the slow run only
+        pytest.param("read-only", marks=pytest.mark.slow),
+    ],
+)
+def test_other_memory_layouts_take_the_general_path(layout):
+    y_true, y_pred = _batch(11, 40, 4)
+    reference = MultilabelAccumulator(4).update(y_true, y_pred)
+    if layout == "fortran":
+        y_true = np.asfortranarray(y_true)
+    elif layout == "strided":
+        wide = np.zeros((40, 8), dtype=np.int64)
+        wide[:, ::2] = y_pred
+        y_pred = wide[:, ::2]
+    else:
+        y_true = y_true.copy()
+        y_true.flags.writeable = False
+    assert MultilabelAccumulator(4).update(y_true, y_pred) == reference
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    """Row ranges on two threads from 2 × 64 rows on (the size limits lowered)."""
+    monkeypatch.setattr(module, "_PARALLEL_MIN_ENTRIES", 1)
+    monkeypatch.setattr(module, "_PARALLEL_MIN_ROWS", 64)
+    threads = metricstream.get_num_threads()
+    metricstream.set_num_threads(2)
+    yield
+    metricstream.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("num_labels", [20, 65])
+def test_row_ranges_on_threads_equal_one_thread(two_threads, num_labels):
+    y_true, y_pred = _batch(13, 301, num_labels)
+    acc = MultilabelAccumulator(num_labels, betas=(0.5, 1.0, 2.0)).update(y_true, y_pred)
+    assert _equal_states(acc.state_arrays(), _by_general_kernel(num_labels, y_true, y_pred))
+    before = acc.state_arrays()
+    for row in (3, 200):  # in the first and in the second range
+        bad = y_true.copy()
+        bad[row, 1] = 7
+        bad[250, 0] = 9
+        with pytest.raises(ValueError, match=rf"`y_true` holds 7 at row {row}, label 1"):
+            acc.update(bad, y_pred)
+        assert _equal_states(acc.state_arrays(), before)
+    with acc.exclusive_state() as arrays:
+        arrays["per_sample"][0] = (2**63 - 1) // num_labels - 300
+    with pytest.raises(ValueError, match="would let an int64 count"):
+        acc.update(y_true, y_pred)
