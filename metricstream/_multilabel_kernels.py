@@ -822,40 +822,8 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
     narrow = np.zeros(4 * width + 2 * CHUNK, np.uint8)
     acc = narrow[: 4 * width].reshape(4, width)
     masks = narrow[4 * width :].reshape(2, CHUNK)
-    # ---- pass 1: column counts and validity bits, super-row by super-row
     sup_t = y_true.reshape(-1)[: num_super * width].reshape(num_super, width)
     sup_p = y_pred.reshape(-1)[: num_super * width].reshape(num_super, width)
-    pending = 0
-    for s in range(num_super):
-        for k in range(width):
-            tk = sup_t[s, k]
-            pv = sup_p[s, k]
-            pk = np.uint8(_native_positive(pv, threshold))
-            acc[3, k] |= _true_bits(tk) | _pred_valid(pv)
-            acc[0, k] = np.uint8(acc[0, k] + np.uint8(np.uint8(tk) & pk))
-            acc[1, k] = np.uint8(acc[1, k] + np.uint8(tk))
-            acc[2, k] = np.uint8(acc[2, k] + pk)
-        pending += 1
-        if pending == 255:
-            _flush(acc, num_labels, cols)
-            pending = 0
-    _flush(acc, num_labels, cols)
-    # the rows after the last whole super-row
-    for i in range(num_super * k_rows, n):
-        for j in range(num_labels):
-            tk = y_true[i, j]
-            pv = y_pred[i, j]
-            pk = _native_positive(pv, threshold)
-            acc[3, j] |= _true_bits(tk) | _pred_valid(pv)
-            cols[0, j] += tk & pk
-            cols[1, j] += tk
-            cols[2, j] += pk
-    worst = np.uint8(0)
-    for k in range(width):
-        worst |= acc[3, k]
-    if worst > 1:
-        return _first_bad_row(y_true, y_pred)
-    # ---- pass 2: row sums, and each sample's statistics into the histograms
     full = num_labels // CHUNK
     rest = num_labels - full * CHUNK
     masks[0] = 0xFF  # all entries; the entries of the last chunk
@@ -874,10 +842,44 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
     num_betas = (layout.shape[0] - 6) // 3
     exact = 0
     neither = 0
-    # Rows in blocks: first the row sums of a block (vectorised), then their statistics into
-    # the histograms (scalar scatter); one loop doing both is 1.6x slower (measured, L = 20).
-    for block in range(0, n, _BLOCK_ROWS):
-        stop = min(n, block + _BLOCK_ROWS)
+    pending = 0
+    # Blocks of whole super-rows (about _BLOCK_ROWS rows): both passes over a block while it is
+    # in cache, so that a large batch is read from memory once.
+    block_rows = k_rows * max(1, _BLOCK_ROWS // k_rows)
+    for block in range(0, n, block_rows):
+        stop = min(n, block + block_rows)
+        # ---- pass 1: column counts and validity bits, super-row by super-row
+        for s in range(block // k_rows, stop // k_rows):
+            for k in range(width):
+                tk = sup_t[s, k]
+                pv = sup_p[s, k]
+                pk = np.uint8(_native_positive(pv, threshold))
+                acc[3, k] |= _true_bits(tk) | _pred_valid(pv)
+                acc[0, k] = np.uint8(acc[0, k] + np.uint8(np.uint8(tk) & pk))
+                acc[1, k] = np.uint8(acc[1, k] + np.uint8(tk))
+                acc[2, k] = np.uint8(acc[2, k] + pk)
+            pending += 1
+            if pending == 255:
+                _flush(acc, num_labels, cols)
+                pending = 0
+        # the rows after the last whole super-row (last block only)
+        for i in range(max(block, num_super * k_rows), stop):
+            for j in range(num_labels):
+                tk = y_true[i, j]
+                pv = y_pred[i, j]
+                pk = _native_positive(pv, threshold)
+                acc[3, j] |= _true_bits(tk) | _pred_valid(pv)
+                cols[0, j] += tk & pk
+                cols[1, j] += tk
+                cols[2, j] += pk
+        # Validate before the row sums: those of bad entries could index past the histograms.
+        worst = np.uint8(0)
+        for k in range(width):
+            worst |= acc[3, k]
+        if worst > 1:
+            return _first_bad_row(y_true, y_pred)
+        # ---- pass 2: the row sums of the block (vectorised), then each sample's statistics
+        # into the histograms (a scalar scatter; one loop doing both is 1.6x slower, L = 20)
         for i in range(block, stop):
             tps = np.int64(0)
             aps = np.int64(0)
@@ -920,6 +922,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
             for b in range(num_betas):
                 key = layout[8 + 3 * b] + layout[6 + 3 * b] * aps + layout[7 + 3 * b] * pps
                 hist[np.uint64(key)] += tps
+    _flush(acc, num_labels, cols)
     hist[ROWS] += n
     hist[JUDGED] += n
     hist[EXACT] += exact
