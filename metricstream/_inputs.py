@@ -58,6 +58,19 @@ def as_array(value: Any, name: str) -> np.ndarray:
 # ``torch.Tensor`` and ``torch.bfloat16``, learnt from the first tensor seen (metricstream never
 # imports torch itself), for the training-loop fast path of ``prepare_batch``.
 _tensor_type: list[Any] = [None, None]
+# torch dtype -> numpy dtype of the tensors ``tensor_memory`` reads, and ``torch.strided``.
+_torch_dtypes: dict[Any, np.dtype] = {}
+_torch_strided: list[Any] = [None]
+
+
+def _learn_torch(value: Any) -> None:
+    """Remember torch's tensor type and dtypes when ``value`` is a ``torch.Tensor``."""
+    torch = sys.modules.get("torch")
+    if torch is not None and type(value) is torch.Tensor:
+        for name in ("int8", "uint8", "int16", "int32", "int64", "float32", "float64"):
+            _torch_dtypes[getattr(torch, name)] = np.dtype(name)
+        _torch_strided[0] = torch.strided
+        _tensor_type[:] = [torch.Tensor, torch.bfloat16]
 
 
 def _tensor_values(value: Any) -> Any:
@@ -73,28 +86,43 @@ def _tensor_values(value: Any) -> Any:
         return value  # another device, a conjugate view...: the general path explains
 
 
-def plain_array(value: Any) -> Any:
-    """A CPU ``torch.Tensor`` as the ndarray sharing its memory, for the small-batch path of
-    ``update``; anything else (other tensors included) is returned as it is."""
-    cls = type(value)
-    if cls is _tensor_type[0]:
-        return _tensor_values(value)
-    if _tensor_type[0] is None and cls.__name__ == "Tensor":
-        torch = sys.modules.get("torch")
-        if torch is not None and cls is torch.Tensor:
-            _tensor_type[:] = [torch.Tensor, torch.bfloat16]
-            return _tensor_values(value)
-    return value
+def tensor_memory(value: Any) -> tuple[int, np.dtype, tuple[int, ...]] | None:
+    """``(address, dtype, shape)`` of the elements of a CPU, C-contiguous ``torch.Tensor`` of
+    a dtype numpy has (bfloat16 excepted), for kernels that read them in place; None for
+    anything else.
+
+    Reading the tensor's data pointer costs about 0.3 µs where ``Tensor.numpy()`` costs 0.7 µs,
+    as much as counting 256 labels. Tensors that track gradients are read the same way
+    (without ``detach()``: only the values are read). Subclasses, other devices, sparse,
+    nested and negative-bit tensors give None (the general path reads or refuses them).
+    """
+    if type(value) is not _tensor_type[0]:
+        if _tensor_type[0] is not None or type(value).__name__ != "Tensor":
+            return None
+        _learn_torch(value)
+        if type(value) is not _tensor_type[0]:
+            return None
+    dtype = _torch_dtypes.get(value.dtype)
+    if dtype is None or not value.is_cpu or value.layout is not _torch_strided[0]:
+        return None
+    try:
+        if value.is_nested or value.is_neg() or not value.is_contiguous():
+            return None
+        return value.data_ptr(), dtype, value.shape
+    except RuntimeError:  # no storage (functorch wrappers...)
+        return None
 
 
 def _torch_tensor_array(value: Any, name: str) -> tuple[np.ndarray, int] | None:
     """A CPU torch tensor as an ndarray sharing its memory, or None to take the generic path."""
     if _tensor_type[0] is None and type(value).__name__ == "Tensor":
-        torch = sys.modules.get("torch")
-        if torch is not None and type(value) is torch.Tensor:
-            _tensor_type[:] = [torch.Tensor, torch.bfloat16]
+        _learn_torch(value)
     if value.requires_grad:
         value = value.detach()  # shares memory; the values are what we need
+    if value.is_neg():
+        # A negative view (the imaginary part of a conjugate): ``Tensor.numpy()`` refuses it and
+        # DLPack would export the values without their sign. Resolving it is a copy.
+        value = value.resolve_neg()
     torch = sys.modules.get("torch")
     mark = 0
     if torch is not None and value.dtype in (torch.bfloat16, torch.float16):

@@ -61,8 +61,8 @@ and a float label 2^53 never equals 2^53 + 1 (Numba would compare both pairs thr
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.extending import overload
+from numba import carray, njit, types
+from numba.extending import intrinsic, overload
 
 # Status codes returned by kernels (position is the flat index of the first bad element).
 OK = 0
@@ -970,6 +970,56 @@ def count_threshold(
             else:
                 flat[cell] += sign * _weight_value(weights[lo + j], out)
     return OK, stop, stop
+
+
+# ---------------------------------------------------------------------------- memory of tensors
+@intrinsic
+def _pointer_to(typingctx, address, dtype):
+    """A pointer to ``dtype`` elements at the integer ``address``."""
+    if not isinstance(address, types.Integer) or not isinstance(dtype, types.DType):
+        return None
+    signature = types.CPointer(dtype.dtype)(address, dtype)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return signature, codegen
+
+
+@_kernel
+def count_labels_at(
+    true_address, true_dtype, pred_address, pred_dtype, size, out, stop, sign, flags, ignore_index
+):
+    """``count_labels`` of ``size`` labels at ``true_address`` and ``pred_address`` (contiguous,
+    of numpy dtypes ``true_dtype`` and ``pred_dtype``), unweighted, counted on ``[0, stop)``.
+
+    For CPU torch tensors read in place (see ``_inputs.tensor_memory``): the caller guarantees
+    that the memory holds that many elements and stays alive during the call.
+    """
+    y_true = carray(_pointer_to(true_address, true_dtype), size)
+    y_pred = carray(_pointer_to(pred_address, pred_dtype), size)
+    return count_labels(y_true, y_pred, None, out, 0, stop, sign, flags, ignore_index, np.inf)
+
+
+@_kernel
+def count_rows_at(
+    true_address,
+    true_dtype,
+    scores_address,
+    scores_dtype,
+    size,
+    num_scores,
+    out,
+    stop,
+    sign,
+    flags,
+    ignore_index,
+):
+    """``count_argmax_rows`` of ``size`` labels and C-contiguous ``(size, num_scores)`` scores at
+    these addresses, unweighted, counted on ``[0, stop)`` (see ``count_labels_at``)."""
+    y_true = carray(_pointer_to(true_address, true_dtype), size)
+    scores = carray(_pointer_to(scores_address, scores_dtype), (size, num_scores))
+    return count_argmax_rows(y_true, scores, None, out, 0, stop, sign, flags, ignore_index, np.inf)
 
 
 @_kernel

@@ -20,8 +20,8 @@ import numpy as np
 from . import bootstrap as _bootstrap
 from . import metrics as _metrics
 from . import report as _report
-from ._dispatch import count_batch, count_small, small_flags
-from ._inputs import Batch, as_array, plain_array, prepare_batch
+from ._dispatch import count_batch, count_small, count_small_tensors, small_flags
+from ._inputs import Batch, as_array, prepare_batch
 from .base import Accumulator
 from .metrics._zero_division import ZeroDivision
 from .metrics.counts import ClassCounts, Normalize
@@ -233,14 +233,15 @@ class ConfusionAccumulator(Accumulator):
             # The training-loop case (plain labels or narrow logits, a few hundred rows) in one
             # kernel call with no Batch and no bookkeeping beyond the lock, the version and the
             # total bound; anything else, or anything the kernel rejects, goes the general way.
-            if type(y_true) is not np.ndarray:
-                y_true = plain_array(y_true)
-            if type(y_pred) is not np.ndarray:
-                y_pred = plain_array(y_pred)
+            counter = (
+                count_small
+                if type(y_true) is np.ndarray and type(y_pred) is np.ndarray
+                else count_small_tensors
+            )
             lock = self._lock
             lock.acquire()
             try:
-                bound = count_small(
+                bound = counter(
                     self._matrix,
                     y_true,
                     y_pred,

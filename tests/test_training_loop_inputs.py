@@ -407,3 +407,63 @@ def test_updates_after_other_changes_still_see_overflow(change):
     np.testing.assert_array_equal(acc.matrix, before)
     acc.update(np.ones(2, np.int64), np.zeros(2, np.int64))  # what fits is counted exactly
     assert acc.matrix[1, 0] == 2 and acc.matrix[0, 0] == before[0, 0]
+
+
+def _tensor_declined(y_true, y_pred):
+    out = np.zeros((3, 3), np.int64)
+    flags = _dispatch.small_flags(None)
+    if _dispatch.count_small_tensors(out, y_true, y_pred, flags, 0, 0.0) is None:
+        assert not out.any()
+        return True
+    return False
+
+
+def test_small_path_reads_plain_cpu_tensors_in_place_and_declines_the_rest():
+    labels = torch.tensor([0, 1, 2, 2])
+    scores = torch.eye(3)[[0, 2, 1, 2]]
+    assert not _tensor_declined(labels, labels) and not _tensor_declined(labels, scores)
+    assert not _tensor_declined(labels, scores.clone().requires_grad_(True))
+    negative = torch.complex(scores, scores).conj().imag  # values -scores, through a negative bit
+    assert negative.is_neg()
+    for y_true, y_pred in [
+        (labels, labels.numpy()),  # mixed: the general path
+        (labels.numpy(), labels),
+        ((torch.arange(8) % 3)[::2], labels),  # strided
+        (labels, scores.T.contiguous().T),  # not C-contiguous
+        (labels, negative),
+        (labels, scores.to(torch.bfloat16)),
+        (labels.float(), labels),
+        (labels.bool(), labels),
+        (labels.reshape(2, 2), labels.reshape(2, 2)),
+        (labels, torch.nn.Parameter(scores)),  # a subclass
+        (labels, torch.tensor([0, 1, 3, 0])),  # rejected by the kernel: worded by the general path
+        (labels, torch.zeros(4, 3, device="meta")),
+    ]:
+        assert _tensor_declined(y_true, y_pred), (y_true, y_pred)
+
+
+@pytest.mark.parametrize("ignore_index", [None, 1])
+def test_tensor_updates_equal_numpy_updates(ignore_index):
+    rng = np.random.default_rng(22)
+    y_true = rng.integers(0, 3, 200)
+    y_pred = rng.integers(0, 3, 200)
+    scores = rng.normal(size=(200, 3))
+    negative = torch.complex(torch.zeros(200, 3), torch.from_numpy(-scores).float()).conj().imag
+    cases = [
+        (torch.from_numpy(y_true), torch.from_numpy(y_pred), y_pred),
+        (torch.from_numpy(y_true).int(), torch.from_numpy(y_pred).to(torch.uint8), y_pred),
+        (torch.from_numpy(y_true), torch.from_numpy(scores), scores),
+        (torch.from_numpy(y_true), torch.from_numpy(scores).float().requires_grad_(), scores),
+        (torch.from_numpy(y_true), negative, scores.astype(np.float32)),
+    ]
+    for tensor_true, tensor_pred, numpy_pred in cases:
+        acc = ConfusionAccumulator(3, ignore_index=ignore_index).update(tensor_true, tensor_pred)
+        expected = ConfusionAccumulator(3, ignore_index=ignore_index).update(y_true, numpy_pred)
+        np.testing.assert_array_equal(acc.matrix, expected.matrix)
+    acc = ConfusionAccumulator(3).update(torch.from_numpy(y_true), torch.from_numpy(scores))
+    before = acc.matrix.copy()
+    bad = torch.from_numpy(y_true.copy())
+    bad[150] = 3
+    with pytest.raises(ValueError, match="`y_true` holds label 3 at position 150"):
+        acc.update(bad, torch.from_numpy(scores))
+    np.testing.assert_array_equal(acc.matrix, before)
