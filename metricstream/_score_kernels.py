@@ -34,17 +34,29 @@ validation loop over a cache-resident chunk is faster than checks inside the cou
 before ``counted_until`` were counted and the caller undoes them (see
 :mod:`metricstream.scores`); with ``chunk >= stop - start`` nothing was counted.
 
-Speed notes (2-core AMD EPYC, 256x10 float32): reading the float bits through an intrinsic
-bitcast is twice as fast as through a scratch buffer, and a 2-D ``(N, C)`` loop is 5x faster
-than a general ``(A, C, R)`` one, so other layouts are transposed by the caller. The
-multiclass kernel spends about 4 ns a score: 1.2 ns is the scattered increment itself (a
-loop doing nothing else takes that), the rest the bin, rank, argmax and Brier terms of the
-score and the per-row calibration, log loss and rank counts. Measured and not kept (each
-bit-identical, none faster): bins of a block computed first in a vectorised branch-free loop
-and then scattered; per-row statistics computed column by column; software prefetch of the
-next rows' histogram cells; branch-free bins inside the row loop (30% slower: the branches
-are predictable); two threads on private histograms (on this shared 2-core machine, 15% more
-CPU time and no wall-clock gain at load 6).
+The multiclass kernel counts a block of at most ``BLOCK_ROWS`` rows in passes, each a plain
+loop: branch-free flat checks of the labels and scores; per row the true class, weight and true
+score; the block copied class by class (``(C, rows)``); class by class over the rows (loops the
+compiler vectorises) the keys ``2 * bin + [c == t]``, the exact scores and each row's rank,
+tie, maximum and Brier statistics; the histogram increments class by class (one class's bins
+at a time stay in cache, and the loop does nothing else); and per row the rank, calibration and
+loss counts. A chunk no longer than a block is validated by the block's own checks.
+
+Speed notes (2-core AMD EPYC, float32 probabilities, the kernel alone): against the earlier
+single pass row by row (bins, increments and statistics of each score together), the block
+passes take 37 ms instead of 49 ms for 10^6 x 10, 0.66 ms instead of 0.86 ms for 256 x 1000
+(1.3 ms instead of 2.1 ms with the state evicted from cache between calls), and 74 us instead
+of 89 us for a cold 256 x 10 update, but about 1 us more (11.4 us against 10.3 us) for a
+256 x 10 update whose state stays in cache: the copy and the extra passes cost more than the
+shorter increment loop saves when every cell is a cache hit. The log loss takes one ``log``
+per call, not per row (the product of the clipped true-class probabilities, renormalised every
+16 rows with ``frexp``: 0.9 us of a 256 x 10 update). Measured and not kept: bins computed in
+a flat vectorised pass before a row-by-row increment loop (no faster: the bins of the single
+pass overlap with the memory latency of its increments); the block copied with the validity
+checks fused in (2.5x slower); 64-row blocks (slower; 1,024 no faster); two threads on private
+histograms (on this shared 2-core machine, 15% more CPU time and no wall-clock gain at load
+6). A Numba call costs about 45 ns per array argument and 15 ns per scalar: the kernel's 18
+arguments cost about 0.7 us of a small update.
 """
 
 from __future__ import annotations
@@ -89,6 +101,8 @@ def probability_key_layout(shift):
 
 _NEGATIVE_ZERO = np.uint32(0x80000000)
 _LN2 = math.log(2.0)
+# Rows of a block counted class by class (its scratch stays in L1 at 10 classes).
+BLOCK_ROWS = 256
 
 
 def _kernel(function):
@@ -248,44 +262,55 @@ def _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
 
 
 @njit(inline="always")
-def _negatives(
-    scores,
-    i,
-    c0,
-    c1,
-    st,
-    curves,
-    exact_count,
-    w,
-    top,
-    brier,
-    shift,
-    low,
-    base,
-    last,
-    thresholds,
-    logits,
-):
-    """Count the scores of classes ``[c0, c1)`` of row ``i`` (all negatives of that row) and
-    return ``(greater, tied, top, brier)``: the scores above the true class's ``st``, those
-    equal to it, the running max and the Brier sum of squares (probabilities)."""
-    greater = 0
-    tied = 0
-    for c in range(c0, c1):
-        v = scores[i, c]
-        b, exact = _bin_of(v, shift, low, base, last, thresholds, logits)
-        curves[c, np.uint64(b), 0] += w
-        if exact:
-            exact_count[c] += 1
-        # Branch-free: with labels that a model often gets wrong these comparisons are
-        # unpredictable (measured, 10^6 x 10 with random labels: 134 -> 86 ms).
-        greater += np.int64(v > st)
-        tied += np.int64(v == st)
-        top = v if v > top else top
-        if not logits:
-            d = np.float64(v)
-            brier += d * d
-    return greater, tied, top, brier
+def _probability_key(v, shift, low, base, last):
+    """``(bin, exact)`` as :func:`_probability_bin` for a valid probability, without branches
+    (so that a loop of it vectorises)."""
+    f = np.float32(v)
+    u = _float32_bits(f) & np.uint32(0x7FFFFFFF)  # -0.0 counts as +0.0
+    y = np.float32(1.0) - f
+    uy = _float32_bits(y)
+    lower = np.int32(u >> shift) + np.int32(u != 0)
+    upper = np.int32(last - 1 + base) - np.int32(uy >> shift)
+    upper = np.int32(last) if uy == 0 else upper
+    below = f < np.float32(0.5)
+    kept = u if below else uy
+    return (lower if below else upper), ((kept & low) == 0) & (f == v)
+
+
+@njit(inline="always")
+def _logit_key(v, shift, low):
+    """``(bin, exact)`` as :func:`_key_bin`, without branches."""
+    f = np.float32(v)
+    u = _float32_bits(f)
+    u = np.uint32(0) if u == _NEGATIVE_ZERO else u
+    negative = np.uint32(np.int32(u) >> np.int32(31))  # all ones for negative scores
+    key = u ^ (negative | _SIGN)
+    return np.int32(key >> shift), ((u & low) == 0) & (f == v)
+
+
+@njit(inline="always")
+def _valid_score(v, logits):
+    if logits:
+        return (v == v) & (v != np.inf)
+    return (v >= 0) & (v <= 1)
+
+
+@njit(inline="always")
+def _labels_look_valid(labels, lo, hi, num_classes, has_ignore, ignore_index):
+    """Branch-free check of the labels of rows ``[lo, hi)`` (vectorised)."""
+    ok = True
+    for i in range(lo, hi):
+        t = labels[i]
+        ok &= ((t == ignore_index) & has_ignore) | (
+            (t >= 0) & (t < num_classes) & (np.floor(t) == t)
+        )
+    return ok
+
+
+@njit(inline="always")
+def _log_of_product(product, exponent, sign):
+    """``-sign * log(product * 2**exponent)``: the log loss of the factors multiplied in."""
+    return -sign * (np.log(product) + exponent * _LN2)
 
 
 @_kernel
@@ -320,15 +345,17 @@ def count_multiclass(
       scored strictly above ``s_t`` and ``h`` the classes ``c > t`` scored equal to it
       (scikit-learn's stable-sort rank, then the optimistic rank);
     * with the top-label confidence ``q`` (``max_c s_c``, or the largest softmax probability
-      for logits) and ``correct`` (the first argmax is ``t``): ``cal_counts[fine(q)] +=
-      (w, w * correct)`` and ``cal_conf[fine(q)] += w * q``;
+      for logits) and ``correct`` (the first argmax is ``t``: no class scores above ``s_t``
+      and none before ``t`` ties it): ``cal_counts[fine(q)] += (w, w * correct)`` and
+      ``cal_conf[fine(q)] += w * q``;
     * ``sums += w * (sum_c (p_c - [c == t])^2, -log(clip(p_t, eps, 1 - eps)))`` (for logits,
       ``p`` is the softmax and the loss is ``logsumexp(s) - s_t``, which needs no clipping;
       without weights, probabilities add ``-log`` of the product of the clipped ``p_t``).
 
-    Rows are validated ``chunk`` at a time before they are counted. Returns ``(status,
-    position, counted_until)``: ``OK`` and ``stop``, or the first bad element and the first
-    row not counted.
+    Rows go through in blocks of at most ``BLOCK_ROWS``, class by class (see the module
+    notes). A chunk of at most one block is validated in the block's own passes; a longer
+    one by a validation pass first. Returns ``(status, position, counted_until)``: ``OK``
+    and ``stop``, or the first bad element and the first row not counted.
     """
     num_classes = scores.shape[1]
     fine_bins = cal_counts.shape[0]
@@ -337,127 +364,180 @@ def count_multiclass(
     ushift = np.uint32(shift)
     low = (np.uint32(1) << ushift) - np.uint32(1)
     base, last = probability_key_layout(shift)
-    softmax = np.empty(num_classes if logits else 0)
-    # Exact scores per class, counted in a register-cheap branch that float32 probabilities
-    # (almost all inexact) never take; inexact = counted rows - exact, per chunk (measured,
-    # 256x10: one read-modify-write per score less, 13.9 -> 12.9 us).
-    exact_count = np.zeros(num_classes, np.int64)
-    brier_sum = 0.0
-    log_sum = 0.0
-    # Without weights, the log loss of probabilities is the log of the running product of the
-    # clipped true-class probabilities, renormalised every 16 rows (16 factors >= 2**-52 stay
-    # above 2**-1022): one log a call instead of one a row (measured, 256x10: -0.9 us).
+    stride = 2 * curves.shape[1]
+    hist = curves.reshape(-1)
+    ranks_flat = ranks.reshape(-1)
+    optimistic = num_classes * num_classes
+    block = max(1, min(BLOCK_ROWS, chunk, stop - start))
+    # Scratch of one block: its scores class by class, their keys (2 * bin + is true class),
+    # and per row the true class (-1: not counted), weight, true score and statistics.
+    # (Five allocations, sliced: an allocation costs about 70 ns.)
+    ints = np.empty((num_classes + 4) * block + num_classes, np.int32)
+    keys = ints[: num_classes * block].reshape((num_classes, block))
+    counts = ints[num_classes * block : (num_classes + 1) * block]
+    greater = ints[(num_classes + 1) * block : (num_classes + 2) * block]
+    tied_before = ints[(num_classes + 2) * block : (num_classes + 3) * block]
+    tied_after = ints[(num_classes + 3) * block : (num_classes + 4) * block]
+    exact_count = ints[(num_classes + 4) * block :]
+    values = np.empty((num_classes + 2) * block, scores.dtype)
+    columns = values[: num_classes * block].reshape((num_classes, block))
+    true_score = values[num_classes * block : (num_classes + 1) * block]
+    top = values[(num_classes + 1) * block :]
+    floats = np.empty(block + (num_classes if logits else 0))
+    square = floats[:block]
+    softmax = floats[block:]
+    target = np.empty(block, np.int64)
+    row_weight = np.empty(block, hist.dtype)
+    # Without weights, the log loss of probabilities is the log of the running product of
+    # the clipped true-class probabilities, renormalised every 16 rows (16 factors >= 2**-52
+    # stay above 2**-1022): one log a call instead of one a row.
     product = 1.0
     exponent = 0
     multiplied = 0
+    brier_sum = 0.0
+    log_sum = 0.0
     for lo in range(start, stop, chunk):
         hi = min(lo + chunk, stop)
-        if not _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
+        if hi - lo > block and not _rows_look_valid(
+            labels, scores, lo, hi, has_ignore, ignore_index, logits
+        ):
             for i in range(lo, hi):
                 status, position = _check_row(labels, scores, i, has_ignore, ignore_index, logits)
                 if status != OK:
                     sums[0] += brier_sum
-                    sums[1] += log_sum - sign * (np.log(product) + exponent * _LN2)
+                    sums[1] += log_sum + _log_of_product(product, exponent, sign)
                     return status, position, lo
-        counted = 0
-        for c in range(num_classes):
-            exact_count[c] = 0
-        for i in range(lo, hi):
-            t = labels[i]
-            if has_ignore and t == ignore_index:
-                continue
-            counted += 1
-            ti = np.int64(t)
-            if weights is None:
-                w = sign
-            else:
-                w = weights[i] * sign
-            st = scores[i, ti]
-            # The classes before the true one, the true one, the classes after it: the
-            # negatives need no "is this the true class" selects (measured, 256x10:
-            # 12.9 -> 11.6 us), and the additions keep the class order. The true class is
-            # the first argmax when no class scores above it and none before it ties it
-            # (counts instead of a running argmax: two selects a score less).
-            greater, tied_before, top, brier = _negatives(
-                scores,
-                i,
-                0,
-                ti,
-                st,
-                curves,
-                exact_count,
-                w,
-                st,
-                0.0,
-                ushift,
-                low,
-                base,
-                last,
-                thresholds,
-                logits,
-            )
-            b, exact = _bin_of(st, ushift, low, base, last, thresholds, logits)
-            curves[ti, np.uint64(b), 1] += w
-            if exact:
-                exact_count[ti] += 1
-            if not logits:
-                d = np.float64(st) - 1.0
-                brier += d * d
-            greater_after, tied_after, top, brier = _negatives(
-                scores,
-                i,
-                ti + 1,
-                num_classes,
-                st,
-                curves,
-                exact_count,
-                w,
-                top,
-                brier,
-                ushift,
-                low,
-                base,
-                last,
-                thresholds,
-                logits,
-            )
-            greater += greater_after
-            # Unsigned indices: no negative-index wrap-around code in the loop.
-            ranks[0, ti, np.uint64(greater + tied_after)] += w
-            ranks[1, ti, np.uint64(greater)] += w
-            wf = np.float64(w)
-            if logits:
-                top64 = np.float64(top)
-                total = 0.0
-                for c in range(num_classes):
-                    e = np.exp(np.float64(scores[i, c]) - top64)
-                    softmax[c] = e
-                    total += e
-                for c in range(num_classes):
-                    d = softmax[c] / total - (1.0 if c == ti else 0.0)
-                    brier += d * d
-                conf = 1.0 / total
-                log_sum += wf * (top64 + np.log(total) - np.float64(st))
-            else:
-                conf = np.float64(top)
+        for blo in range(lo, hi, block):
+            n = min(blo + block, hi) - blo
+            # Flat checks without branches (vectorised): labels, then scores.
+            ok = _labels_look_valid(labels, blo, blo + n, num_classes, has_ignore, ignore_index)
+            flat = scores.reshape(-1)
+            for j in range(blo * num_classes, (blo + n) * num_classes):
+                ok &= _valid_score(flat[j], logits)
+            # Rows: the true class (-1: ignored), weight (0 when ignored) and true score.
+            skipped = False
+            for r in range(n):
+                t = labels[blo + r]
+                skip = has_ignore and t == ignore_index
+                skipped |= skip
+                # Clipped before the conversion: a bad label (found below; NaN, inf) must not
+                # read outside the row.
+                ti = np.int64(min(max(t, 0), num_classes - 1)) if t == t else 0
+                target[r] = -1 if skip else ti
+                counts[r] = np.int32(not skip)
                 if weights is None:
-                    product *= min(max(np.float64(st), eps), 1.0 - eps)
-                    multiplied += 1
-                    if multiplied == 16:
-                        product, more = math.frexp(product)
-                        exponent += more
-                        multiplied = 0
+                    w = sign
                 else:
-                    log_sum -= wf * _clip_log(np.float64(st), eps)
-            f = np.uint64(_fine_bin(conf, fine_bins))
-            cal_counts[f, 0] += w
-            cal_counts[f, 1] += w * np.int64((greater == 0) & (tied_before == 0))
-            cal_conf[f] += wf * conf
-            brier_sum += wf * brier
-        for c in range(num_classes):
-            inexact[c] += sign * (counted - exact_count[c])
+                    w = weights[blo + r] * sign
+                row_weight[r] = 0 if skip else w
+                true_score[r] = scores[blo + r, ti]
+            # The block class by class: contiguous rows for the passes below.
+            for c in range(num_classes):
+                for r in range(n):
+                    columns[c, r] = scores[blo + r, c]
+            if skipped:  # ignored rows' scores may be anything: give them a valid bin
+                for r in range(n):
+                    if counts[r] == 0:
+                        for c in range(num_classes):
+                            columns[c, r] = 0
+            # Class by class, vectorised over the block's rows: keys, exact scores, and the
+            # rank, tie, maximum and Brier statistics of each row.
+            for c in range(num_classes):
+                exact_scores = np.int32(0)
+                for r in range(n):
+                    v = columns[c, r]
+                    if thresholds is not None:
+                        b, exact = _threshold_bin(v, thresholds)
+                    elif logits:
+                        b, exact = _logit_key(v, ushift, low)
+                    else:
+                        b, exact = _probability_key(v, ushift, low, base, last)
+                    keys[c, r] = np.int32(2) * np.int32(b) + np.int32(target[r] == c)
+                    exact_scores += np.int32(exact) & counts[r]
+                exact_count[c] = exact_scores
+                first = c == 0
+                for r in range(n):
+                    v = columns[c, r]
+                    s = true_score[r]
+                    t = target[r]
+                    equal = v == s
+                    above = np.int32(v > s)
+                    before = np.int32(equal & (c < t))
+                    after = np.int32(equal & (c > t))
+                    greater[r] = above if first else greater[r] + above
+                    tied_before[r] = before if first else tied_before[r] + before
+                    tied_after[r] = after if first else tied_after[r] + after
+                for r in range(n):
+                    v = columns[c, r]
+                    top[r] = v if first or v > top[r] else top[r]
+                    if not logits:
+                        d = np.float64(v) - np.float64(target[r] == c)
+                        square[r] = d * d if first else square[r] + d * d
+            if logits:  # a row of -inf logits has no softmax
+                for r in range(n):
+                    ok &= (counts[r] == 0) | (top[r] != -np.inf)
+            if not ok:
+                for i in range(blo, blo + n):
+                    status, position = _check_row(
+                        labels, scores, i, has_ignore, ignore_index, logits
+                    )
+                    if status != OK:
+                        sums[0] += brier_sum
+                        sums[1] += log_sum + _log_of_product(product, exponent, sign)
+                        return status, position, lo
+            # Histograms class by class: one class's bins at a time stay in cache.
+            counted = 0
+            for r in range(n):
+                counted += counts[r]
+            for c in range(num_classes):
+                inexact[c] += sign * (counted - exact_count[c])
+                offset = c * stride
+                for r in range(n):
+                    hist[np.uint64(offset + keys[c, r])] += row_weight[r]
+            # Per row: ranks, calibration and losses.
+            for r in range(n):
+                ti = target[r]
+                if ti < 0:
+                    continue
+                w = row_weight[r]
+                wf = np.float64(w)
+                g = np.int64(greater[r])
+                ranks_flat[np.uint64(ti * num_classes + g + tied_after[r])] += w
+                ranks_flat[np.uint64(optimistic + ti * num_classes + g)] += w
+                st = true_score[r]
+                if logits:
+                    i = blo + r
+                    top64 = np.float64(top[r])
+                    total = 0.0
+                    for c in range(num_classes):
+                        e = np.exp(np.float64(scores[i, c]) - top64)
+                        softmax[c] = e
+                        total += e
+                    brier = 0.0
+                    for c in range(num_classes):
+                        d = softmax[c] / total - (1.0 if c == ti else 0.0)
+                        brier += d * d
+                    conf = 1.0 / total
+                    brier_sum += wf * brier
+                    log_sum += wf * (top64 + np.log(total) - np.float64(st))
+                else:
+                    conf = np.float64(top[r])
+                    brier_sum += wf * square[r]
+                    if weights is None:
+                        product *= min(max(np.float64(st), eps), 1.0 - eps)
+                        multiplied += 1
+                        if multiplied == 16:
+                            product, more = math.frexp(product)
+                            exponent += more
+                            multiplied = 0
+                    else:
+                        log_sum -= wf * _clip_log(np.float64(st), eps)
+                f = np.uint64(_fine_bin(conf, fine_bins))
+                cal_counts[f, 0] += w
+                cal_counts[f, 1] += w * np.int64((g == 0) & (tied_before[r] == 0))
+                cal_conf[f] += wf * conf
     sums[0] += brier_sum
-    sums[1] += log_sum - sign * (np.log(product) + exponent * _LN2)
+    sums[1] += log_sum + _log_of_product(product, exponent, sign)
     return OK, 0, stop
 
 
