@@ -106,26 +106,43 @@ def update_cases(repeats: int) -> list[str]:
 
 
 def large_case(repeats: int, n: int) -> list[str]:
+    import metricstream
+
     rng = np.random.default_rng(1)
     y_true, y_pred = _batch(rng, n, 100)
     acc = MultilabelAccumulator(100)
     _read_only_pass(y_true, y_pred)
     acc.update(y_true[:10], y_pred[:10])
+    threads = metricstream.get_num_threads()
+    reference = MultilabelAccumulator(100, weighted=True).update(y_true, y_pred)
+    assert np.array_equal(
+        acc.reset().update(y_true, y_pred).multilabel_confusion_matrix(),
+        reference.multilabel_confusion_matrix(),
+    ), "threads"
+
+    def one_thread() -> None:
+        metricstream.set_num_threads(1)
+        try:
+            acc.reset().update(y_true, y_pred)
+        finally:
+            metricstream.set_num_threads(threads)
+
     times = interleaved(
         {
             "read-only pass": lambda: _read_only_pass(y_true, y_pred),
-            "metricstream update": lambda: acc.reset().update(y_true, y_pred),
+            f"metricstream update ({threads} threads)": lambda: acc.reset().update(y_true, y_pred),
+            "metricstream update (1 thread)": one_thread,
         },
         repeats,
     )
     assert acc.num_samples == n
-    ratio = times["metricstream update"] / times["read-only pass"]
-    return [
-        f"{n}×100 indicator rows (target: within 2× of a read-only pass):",
-        f"  read-only pass        {format_seconds(times['read-only pass']):>10s}",
-        f"  metricstream update   {format_seconds(times['metricstream update']):>10s}  "
-        f"{ratio:.2f}× the read-only pass",
-    ]
+    lines = [f"{n}×100 indicator rows (target: within 2× of a read-only pass):"]
+    for name, seconds in times.items():
+        ratio = seconds / times["read-only pass"]
+        lines.append(
+            f"  {name:38s} {format_seconds(seconds):>10s}  {ratio:.2f}× the read-only pass"
+        )
+    return lines
 
 
 def sets_case(repeats: int) -> list[str]:
