@@ -12,7 +12,12 @@ from sklearn import metrics as skm
 from metricstream.exceptions import UndefinedMetricWarning
 from metricstream.scores import ScoreAccumulator
 
+from .marks import slow_beyond
+
 EXACT = dict(rel=1e-12, abs=1e-12)
+# Each score dtype, weight kind and threshold/logit setting compiles its own kernel (2-3 s
+# cold): the default run counts float32 scores, float64 ones run with the slow tests.
+SCORE_DTYPES = slow_beyond([np.float32, np.float64], 1, ids=lambda d: np.dtype(d).name)
 
 
 def bf16(values: np.ndarray) -> np.ndarray:
@@ -80,18 +85,21 @@ def test_binary_equals_sklearn_on_16_bit_scores(seed, weighted):
     )
 
 
-def test_binary_float64_scores_and_n_by_1_layout():
+@pytest.mark.parametrize("dtype", SCORE_DTYPES)
+def test_binary_inexact_scores_and_n_by_1_layout(dtype):
     rng = np.random.default_rng(5)
     y = rng.integers(0, 2, 500)
-    scores = rng.random(500)
+    scores = rng.random(500).astype(dtype)
     acc = ScoreAccumulator("binary").update(y, scores[:, None])
     assert not acc.exact()[0]
     result = acc.auroc(with_bound=True)
     exact = skm.roc_auc_score(y, scores)
     assert result.lower <= exact <= result.upper
     assert abs(result.value - exact) < 1e-4
-    assert acc.log_loss() == pytest.approx(skm.log_loss(y, scores), rel=1e-12)
-    assert acc.brier_score() == pytest.approx(skm.brier_score_loss(y, scores), rel=1e-12)
+    # The exact float64 sums of the given values (no score is within eps of 0 or 1 here).
+    wide = scores.astype(np.float64)
+    assert acc.log_loss() == pytest.approx(skm.log_loss(y, wide), rel=1e-12)
+    assert acc.brier_score() == pytest.approx(skm.brier_score_loss(y, wide), rel=1e-12)
 
 
 def test_exact_zero_and_one_probabilities_have_own_bins():
@@ -137,9 +145,10 @@ def test_multiclass_ovr_equals_sklearn(seed, average):
     )
 
 
-def test_multiclass_matches_roc_auc_score_multi_class_ovr():
+@pytest.mark.parametrize("dtype", SCORE_DTYPES)
+def test_multiclass_matches_roc_auc_score_multi_class_ovr(dtype):
     y, _, probabilities = multiclass_data(4, classes=4)
-    probabilities = probabilities.astype(np.float64)
+    probabilities = probabilities.astype(dtype)
     acc = ScoreAccumulator("multiclass", 4).update(y, probabilities)
     for average in ("macro", "weighted"):
         exact = skm.roc_auc_score(y, probabilities, multi_class="ovr", average=average)
@@ -210,19 +219,21 @@ def test_empty_accumulator_views_warn():
 
 
 @pytest.mark.filterwarnings("ignore:The y_prob values do not sum to one")
-def test_multiclass_losses_equal_sklearn():
+@pytest.mark.parametrize("dtype", SCORE_DTYPES)
+def test_multiclass_losses_equal_sklearn(dtype):
     y, logits, probabilities = multiclass_data(7)
-    probabilities = probabilities.astype(np.float64)
+    probabilities = probabilities.astype(dtype)
+    logits = logits.astype(dtype)
     weights = np.random.default_rng(0).integers(1, 5, len(y))
     acc = feed(ScoreAccumulator("multiclass", 5), y, probabilities, weights)
-    assert acc.log_loss() == pytest.approx(
-        skm.log_loss(y, probabilities, sample_weight=weights), rel=1e-12
-    )
+    # The exact float64 sums of the given values (no probability is within eps of 0 or 1).
+    wide = probabilities.astype(np.float64)
+    assert acc.log_loss() == pytest.approx(skm.log_loss(y, wide, sample_weight=weights), rel=1e-12)
     assert acc.brier_score() == pytest.approx(
-        skm.brier_score_loss(y, probabilities, sample_weight=weights), rel=1e-12
+        skm.brier_score_loss(y, wide, sample_weight=weights), rel=1e-12
     )
     from_logits = feed(ScoreAccumulator("multiclass", 5, logits=True), y, logits, weights)
-    exact = softmax(logits)
+    exact = softmax(logits.astype(np.float64))
     assert from_logits.log_loss() == pytest.approx(
         skm.log_loss(y, exact, sample_weight=weights), rel=1e-9
     )
@@ -387,6 +398,7 @@ def test_confusion_at_thresholds_and_multilabel_matrix():
         np.testing.assert_array_equal(conf.confusion_matrix(), expected[2])
 
 
+@pytest.mark.slow  # float64 scores: thresholds with float32 ones run by default (below)
 def test_explicit_thresholds_quantise_like_torchmetrics():
     rng = np.random.default_rng(8)
     y = rng.integers(0, 2, 1000)
@@ -492,10 +504,10 @@ def test_bad_configuration():
 def test_logit_rows_and_targets_are_checked():
     acc = ScoreAccumulator("multiclass", 2, logits=True)
     with pytest.raises(ValueError, match="all -inf"):
-        acc.update([0, 1], [[0.0, 1.0], [-np.inf, -np.inf]])
+        acc.update([0, 1], np.array([[0.0, 1.0], [-np.inf, -np.inf]], dtype=np.float32))
     binary = ScoreAccumulator("binary")
     with pytest.raises(ValueError, match="targets must be 0 or 1"):
-        binary.update([0, 2], [0.5, 0.5])
+        binary.update([0, 2], np.array([0.5, 0.5], dtype=np.float32))
 
 
 # ------------------------------------------------------------------------------ memory, state
@@ -573,7 +585,16 @@ def test_in_a_group_with_a_confusion_accumulator():
 
 @pytest.mark.parametrize(
     "config",
-    [dict(logits=True), dict(thresholds=np.linspace(-3, 3, 25), logits=True), dict()],
+    [
+        dict(logits=True),
+        # float64 scores (the thresholds' values) with thresholds and logits: slow
+        pytest.param(
+            dict(thresholds=np.linspace(-3, 3, 25), logits=True),
+            id="thresholds",
+            marks=pytest.mark.slow,
+        ),
+        dict(),
+    ],
     ids=["logits", "thresholds", "probabilities"],
 )
 def test_confusion_at_every_bin_value_equals_sklearn(config):
@@ -596,7 +617,7 @@ def test_weighted_large_batch_failure_changes_nothing():
     rng = np.random.default_rng(24)
     n = 9000
     targets = rng.integers(0, 2, size=(n, 3))
-    scores = rng.random((n, 3))
+    scores = rng.random((n, 3)).astype(np.float32)
     weights = rng.random(n)
     acc = ScoreAccumulator("multilabel", 3, weighted=True).update(
         targets[:50], scores[:50], weights[:50]
@@ -624,7 +645,7 @@ def test_weighted_large_batch_failure_changes_nothing():
     [dict(), dict(logits=True), dict(ignore_index=-1), dict(thresholds=np.linspace(0, 1, 11))],
     ids=["probabilities", "logits", "ignore", "thresholds"],
 )
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", SCORE_DTYPES)
 def test_small_batch_fast_path_equals_general_path(config, dtype):
     """numpy (N,) labels with C-contiguous (N, C) scores take one kernel call; lists,
     non-contiguous scores and int32 labels take the general path: same state, bit for bit,
@@ -668,7 +689,7 @@ def test_small_batch_fast_path_equals_general_path(config, dtype):
     [dict(), dict(logits=True), dict(ignore_index=-1)],
     ids=["probabilities", "logits", "ignore"],
 )
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", SCORE_DTYPES)
 def test_binary_fast_path_equals_general_path(config, dtype):
     """numpy (N,) targets and scores take one kernel call; lists and strided arrays take the
     general path: same state, bit for bit, and the same errors, state unchanged."""
