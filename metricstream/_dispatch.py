@@ -114,6 +114,16 @@ _UNSEEN = object()
 # (y_true dtype, y_pred dtype, y_pred.ndim) -> the compiled entry point of the kernel that counts
 # that combination on the small-batch path, or None when it takes ``count_batch``.
 _small_entries: dict[tuple, Any] = {}
+# The entry of the last combination ``count_small`` counted: (y_true dtype, y_pred dtype,
+# y_pred.ndim, entry), replaced as a whole (so that threads never see a torn one).
+_last_small: tuple = (None, None, -1, None)
+
+
+def _remember_small(true_dtype: np.dtype, pred_dtype: np.dtype, ndim: int, entry: Any) -> None:
+    global _last_small
+    _last_small = (true_dtype, pred_dtype, ndim, entry)
+
+
 # The same for CPU torch tensors (``count_small_tensors``).
 _tensor_entries: dict[tuple, Any] = {}
 
@@ -140,10 +150,11 @@ def count_small(
     """
     if type(y_true) is not np.ndarray or type(y_pred) is not np.ndarray:
         return None
-    if y_true.ndim != 1 or y_true.flags.num & y_pred.flags.num & _PLAIN != _PLAIN:
+    true_shape = y_true.shape
+    if len(true_shape) != 1 or y_true.flags.num & y_pred.flags.num & _PLAIN != _PLAIN:
         return None
     shape = y_pred.shape
-    size = y_true.shape[0]
+    size = true_shape[0]
     # ``_small_shapes`` inline (a call costs 0.1 µs here)
     if len(shape) == 1:
         if shape[0] != size or size >= PARALLEL_MIN_LABELS:
@@ -162,14 +173,24 @@ def count_small(
         total = _kernels.matrix_total(out)
     if not size <= _INT_LIMIT - total:
         return None
-    key = (y_true.dtype, y_pred.dtype, len(shape))
-    entry = _small_entries.get(key, _UNSEEN)
+    true_dtype = y_true.dtype
+    pred_dtype = y_pred.dtype
+    # The last combination seen first (comparing dtypes by identity is cheaper than hashing
+    # them: numpy's built-in dtypes are singletons), then the registry.
+    last = _last_small
+    if true_dtype is last[0] and pred_dtype is last[1] and len(shape) == last[2]:
+        entry = last[3]
+    else:
+        key = (true_dtype, pred_dtype, len(shape))
+        entry = _small_entries.get(key, _UNSEEN)
     if entry is _UNSEEN:
         kernel = _kernels.count_labels if len(shape) == 1 else _kernels.count_argmax_rows
         args = (y_true, y_pred, None, out, 0, size, 1, flags, ignore, np.inf)
         entry = _register(_small_entries, key, kernel, args)
     if entry is None:
         return None
+    if entry is not last[3]:
+        _remember_small(true_dtype, pred_dtype, len(shape), entry)
     status, _, counted = entry(y_true, y_pred, None, out, 0, size, 1, flags, ignore, np.inf)
     if status:
         entry(y_true, y_pred, None, out, 0, counted, -1, flags, ignore, np.inf)

@@ -245,6 +245,55 @@ def _is_ignored_impl(t, ignore_index):
 
 
 # ---------------------------------------------------------------------------- labels
+@njit(inline="always")
+def _count_block(
+    y_true, y_pred, flat, num_classes, start, stop, sign, commit, has_ignore, ignore_index, headroom
+):
+    """``count_labels`` of at most ``BLOCK`` unweighted pairs, with no buffer: one branch-free
+    validation pass (vectorised), a scan for the first bad pair only when there is one, then
+    the count."""
+    if stop - start > headroom:
+        return OVER_BOUND, start, start
+    limit = np.uint64(num_classes)
+    tb = y_true[start:stop]
+    pb = y_pred[start:stop]
+    n = stop - start
+    worst = np.uint64(0)
+    if has_ignore:
+        for j in range(n):
+            t = tb[j]
+            kt = _label_key(t, num_classes)
+            if _is_ignored(t, ignore_index):
+                kt = np.uint64(0)
+            worst = max(worst, max(kt, _label_key(pb[j], num_classes)))
+    else:
+        for j in range(n):
+            worst = max(worst, max(_label_key(tb[j], num_classes), _label_key(pb[j], num_classes)))
+    if worst >= limit:
+        for j in range(n):
+            t = tb[j]
+            if has_ignore and _is_ignored(t, ignore_index):
+                continue
+            if not _is_label(t, num_classes):
+                return BAD_TRUE, start + j, start
+            if not _is_label(pb[j], num_classes):
+                return BAD_PRED, start + j, start
+    if commit:
+        if has_ignore:
+            for j in range(n):
+                t = tb[j]
+                if not _is_ignored(t, ignore_index):
+                    flat[_label_key(t, num_classes) * limit + _label_key(pb[j], num_classes)] += (
+                        sign
+                    )
+        else:
+            for j in range(n):
+                flat[_label_key(tb[j], num_classes) * limit + _label_key(pb[j], num_classes)] += (
+                    sign
+                )
+    return OK, stop, stop
+
+
 @_kernel
 def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_index, headroom):
     """Count pairs ``(y_true[i], y_pred[i])`` for ``i`` in ``[start, stop)`` into ``out``.
@@ -261,6 +310,23 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
     commit = (flags & COMMIT) != 0
     has_ignore = (flags & HAS_IGNORE) != 0
     integral = (flags & INTEGRAL) != 0
+    if weights is None and stop - start <= BLOCK:
+        # One unweighted block (the training-loop batch) needs none of the buffers below:
+        # allocating them cost a fifth of a 256-label call.
+        headroom = _resolve_headroom(out, headroom, integral)
+        return _count_block(
+            y_true,
+            y_pred,
+            flat,
+            num_classes,
+            start,
+            stop,
+            sign,
+            commit,
+            has_ignore,
+            ignore_index,
+            headroom,
+        )
     # Long ranges are validated a block at a time by a loop that also writes each pair's cell
     # index into a small buffer; the counting loop then reads only that buffer. Separating the
     # streaming reads of the labels from the scattered increments lets the core overlap the

@@ -120,21 +120,27 @@ class ConfusionAccumulator(Accumulator):
         super().__init__({"matrix": ((self._num_classes, self._num_classes), dtype)})
         # The live matrix, aliased for the update hot path (the base owns it in `_arrays`).
         self._matrix = self._arrays["matrix"]
-        # An upper bound of the matrix's total, so that the overflow check of an update is O(1):
-        # kept by `update` with the version it holds for; any other change (merge, reset, sync,
-        # restore) goes through `_changed`, which moves the version on and so makes the bound
-        # "unknown" (the matrix is summed once, O(K²), by the next update).
-        self._total_bound = math.nan
-        self._bound_version = -1
-        # Kernel flags of the small-batch path of `update` (0: not taken, float64 counts).
-        self._small_flags = 0 if self._weighted else small_flags(self._ignore_index)
-        self._small_ignore = 0 if self._ignore_index is None else self._ignore_index
+        # (version, bound): an upper bound of the matrix's total, so that the overflow check of
+        # an update is O(1), and the version it holds for. `update` keeps it; any other change
+        # (merge, reset, sync, restore) goes through `_changed`, which moves the version on and
+        # so makes the bound "unknown" (the next update sums the matrix once, O(K²)).
+        self._bound = (-1, math.nan)
+        # (matrix, kernel flags, ignore_index as an int) for the small-batch path of `update`;
+        # None for float64 counts, which take the general path.
+        self._small = (
+            None
+            if self._weighted
+            else (
+                self._matrix,
+                small_flags(self._ignore_index),
+                0 if self._ignore_index is None else self._ignore_index,
+            )
+        )
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._matrix = self._arrays["matrix"]
-        self._total_bound = math.nan
-        self._bound_version = -1
+        self._bound = (-1, math.nan)
 
     # ------------------------------------------------------------------ configuration
     def config(self) -> dict[str, Any]:
@@ -229,7 +235,8 @@ class ConfusionAccumulator(Accumulator):
                 score, or counts that would overflow. The message names the argument, the value
                 and its position, and the accumulator is left exactly as it was.
         """
-        if weights is None and self._small_flags:
+        small = self._small
+        if weights is None and small is not None:
             # The training-loop case (plain labels or narrow logits, a few hundred rows) in one
             # kernel call with no Batch and no bookkeeping beyond the lock, the version and the
             # total bound; anything else, or anything the kernel rejects, goes the general way.
@@ -241,32 +248,32 @@ class ConfusionAccumulator(Accumulator):
             lock = self._lock
             lock.acquire()
             try:
+                version, total = self._bound
                 bound = counter(
-                    self._matrix,
+                    small[0],
                     y_true,
                     y_pred,
-                    self._small_flags,
-                    self._small_ignore,
-                    self._total_bound if self._bound_version == self._version else math.nan,
+                    small[1],
+                    small[2],
+                    total if version == self._version else math.nan,
                 )
                 if bound is not None:
                     self._changed()
-                    self._total_bound = bound
-                    self._bound_version = self._version
+                    self._bound = (self._version, bound)
                     return self
             finally:
                 lock.release()
         batch = self._prepare(y_true, y_pred, weights)
         with self._lock:
+            version, total = self._bound
             bound = count_batch(
                 self._matrix,
                 batch,
                 self._ignore_index,
-                self._total_bound if self._bound_version == self._version else math.nan,
+                total if version == self._version else math.nan,
             )
             self._changed()
-            self._total_bound = bound
-            self._bound_version = self._version
+            self._bound = (self._version, bound)
         return self
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> Batch:
