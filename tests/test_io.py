@@ -590,7 +590,14 @@ def _masks(shape=(3, 5, 7), seed=0):
     return truth, np.where(rng.random(shape) < 0.6, truth, rng.integers(0, 4, shape))
 
 
-@pytest.mark.parametrize("layout", ["both-fortran", "truth-fortran", "pred-fortran"])
+@pytest.mark.parametrize(
+    "layout",
+    # the mixed layouts are kernel specialisations of their own (seconds on a cold cache)
+    [
+        "both-fortran",
+        *(pytest.param(m, marks=pytest.mark.slow) for m in ("truth-fortran", "pred-fortran")),
+    ],
+)
 def test_fortran_order_members_stream_to_the_same_matrix(tmp_path, monkeypatch, layout):
     monkeypatch.setattr(_io, "CHUNK_ROWS", 11)
     truth, pred = _masks()
