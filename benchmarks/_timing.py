@@ -12,27 +12,37 @@ import time
 from collections.abc import Callable
 
 
-def _calibrate(function: Callable[[], object], min_sample: float) -> int:
+def _calibrate(
+    function: Callable[[], object], min_sample: float, timer: Callable[[], float]
+) -> int:
     """Calls per sample so that one sample lasts at least ``min_sample`` seconds."""
     number = 1
     while True:
-        start = time.perf_counter()
+        start = timer()
         for _ in range(number):
             function()
-        elapsed = time.perf_counter() - start
+        elapsed = timer() - start
         if elapsed >= min_sample or number >= 1 << 20:
             return number
         number = max(number * 2, int(number * min_sample / max(elapsed, 1e-9) * 1.2))
 
 
 def interleaved(
-    candidates: dict[str, Callable[[], object]], repeats: int, min_sample: float = 0.0
+    candidates: dict[str, Callable[[], object]],
+    repeats: int,
+    min_sample: float = 0.0,
+    timer: Callable[[], float] = time.perf_counter,
 ) -> dict[str, float]:
-    """Median seconds per call of each candidate, timed round-robin over ``repeats`` rounds."""
+    """Median seconds per call of each candidate, timed round-robin over ``repeats`` rounds.
+
+    ``timer`` is the wall clock by default; ``time.process_time`` gives CPU time, which other
+    processes on a shared machine inflate less (it sums the CPU time of every thread of this
+    process, so a threaded call counts all its threads' work).
+    """
     numbers = {}
     for name, function in candidates.items():
         function()  # warm-up: JIT compilation, caches, page faults
-        numbers[name] = _calibrate(function, min_sample) if min_sample else 1
+        numbers[name] = _calibrate(function, min_sample, timer) if min_sample else 1
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     names = list(candidates)
     gc_was_enabled = gc.isenabled()
@@ -42,10 +52,10 @@ def interleaved(
             shift = round_index % len(names)
             for name in names[shift:] + names[:shift]:
                 function, number = candidates[name], numbers[name]
-                start = time.perf_counter()
+                start = timer()
                 for _ in range(number):
                     function()
-                samples[name].append((time.perf_counter() - start) / number)
+                samples[name].append((timer() - start) / number)
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -1,7 +1,8 @@
 """The training-loop update path: one ``update`` per batch, every batch size, every input kind.
 
-``python -m benchmarks.bench_training_loop [--quick] [--json PATH] [--compare PATH]``
-from the repository root (a few minutes; ``--quick`` skips the largest batches).
+``python -m benchmarks.bench_training_loop [--quick] [--cpu] [--json PATH] [--compare PATH]``
+from the repository root (a few minutes; ``--quick`` skips the largest batches, ``--cpu`` times
+CPU time instead of the wall clock).
 
 For every batch size N in {1, 16, 64, 256, 1024, 4096, 10^5, 10^6} and class count C in
 {2, 10, 100, 1000} with N × C ≤ 10^8 it times one ``update`` of
@@ -172,7 +173,9 @@ def _case(n: int, k: int, rng: np.random.Generator, torch_ok: bool) -> tuple[dic
     return functions, checks
 
 
-def sweep(quick: bool, sizes: list[int], classes: list[int]) -> dict[str, dict[str, float]]:
+def sweep(
+    quick: bool, sizes: list[int], classes: list[int], cpu: bool = False
+) -> dict[str, dict[str, float]]:
     rng = np.random.default_rng(0)
     torch_ok = _have_torch()
     if torch_ok:
@@ -192,7 +195,8 @@ def sweep(quick: bool, sizes: list[int], classes: list[int]) -> dict[str, dict[s
                 repeats, min_sample = (5, 0.002) if quick else (9, 0.01)
             else:
                 repeats, min_sample = (3, 0.0) if quick or work >= 10_000_000 else (5, 0.0)
-            times = interleaved(functions, repeats, min_sample=min_sample)
+            timer = time.process_time if cpu else time.perf_counter
+            times = interleaved(functions, repeats, min_sample=min_sample, timer=timer)
             results[f"{n},{k}"] = times
             print(f"    {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     return results
@@ -311,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="skip N × C > 10^7, fewer repeats")
     parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--classes", type=int, nargs="+", default=CLASSES)
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="time CPU time (time.process_time) instead of the wall clock: less inflated by "
+        "other processes on a shared machine",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw medians here")
     parser.add_argument(
         "--compare", type=Path, help="a --json file of an earlier run: print a before/after table"
@@ -318,9 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     start = time.perf_counter()
-    results = sweep(args.quick, args.sizes, args.classes)
+    results = sweep(args.quick, args.sizes, args.classes, args.cpu)
     print(
-        f"Load average at the start: {load}; at the end: "
+        f"Clock: {'CPU time' if args.cpu else 'wall clock'}. Load average at the start: {load}; "
+        "at the end: "
         + ", ".join(f"{v:.1f}" for v in os.getloadavg())
         + f"; {time.perf_counter() - start:.0f} s.\n"
     )

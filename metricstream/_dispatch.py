@@ -163,11 +163,11 @@ def count_small(
         return None
     else:
         num_classes = out.shape[0]
-        if (
-            shape[1] != num_classes
-            or num_classes >= NUMPY_ARGMAX_MIN_CLASSES
-            or size * num_classes >= PARALLEL_MIN_LABELS
-        ):
+        if shape[1] != num_classes:
+            return None
+        if num_classes >= NUMPY_ARGMAX_MIN_CLASSES:
+            return _count_small_wide(out, y_true, y_pred, flags, ignore, total)
+        if size * num_classes >= PARALLEL_MIN_LABELS:
             return None
     if total != total:  # unknown after a merge, reset or restore: O(K²) once
         total = _kernels.matrix_total(out)
@@ -196,6 +196,53 @@ def count_small(
         entry(y_true, y_pred, None, out, 0, counted, -1, flags, ignore, np.inf)
         return None
     return total + size
+
+
+def _count_small_wide(
+    out: np.ndarray, y_true: np.ndarray, scores: np.ndarray, flags: int, ignore: int, total: float
+) -> float | None:
+    """``count_small`` of ``(N, C)`` float scores with ``C >= NUMPY_ARGMAX_MIN_CLASSES``: numpy's
+    argmax, then the label kernel (see ``_count_wide_rows``), through compiled entry points."""
+    size = y_true.shape[0]
+    if size >= PARALLEL_MIN_LABELS:
+        return None
+    if total != total:
+        total = _kernels.matrix_total(out)
+    if not size <= _INT_LIMIT - total:
+        return None
+    nan_check = _nan_entries.get(scores.dtype)  # float32 and float64 only
+    if nan_check is None:
+        if not (scores.dtype == np.float32 or scores.dtype == np.float64):
+            return None
+        nan_check = _kernels.compiled_for(_kernels.first_nan_pick, (scores, np.zeros(0, np.intp)))
+        _nan_entries[scores.dtype] = nan_check
+    predicted = np.argmax(scores, axis=1)
+    if nan_check(scores, predicted) >= 0:
+        return None  # a NaN row: the general path says where
+    last = _last_small
+    if y_true.dtype is last[0] and predicted.dtype is last[1] and last[2] == 1:
+        entry = last[3]
+    else:
+        key = (y_true.dtype, predicted.dtype, 1)
+        entry = _small_entries.get(key, _UNSEEN)
+        if entry is _UNSEEN:
+            entry = _register(
+                _small_entries,
+                key,
+                _kernels.count_labels,
+                (y_true, predicted, None, out, 0, size, 1, flags, ignore, np.inf),
+            )
+        if entry is None:
+            return None
+    status, _, counted = entry(y_true, predicted, None, out, 0, size, 1, flags, ignore, np.inf)
+    if status:
+        entry(y_true, predicted, None, out, 0, counted, -1, flags, ignore, np.inf)
+        return None
+    return total + size
+
+
+# scores dtype -> compiled ``first_nan_pick`` for ``_count_small_wide``
+_nan_entries: dict[np.dtype, Any] = {}
 
 
 def count_small_tensors(

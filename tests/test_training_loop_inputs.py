@@ -364,25 +364,41 @@ def test_small_path_takes_only_arrays_its_compiled_kernels_read_safely():
         (labels, scores * np.float32(np.nan)),
     ]:
         assert _declined(y_true, y_pred), (y_true, y_pred)
+    out = np.zeros((200, 200), np.int64)  # wide rows: numpy's argmax, then the label kernel
+    flags = _dispatch.small_flags(None)
+    nan_row = np.zeros((4, 200), np.float32)
+    nan_row[1, 2] = np.nan
+    for y_true, y_pred in [(labels, nan_row), (labels + 200, np.zeros((4, 200), np.float32))]:
+        assert _dispatch.count_small(out, y_true, y_pred, flags, 0, 0.0) is None
+        assert not out.any()
     assert _declined(labels, labels, total=2.0**63 - 2)  # near overflow: the exact path
     many = np.zeros(_dispatch.PARALLEL_MIN_LABELS, np.int64)
     assert _declined(many, many)
 
 
-def test_small_path_counts_equal_the_general_path():
+@pytest.mark.parametrize("num_classes", [4, 150])  # 150: numpy's argmax, then the label kernel
+def test_small_path_counts_equal_the_general_path(num_classes):
     rng = np.random.default_rng(21)
     for ignore_index in (None, 2, -1):
-        y_true = rng.integers(0, 4, 300)
+        y_true = rng.integers(0, num_classes, 300)
         if ignore_index is not None:
             y_true[::7] = ignore_index
-        y_pred = rng.integers(0, 4, 300)
-        scores = rng.normal(size=(300, 4)).astype(np.float32)
+        y_pred = rng.integers(0, num_classes, 300)
+        scores = rng.normal(size=(300, num_classes)).astype(np.float32)
         for prediction in (y_pred, scores, y_pred.astype(np.uint8)):
-            fast = ConfusionAccumulator(4, ignore_index=ignore_index)
+            fast = ConfusionAccumulator(num_classes, ignore_index=ignore_index)
             fast.update(y_true, prediction).update(y_true[:5], prediction[:5])
-            expected = counted(y_true, prediction, 4, ignore_index=ignore_index)
-            expected += counted(y_true[:5], prediction[:5], 4, ignore_index=ignore_index)
+            expected = counted(y_true, prediction, num_classes, ignore_index=ignore_index)
+            expected += counted(y_true[:5], prediction[:5], num_classes, ignore_index=ignore_index)
             np.testing.assert_array_equal(fast.matrix, expected)
+    before = fast.matrix.copy()
+    scores[200, num_classes // 2] = np.nan
+    with pytest.raises(ValueError, match=rf"holds NaN at position \(200, {num_classes // 2}\)"):
+        fast.update(y_true, scores)
+    y_true[100] = num_classes
+    with pytest.raises(ValueError, match="`y_true` holds label .* at position 100"):
+        fast.update(y_true, scores)
+    np.testing.assert_array_equal(fast.matrix, before)
 
 
 @pytest.mark.parametrize("change", ["merge", "reset", "from_matrix"])
