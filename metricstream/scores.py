@@ -568,6 +568,10 @@ class ScoreAccumulator(Accumulator):
         # the float sums from a copy taken before (weighted accumulators validate everything
         # first instead, as their float counts cannot be undone exactly).
         chunk = rows if self._weighted else _CHUNK_ROWS
+        if chunk < rows and self._task == "multiclass":
+            # Large batches: chunks of one kernel block, validated by the block's own checks
+            # rather than by a pass of their own (10^6 x 10: 52 -> 45 ms).
+            chunk = _k.BLOCK_ROWS
         flags = _k.HAS_IGNORE if self._ignore_index is not None else 0
         backup = None
         if rows > chunk:
