@@ -398,6 +398,44 @@ def test_confusion_at_thresholds_and_multilabel_matrix():
         np.testing.assert_array_equal(conf.confusion_matrix(), expected[2])
 
 
+def test_spread_average_precision_is_closer_on_continuous_scores_and_inside_the_bound():
+    rng = np.random.default_rng(31)
+    n = 100_000
+    y = rng.integers(0, 2, n)
+    scores = (1 / (1 + np.exp(-(rng.normal(size=n) + 1.5 * y)))).astype(np.float32)
+    acc = ScoreAccumulator("binary").update(y, scores)
+    exact = skm.average_precision_score(y, scores)
+    tied = acc.average_precision(with_bound=True)
+    spread = acc.average_precision(with_bound=True, within_bins="spread")
+    assert (spread.lower, spread.upper) == (tied.lower, tied.upper)
+    assert tied.lower <= spread.value <= tied.upper
+    assert abs(spread.value - exact) < 1e-5 < abs(tied.value - exact)
+    # Exact classes (every bfloat16 score is a bin value) keep the exact value.
+    exact_acc = ScoreAccumulator("binary").update(y, bf16(scores))
+    assert exact_acc.average_precision(within_bins="spread") == exact_acc.average_precision()
+    # Probabilities 0 and 1 keep their own (single-valued) bins: ties there stay ties.
+    ends = np.array([0.0, 0.0, 1.0, 1.0, 0.3, 0.6], dtype=np.float32)
+    truth = np.array([0, 1, 1, 0, 1, 0])
+    ends_acc = ScoreAccumulator("binary").update(truth, ends)
+    assert ends_acc.average_precision(within_bins="spread") == pytest.approx(
+        skm.average_precision_score(truth, ends), **EXACT
+    )
+    with pytest.raises(ValueError, match="within_bins"):
+        acc.average_precision(within_bins="linear")  # type: ignore[arg-type]
+
+
+def test_spread_average_precision_multiclass_per_class_and_micro():
+    y, _, probabilities = multiclass_data(12, n=3000)
+    acc = ScoreAccumulator("multiclass", 5).update(y, probabilities)
+    onehot = np.eye(5)[y]
+    for average in (None, "macro", "micro"):
+        bound = acc.average_precision(average, with_bound=True, within_bins="spread")
+        exact = skm.average_precision_score(onehot, probabilities, average=average)
+        assert np.all(bound.lower <= exact) and np.all(exact <= bound.upper)
+        assert np.all(bound.lower <= bound.value) and np.all(bound.value <= bound.upper)
+        np.testing.assert_allclose(bound.value, exact, atol=1e-3)
+
+
 @pytest.mark.slow  # float64 scores: thresholds with float32 ones run by default (below)
 def test_explicit_thresholds_quantise_like_torchmetrics():
     rng = np.random.default_rng(8)
