@@ -91,3 +91,14 @@ def test_more_bins_bring_ap_within_1e4(sets):
     acc = accumulate(smooth, bins=2**18)
     assert abs(acc.average_precision() - exact_ap) <= 1e-4
     assert abs(acc.auroc() - exact_auroc) <= 1e-6
+
+
+def test_spread_bins_bring_ap_of_continuous_scores_within_1e4(rows):
+    """``within_bins="spread"``: AP within 1e-4 wherever bins hold continuous scores; sets
+    of tied values (2 decimals, float16) are what the tied default is for."""
+    for name, row in rows.items():
+        spread = row["acc"].average_precision("macro", with_bound=True, within_bins="spread")
+        assert row["ap"].lower <= spread.value <= row["ap"].upper, name
+        if name.startswith("ties") or name.startswith("float16"):
+            continue
+        assert abs(spread.value - row["exact"][1]) <= 1e-4, name
