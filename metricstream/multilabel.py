@@ -28,6 +28,7 @@ nowhere but in ``num_rows``. Without masked entries every number equals scikit-l
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -77,6 +78,8 @@ _FAST_SCORES = {np.dtype(np.float32), np.dtype(np.float64)}
 # (the kernel releases the GIL), each thread taking at least _PARALLEL_MIN_ROWS rows.
 _PARALLEL_MIN_ENTRIES = 1 << 22
 _PARALLEL_MIN_ROWS = 1 << 12
+# A large batch is cut into about this many row ranges per thread, taken in turn.
+_CHUNKS_PER_THREAD = 8
 # ``ndarray.flags.num`` bits of an array that Numba types as C-contiguous, aligned and
 # writeable: the only arrays passed to the compiled entry points in ``_plain_entries``.
 _PLAIN = 0x1 | 0x100 | 0x400  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE
@@ -647,39 +650,67 @@ class MultilabelAccumulator(Accumulator):
             )
         else:
             self._check_headroom(arrays, n)
-            bounds = [n * t // threads for t in range(threads + 1)]
-            shares = [
-                (np.zeros_like(arrays["labels"]), np.zeros_like(arrays["per_sample"]))
-                for _ in range(threads)
-            ]
-
-            def count_share(t: int) -> tuple[int, int]:
-                lo, hi = bounds[t], bounds[t + 1]
-                return _k.count_plain(  # type: ignore[no-any-return]
-                    batch.y_true[lo:hi],
-                    batch.y_pred[lo:hi],
-                    threshold,
-                    self._layout,
-                    shares[t][0],
-                    shares[t][1],
-                    False,
-                )
-
-            results = list(_get_pool(threads).map(count_share, range(threads)))
-            status, row = _k.OK, -1
-            for t, (share_status, share_row) in enumerate(results):
-                if share_status != _k.OK:  # the first failing range holds the first bad row
-                    status, row = share_status, share_row + bounds[t]
-                    break
-            if status == _k.OK:
-                for labels, per_sample in shares:
-                    arrays["labels"] += labels
-                    arrays["per_sample"] += per_sample
+            status, row = self._count_plain_parallel(arrays, batch, threshold, threads)
         if status == _k.OVERFLOW:
             self._check_headroom(arrays, n)  # raises: the kernel found no headroom
         if status != _k.OK:
             raise ValueError(_dense_error(status, row, batch, self._ignore_index))
         self._count_cooccurrence(arrays, batch)
+
+    def _count_plain_parallel(
+        self, arrays: dict[str, np.ndarray], batch: _DenseBatch, threshold: Any, threads: int
+    ) -> tuple[int, int]:
+        """Count a large batch in row ranges that the calling thread and ``threads - 1`` pool
+        threads take in turn (a core busy with something else takes fewer), each into private
+        buffers that are added to ``arrays`` only when every range is valid. Returns the
+        ``(status, row)`` of the first bad row in stream order, or ``(OK, -1)``."""
+        n = batch.y_true.shape[0]
+        num_chunks = min(n // _PARALLEL_MIN_ROWS, threads * _CHUNKS_PER_THREAD)
+        bounds = [n * c // num_chunks for c in range(num_chunks + 1)]
+        shares = [
+            (np.zeros_like(arrays["labels"]), np.zeros_like(arrays["per_sample"]))
+            for _ in range(threads)
+        ]
+        next_chunk = itertools.count()  # next() on itertools.count is atomic under the GIL
+        failures: dict[int, tuple[int, int]] = {}
+        first_failure = [num_chunks]
+
+        def take_chunks(share: int) -> None:
+            labels, per_sample = shares[share]
+            while True:
+                chunk = next(next_chunk)
+                # Chunks are handed out in order: every chunk before a failing one is counted,
+                # so the first failing chunk holds the first bad row.
+                if chunk >= num_chunks or chunk > first_failure[0]:
+                    return
+                lo, hi = bounds[chunk], bounds[chunk + 1]
+                status, row = _k.count_plain(
+                    batch.y_true[lo:hi],
+                    batch.y_pred[lo:hi],
+                    threshold,
+                    self._layout,
+                    labels,
+                    per_sample,
+                    False,
+                )
+                if status != _k.OK:
+                    failures[chunk] = (status, lo + row)
+                    first_failure[0] = min(first_failure[0], chunk)
+                    return
+
+        pool = _get_pool(threads - 1)
+        helpers = [pool.submit(take_chunks, share) for share in range(1, threads)]
+        try:
+            take_chunks(0)
+        finally:
+            for helper in helpers:
+                helper.result()
+        if failures:
+            return failures[min(failures)]
+        for labels, per_sample in shares:
+            arrays["labels"] += labels
+            arrays["per_sample"] += per_sample
+        return _k.OK, -1
 
     def _count_sets(self, arrays: dict[str, np.ndarray], batch: _SetsBatch) -> None:
         cooc = arrays.get("cooccurrence")
