@@ -49,13 +49,13 @@ passes take 37 ms instead of 49 ms for 10^6 x 10, 0.66 ms instead of 0.86 ms for
 of 89 us for a cold 256 x 10 update, but about 1 us more (11.4 us against 10.3 us) for a
 256 x 10 update whose state stays in cache: the copy and the extra passes cost more than the
 shorter increment loop saves when every cell is a cache hit. The log loss takes one ``log``
-per call, not per row (the product of the clipped true-class probabilities, renormalised every
-16 rows with ``frexp``: 0.9 us of a 256 x 10 update). Measured and not kept: bins computed in
-a flat vectorised pass before a row-by-row increment loop (no faster: the bins of the single
-pass overlap with the memory latency of its increments); the block copied with the validity
-checks fused in (2.5x slower); 64-row blocks (slower; 1,024 no faster); two threads on private
-histograms (on this shared 2-core machine, 15% more CPU time and no wall-clock gain at load
-6). A Numba call costs about 45 ns per array argument and 15 ns per scalar: the kernel's 18
+per call, not per row: the product of the clipped true-class probabilities, scaled by 2**500
+whenever it falls below 2**-500 (0.9 us of a 256 x 10 update). Measured and not kept: bins
+computed in a flat vectorised pass before a row-by-row increment loop (no faster: the bins of
+the single pass overlap with the memory latency of its increments); the block copied with the
+validity checks fused in (2.5x slower); 64-row blocks (slower; 1,024 no faster); two threads
+on private histograms (on this shared 2-core machine, 15% more CPU time and no wall-clock gain
+at load 6). A Numba call costs about 45 ns per array argument and 15 ns per scalar: the kernel's 18
 arguments cost about 0.7 us of a small update.
 """
 
@@ -101,6 +101,11 @@ def probability_key_layout(shift):
 
 _NEGATIVE_ZERO = np.uint32(0x80000000)
 _LN2 = math.log(2.0)
+# The running product of probabilities >= 2**-52 is scaled up by 2**500 below 2**-500: it stays
+# a normal float (>= 2**-552), and the scaling is exact.
+_HUGE_EXPONENT = 500
+_HUGE = 2.0**_HUGE_EXPONENT
+_TINY = 2.0**-_HUGE_EXPONENT
 # Rows of a block counted class by class (its scratch stays in L1 at 10 classes).
 BLOCK_ROWS = 256
 
@@ -389,11 +394,10 @@ def count_multiclass(
     target = np.empty(block, np.int64)
     row_weight = np.empty(block, hist.dtype)
     # Without weights, the log loss of probabilities is the log of the running product of
-    # the clipped true-class probabilities, renormalised every 16 rows (16 factors >= 2**-52
-    # stay above 2**-1022): one log a call instead of one a row.
+    # the clipped true-class probabilities, kept a normal float by exact power-of-two
+    # scaling: one log a call instead of one a row.
     product = 1.0
     exponent = 0
-    multiplied = 0
     brier_sum = 0.0
     log_sum = 0.0
     for lo in range(start, stop, chunk):
@@ -525,11 +529,9 @@ def count_multiclass(
                     brier_sum += wf * square[r]
                     if weights is None:
                         product *= min(max(np.float64(st), eps), 1.0 - eps)
-                        multiplied += 1
-                        if multiplied == 16:
-                            product, more = math.frexp(product)
-                            exponent += more
-                            multiplied = 0
+                        if product < _TINY:  # scaled by a power of two: exact
+                            product *= _HUGE
+                            exponent -= _HUGE_EXPONENT
                     else:
                         log_sum -= wf * _clip_log(np.float64(st), eps)
                 f = np.uint64(_fine_bin(conf, fine_bins))
