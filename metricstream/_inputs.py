@@ -11,7 +11,9 @@ the general ``(A, C, R)`` layout (classes on a middle axis), are converted to fl
 
 CPU torch tensors are read with ``Tensor.numpy()`` (about 1 µs cheaper than ``np.from_dlpack``
 per array, which matters for 256-label training-loop batches); tensors that track gradients are
-read through ``detach()``, which shares memory and copies nothing.
+read through ``detach()``, which shares memory and copies nothing. The small-batch path of
+``update`` reads plain CPU tensors through their data pointers instead (``tensor_memory``: 0.3 µs
+per tensor against 0.7 µs for ``Tensor.numpy()``).
 """
 
 from __future__ import annotations

@@ -107,6 +107,9 @@ SCORE_TILE = 256
 # the select loop is faster still (see ``_make_rows_argmax``).
 TILE_MAX_CLASSES = 16
 ROW_TILE = 64
+# float16/bfloat16 rows of calls with more scores than this (512 KiB of float32, beyond a
+# training loop's cache-resident batch) are reduced through a copied tile of keys.
+IN_PLACE_SCORES = 1 << 17
 
 # Limits of a matrix's total (see ``_dispatch``): int64 below 2^63 with a 2^-16 margin that
 # covers the rounding of float bounds; float64 finite.
@@ -703,9 +706,11 @@ def _first_nan(row, inf_key):
     return -1
 
 
-def _rows_argmax(block, classes, inf_key):  # pragma: no cover - replaced by the overload below
+def _rows_argmax(block, classes, inf_key, scratch, values, copy):  # pragma: no cover
     """Argmax of every row of a ``(w, C)`` block into ``classes[:w]``; returns whether any score
-    is NaN (the classes are then meaningless). First maximum wins, as ``np.argmax``."""
+    is NaN (the classes are then meaningless). First maximum wins, as ``np.argmax``. ``scratch``,
+    ``values`` and ``copy`` (the call is too large for the cache) serve float16/bfloat16 bits,
+    which are then reduced through a copied tile of keys (see ``_make_tile_argmax``)."""
 
 
 def _make_rows_argmax(key):
@@ -752,18 +757,73 @@ _plain_rows_argmax = njit(inline="always")(_make_rows_argmax(_identity))
 _half_rows_argmax = njit(inline="always")(_make_rows_argmax(_half_key))
 
 
+def _make_tile_argmax(key):
+    def tile_argmax(block, scratch, values, classes, inf_key):
+        # A tile of rows copied into a column-major scratch buffer as integer keys (sequential
+        # reads; the key computation vectorises), then reduced column by column, each row's
+        # running maximum an independent lane. For float16/bfloat16 bits of calls too large
+        # for the cache this beats the per-row loop, whose chain then includes each key's
+        # computation (measured, (10^5, 10) float16: 2.6 ms per row, 1.2 ms per tile).
+        width = block.shape[0]
+        num_scores = block.shape[1]
+        nan_seen = False
+        for j in range(width):
+            row = block[j]
+            for c in range(num_scores):
+                x = row[c]
+                nan_seen |= _score_nan(x, inf_key)
+                scratch[c, j] = key(x)
+        first = scratch[0]
+        for j in range(width):
+            values[j] = first[j]
+            classes[j] = 0
+        for c in range(1, num_scores):
+            column = scratch[c]
+            label = np.int32(c)
+            for j in range(width):
+                v = column[j]
+                better = v > values[j]
+                values[j] = v if better else values[j]
+                classes[j] = label if better else classes[j]
+        return nan_seen
+
+    return tile_argmax
+
+
+_half_tile_argmax = njit(inline="always")(_make_tile_argmax(_half_key))
+
+
+def _tile_buffers(scores, classes):  # pragma: no cover - replaced by the overload below
+    """``(scratch, values)`` of ``_half_tile_argmax`` for int16 scores; views of ``classes``
+    (nothing allocated) for the other dtypes, which never use them."""
+
+
+@overload(_tile_buffers, inline="always")
+def _tile_buffers_impl(scores, classes):
+    if scores.dtype == types.int16:
+        return lambda scores, classes: (
+            np.empty((TILE_MAX_CLASSES, ROW_TILE), dtype=np.int64),
+            np.empty(ROW_TILE, dtype=np.int64),
+        )
+    return lambda scores, classes: (classes.reshape(1, -1), classes)
+
+
 @overload(_rows_argmax, inline="always")
-def _rows_argmax_impl(block, classes, inf_key):
+def _rows_argmax_impl(block, classes, inf_key, scratch, values, copy):
     if block.dtype == types.int16:
 
-        def int16_rows_argmax(block, classes, inf_key):
+        def int16_rows_argmax(block, classes, inf_key, scratch, values, copy):
             if inf_key:
+                if copy and block.shape[1] > 2:
+                    return _half_tile_argmax(block, scratch, values, classes, inf_key)
                 return _half_rows_argmax(block, classes, inf_key)
             return _plain_rows_argmax(block, classes, inf_key)
 
         return int16_rows_argmax
 
-    return lambda block, classes, inf_key: _plain_rows_argmax(block, classes, inf_key)
+    return lambda block, classes, inf_key, scratch, values, copy: _plain_rows_argmax(
+        block, classes, inf_key
+    )
 
 
 @njit(inline="always")
@@ -801,6 +861,8 @@ def count_argmax_rows(
     per_weight = _per_weight_bound(headroom, stop - start)
     weight_total = 0.0
     classes = np.empty(ROW_TILE, dtype=np.int32)
+    scratch, values = _tile_buffers(scores, classes)
+    copy = (stop - start) * num_scores > IN_PLACE_SCORES
     for lo in range(start, stop, ROW_TILE):
         hi = min(lo + ROW_TILE, stop)
         n = hi - lo
@@ -809,7 +871,7 @@ def count_argmax_rows(
         labels = y_true[lo:hi]
         nan_row = n
         if num_scores <= TILE_MAX_CLASSES:
-            if _rows_argmax(block, classes, inf_key):
+            if _rows_argmax(block, classes, inf_key, scratch, values, copy):
                 for j in range(n):
                     if _first_nan(block[j], inf_key) >= 0:
                         nan_row = j
