@@ -108,10 +108,11 @@ def tensor_memory(value: Any) -> tuple[int, np.dtype, tuple[int, ...]] | None:
     if dtype is None or not value.is_cpu or value.layout is not _torch_strided[0]:
         return None
     try:
-        if value.is_nested or value.is_neg() or not value.is_contiguous():
+        shape = value.shape  # raises for nested tensors (strided layout, no single shape)
+        if value.is_neg() or not value.is_contiguous():
             return None
-        return value.data_ptr(), dtype, value.shape
-    except RuntimeError:  # no storage (functorch wrappers...)
+        return value.data_ptr(), dtype, shape
+    except RuntimeError:  # nested, or no storage (functorch wrappers...)
         return None
 
 

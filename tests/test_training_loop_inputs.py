@@ -8,6 +8,8 @@ scikit-learn for thresholds, including ties, signed zeros, infinities and NaN po
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.metrics import confusion_matrix
@@ -483,3 +485,10 @@ def test_tensor_updates_equal_numpy_updates(ignore_index):
     with pytest.raises(ValueError, match="`y_true` holds label 3 at position 150"):
         acc.update(bad, torch.from_numpy(scores))
     np.testing.assert_array_equal(acc.matrix, before)
+
+
+def test_nested_tensors_are_not_read_through_their_data_pointer():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # nested tensors are a prototype
+        nested = torch.nested.nested_tensor([torch.arange(3), torch.arange(2)])
+    assert _tensor_declined(nested, nested)
