@@ -413,11 +413,9 @@ def count_multiclass(
                     return status, position, lo
         for blo in range(lo, hi, block):
             n = min(blo + block, hi) - blo
-            # Flat checks without branches (vectorised): labels, then scores.
+            # Labels checked without branches (vectorised); scores in the key pass below
+            # (measured, 256x10: a flat pass of its own cost 1.5 us).
             ok = _labels_look_valid(labels, blo, blo + n, num_classes, has_ignore, ignore_index)
-            flat = scores.reshape(-1)
-            for j in range(blo * num_classes, (blo + n) * num_classes):
-                ok &= _valid_score(flat[j], logits)
             # Rows: the true class (-1: ignored), weight (0 when ignored) and true score.
             skipped = False
             for r in range(n):
@@ -458,6 +456,7 @@ def count_multiclass(
                         b, exact = _probability_key(v, ushift, low, base, last)
                     keys[c, r] = np.int32(2) * np.int32(b) + np.int32(target[r] == c)
                     exact_scores += np.int32(exact) & counts[r]
+                    ok &= _valid_score(v, logits)  # ignored rows hold 0 here
                 exact_count[c] = exact_scores
                 first = c == 0
                 for r in range(n):

@@ -757,3 +757,21 @@ def test_binary_fast_path_equals_general_path(config, dtype):
     with pytest.raises(ValueError, match="holds 2 at position 30, but targets must be 0 or 1"):
         fast.update(targets, scores[:256])
     assert state_bytes(fast) == before
+
+
+def test_scores_of_ignored_rows_are_not_read():
+    """A row whose label is `ignore_index` is skipped whatever its scores hold (NaN here),
+    in the small-batch and the large-batch paths alike."""
+    y, _, probabilities = multiclass_data(13, n=9000)
+    y = y.copy()
+    y[::11] = -1
+    bad = probabilities.copy()
+    bad[::11, 1] = np.nan
+    for rows in (200, 9000):
+        with_nan = ScoreAccumulator("multiclass", 5, ignore_index=-1).update(y[:rows], bad[:rows])
+        kept = y[:rows] != -1
+        clean = ScoreAccumulator("multiclass", 5).update(y[:rows][kept], probabilities[:rows][kept])
+        for name in ("curves", "inexact", "ranks", "calibration"):
+            np.testing.assert_array_equal(
+                with_nan.state_arrays()[name], clean.state_arrays()[name], err_msg=name
+            )
