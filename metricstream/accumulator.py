@@ -126,10 +126,11 @@ class ConfusionAccumulator(Accumulator):
         # so makes the bound "unknown" (the next update sums the matrix once, O(K²)).
         self._bound = (-1, math.nan)
         # (matrix, kernel flags, ignore_index as an int) for the small-batch path of `update`;
-        # None for float64 counts, which take the general path.
+        # None for float64 counts and binary thresholds, which take the general path (scores
+        # against a threshold are not that path's, and trying it first would cost them 0.5 µs).
         self._small = (
             None
-            if self._weighted
+            if self._weighted or self._threshold is not None
             else (
                 self._matrix,
                 small_flags(self._ignore_index),
