@@ -264,18 +264,19 @@ def count_small_tensors(
     true_memory = tensor_memory(y_true)
     if true_memory is None:
         return None
-    true_address, true_dtype, true_shape = true_memory
-    pred_address, pred_dtype, shape = pred_memory
-    if len(true_shape) != 1:
-        return None
+    true_address, true_dtype, true_shape, true_mark = true_memory
+    pred_address, pred_dtype, shape, mark = pred_memory
+    if len(true_shape) != 1 or true_mark or (mark and len(shape) != 2):
+        return None  # half-precision labels are converted by the general path
     size = true_shape[0]
     if not _small_shapes(size, shape, out.shape[0]):
         return None
+    flags |= mark
     if total != total:
         total = _kernels.matrix_total(out)
     if not size <= _INT_LIMIT - total:
         return None
-    key = (true_dtype, pred_dtype, len(shape))
+    key = (true_dtype, pred_dtype, len(shape), mark)
     entry = _tensor_entries.get(key, _UNSEEN)
     if len(shape) == 1:
         args = (
@@ -362,15 +363,33 @@ def _small_shapes(size: int, shape: tuple[int, ...], num_classes: int) -> bool:
 def _register(entries: dict, key: tuple, kernel: Any, args: tuple) -> Any:
     """Register the entry point of ``kernel`` for one (y_true dtype, y_pred dtype, y_pred.ndim),
     or None when that combination takes the general path."""
-    true_dtype, pred_dtype, pred_ndim = key
+    true_dtype, pred_dtype, pred_ndim = key[:3]
+    half = key[3] if len(key) > 3 else 0  # tensors: float16/bfloat16 bits as int16
     entry = None
     if true_dtype.kind in "iu" and true_dtype.isnative:
-        if pred_ndim == 1 and pred_dtype.kind in "iu" and pred_dtype.isnative:
+        if pred_ndim == 1 and pred_dtype.kind in "iu" and pred_dtype.isnative and not half:
             entry = _kernels.compiled_for(kernel, args)
-        elif pred_ndim == 2 and pred_dtype in (np.float32, np.float64) and pred_dtype.isnative:
+        elif pred_ndim == 2 and (
+            pred_dtype in (np.float32, np.float64) or (half and pred_dtype == np.int16)
+        ):
             entry = _kernels.compiled_for(kernel, args)
+        elif pred_ndim == 2 and pred_dtype == np.float16 and pred_dtype.isnative:
+            bits = (args[0], args[1].view(np.int16)) + args[2:]
+            entry = _half_rows(_kernels.compiled_for(kernel, bits))
     entries[key] = entry
     return entry
+
+
+def _half_rows(entry: Any) -> Any:
+    """``entry`` (the rows kernel for int16 scores) called on numpy float16 scores: their bits,
+    marked ``HALF`` (the kernel compares them through integer keys; no float32 copy)."""
+
+    def half_rows(y_true, scores, weights, out, start, stop, sign, flags, ignore, headroom):
+        bits = scores.view(np.int16)
+        flags |= _kernels.HALF
+        return entry(y_true, bits, weights, out, start, stop, sign, flags, ignore, headroom)
+
+    return half_rows
 
 
 def count_batch(

@@ -343,6 +343,7 @@ def test_small_path_takes_only_arrays_its_compiled_kernels_read_safely():
     labels = np.array([0, 1, 2, 2])
     scores = np.eye(3, dtype=np.float32)[[0, 2, 1, 2]]
     assert not _declined(labels, labels) and not _declined(labels, scores)
+    assert not _declined(labels, scores.astype(np.float16))  # read as bits, no float32 copy
     read_only = labels.copy()
     read_only.flags.writeable = False
     unaligned = np.zeros(4 * 8 + 1, np.uint8)[1:].view(np.int64)
@@ -356,7 +357,8 @@ def test_small_path_takes_only_arrays_its_compiled_kernels_read_safely():
         (labels.astype(bool), labels),
         (labels.astype(np.float64), labels),
         (labels, labels.astype(np.float32)),
-        (labels, scores.astype(np.float16)),
+        (labels, labels.astype(np.float16)),
+        (labels.astype(np.float16), labels),
         (labels, np.asfortranarray(np.eye(3, dtype=np.float32)[[0, 2, 1]].T).T[:4]),
         (labels.reshape(2, 2), labels.reshape(2, 2)),
         (labels, labels[:3]),  # lengths differ
@@ -387,7 +389,7 @@ def test_small_path_counts_equal_the_general_path(num_classes):
             y_true[::7] = ignore_index
         y_pred = rng.integers(0, num_classes, 300)
         scores = rng.normal(size=(300, num_classes)).astype(np.float32)
-        for prediction in (y_pred, scores, y_pred.astype(np.uint8)):
+        for prediction in (y_pred, scores, y_pred.astype(np.uint8), scores.astype(np.float16)):
             fast = ConfusionAccumulator(num_classes, ignore_index=ignore_index)
             fast.update(y_true, prediction).update(y_true[:5], prediction[:5])
             expected = counted(y_true, prediction, num_classes, ignore_index=ignore_index)
@@ -441,6 +443,8 @@ def test_small_path_reads_plain_cpu_tensors_in_place_and_declines_the_rest():
     scores = torch.eye(3)[[0, 2, 1, 2]]
     assert not _tensor_declined(labels, labels) and not _tensor_declined(labels, scores)
     assert not _tensor_declined(labels, scores.clone().requires_grad_(True))
+    assert not _tensor_declined(labels, scores.to(torch.bfloat16))  # read as bits
+    assert not _tensor_declined(labels, scores.half())
     negative = torch.complex(scores, scores).conj().imag  # values -scores, through a negative bit
     assert negative.is_neg()
     for y_true, y_pred in [
@@ -449,7 +453,8 @@ def test_small_path_reads_plain_cpu_tensors_in_place_and_declines_the_rest():
         ((torch.arange(8) % 3)[::2], labels),  # strided
         (labels, scores.T.contiguous().T),  # not C-contiguous
         (labels, negative),
-        (labels, scores.to(torch.bfloat16)),
+        (labels, labels.half()),  # half-precision labels: converted by the general path
+        (labels.half(), labels),
         (labels.float(), labels),
         (labels.bool(), labels),
         (labels.reshape(2, 2), labels.reshape(2, 2)),
@@ -473,11 +478,21 @@ def test_tensor_updates_equal_numpy_updates(ignore_index):
         (torch.from_numpy(y_true), torch.from_numpy(scores), scores),
         (torch.from_numpy(y_true), torch.from_numpy(scores).float().requires_grad_(), scores),
         (torch.from_numpy(y_true), negative, scores.astype(np.float32)),
+        (torch.from_numpy(y_true), torch.from_numpy(scores).half(), scores.astype(np.float16)),
     ]
     for tensor_true, tensor_pred, numpy_pred in cases:
         acc = ConfusionAccumulator(3, ignore_index=ignore_index).update(tensor_true, tensor_pred)
         expected = ConfusionAccumulator(3, ignore_index=ignore_index).update(y_true, numpy_pred)
         np.testing.assert_array_equal(acc.matrix, expected.matrix)
+    bf16 = torch.from_numpy(scores).to(torch.bfloat16)
+    acc = ConfusionAccumulator(3, ignore_index=ignore_index).update(torch.from_numpy(y_true), bf16)
+    expected = ConfusionAccumulator(3, ignore_index=ignore_index)
+    expected.update(y_true, torch.argmax(bf16.float(), 1).numpy())
+    np.testing.assert_array_equal(acc.matrix, expected.matrix)
+    bf16[120, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"holds NaN at position \(120, 1\)"):
+        acc.update(torch.from_numpy(y_true), bf16)
+    np.testing.assert_array_equal(acc.matrix, expected.matrix)
     acc = ConfusionAccumulator(3).update(torch.from_numpy(y_true), torch.from_numpy(scores))
     before = acc.matrix.copy()
     bad = torch.from_numpy(y_true.copy())
