@@ -35,6 +35,8 @@ LabelsArg = Sequence[int | str] | np.ndarray | int | str | None
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _COUNTS_KEY = ("class counts",)
+_NDARRAY = np.ndarray  # a module global: cheaper than ``np.ndarray`` on the update path
+_NAN = math.nan
 
 
 def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
@@ -243,7 +245,7 @@ class ConfusionAccumulator(Accumulator):
             # total bound; anything else, or anything the kernel rejects, goes the general way.
             counter = (
                 count_small
-                if type(y_true) is np.ndarray and type(y_pred) is np.ndarray
+                if type(y_true) is _NDARRAY and type(y_pred) is _NDARRAY
                 else count_small_tensors
             )
             lock = self._lock
@@ -256,7 +258,7 @@ class ConfusionAccumulator(Accumulator):
                     y_pred,
                     small[1],
                     small[2],
-                    total if version == self._version else math.nan,
+                    total if version == self._version else _NAN,
                 )
                 if bound is not None:
                     self._changed()
