@@ -714,6 +714,7 @@ def count_sets(
 # whole batch was found valid.
 CHUNK = 64
 CHUNK_WIDE = 128
+CHUNK_NARROW = 32
 # A super-row holds at most this many entries (its uint8 lanes, four arrays, stay in L1).
 _SUPER_ROW_MAX = 2048
 # Status of an update whose counts could pass 2**63 - 1.
@@ -754,6 +755,24 @@ def _chunk_sums(y_true, y_pred, threshold, i, first, mask):
     # prove non-negative turns the loop into scalar loads (measured 7x slower).
     offset = np.uint64(first)
     for k in range(CHUNK):
+        j = offset + np.uint64(k)
+        tk = np.uint8(np.uint8(y_true[i, j]) & mask[k])
+        pk = np.uint8(_native_positive(y_pred[i, j], threshold) & mask[k])
+        sx = np.uint8(sx + np.uint8(tk & pk))
+        st = np.uint8(st + tk)
+        sp = np.uint8(sp + pk)
+    return sx, st, sp
+
+
+@njit(inline="always")
+def _chunk_sums_narrow(y_true, y_pred, threshold, i, first, mask):
+    """:func:`_chunk_sums` over 32 entries, for rows of at most 32 labels (a 32-lane reduction
+    is shorter than a 64-lane one)."""
+    sx = np.uint8(0)
+    st = np.uint8(0)
+    sp = np.uint8(0)
+    offset = np.uint64(first)
+    for k in range(CHUNK_NARROW):
         j = offset + np.uint64(k)
         tk = np.uint8(np.uint8(y_true[i, j]) & mask[k])
         pk = np.uint8(_native_positive(y_pred[i, j], threshold) & mask[k])
@@ -848,6 +867,8 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
     # Rows of fewer than 64 labels are read in one chunk of 64 entries, longer rows in chunks
     # of 128.
     step = CHUNK if num_labels < CHUNK else CHUNK_WIDE
+    if num_labels <= CHUNK_NARROW:
+        step = CHUNK_NARROW
     full = num_labels // step
     rest = num_labels - full * step
     masks[0] = 0xFF  # all entries; the entries of the last chunk
@@ -909,7 +930,15 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
             return _first_bad_row(y_true, y_pred)
         # ---- pass 2: the row sums of the block (vectorised), then each sample's statistics
         # into the histograms (a scalar scatter; one loop doing both is 1.6x slower, L = 20)
-        if step == CHUNK:
+        if step == CHUNK_NARROW:
+            # rows of at most 32 labels: one masked chunk each
+            for i in range(block, min(stop, safe)):
+                sx, st, sp = _chunk_sums_narrow(y_true, y_pred, threshold, i, 0, mask)
+                r = i - block
+                sums[r, 0] = sx
+                sums[r, 1] = st
+                sums[r, 2] = sp
+        elif step == CHUNK:
             # rows of fewer than 64 labels: one masked chunk each
             for i in range(block, min(stop, safe)):
                 sx, st, sp = _chunk_sums(y_true, y_pred, threshold, i, 0, mask)
@@ -948,7 +977,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
                 aps += tk
                 pps += pk
             r = i - block
-            if step == CHUNK:
+            if step != CHUNK_WIDE:
                 sums[r, 0] = tps
                 sums[r, 1] = aps
                 sums[r, 2] = pps
