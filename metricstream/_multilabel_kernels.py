@@ -869,7 +869,9 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
     step = CHUNK if num_labels < CHUNK else CHUNK_WIDE
     if num_labels <= CHUNK_NARROW:
         step = CHUNK_NARROW
-    full = num_labels // step
+    # one masked chunk per row of fewer than 64 labels (L = 32 too), else whole chunks and a
+    # masked last one
+    full = num_labels // step if step == CHUNK_WIDE else 0
     rest = num_labels - full * step
     masks[0] = 0xFF  # all entries; the entries of the last chunk
     masks[1, :rest] = 0xFF

@@ -20,9 +20,12 @@ from metricstream.multilabel import MultilabelAccumulator
 
 from .marks import slow_beyond
 
-# L = 20 (super-rows of 16 rows), 1, 64 (one whole chunk), 65 (a masked chunk of one), 255
-# and 256 (the widths around a uint8 row sum), 1000 (super-rows of 2 rows, 16 chunks).
-WIDTHS = slow_beyond([20, 1, 65, 256, 64, 255, 1000, 3, 127], 4, ids=lambda w: f"L{w}")
+# Rows are summed in masked chunks of 32 entries up to L = 32, of 64 up to 63, else of 128:
+# L = 20 (super-rows of 16 rows), 1, 40, 65, 256 (two whole chunks), 64, 255, 1000 (super-rows
+# of 2 rows, 8 chunks), 32, 33, 3, 127, 128.
+WIDTHS = slow_beyond(
+    [20, 1, 40, 65, 256, 64, 255, 1000, 32, 33, 3, 127, 128], 5, ids=lambda w: f"L{w}"
+)
 
 
 def _batch(seed: int, n: int, num_labels: int, density: float = 0.3):
