@@ -380,6 +380,8 @@ def _register(entries: dict, key: tuple, kernel: Any, args: tuple) -> Any:
         elif pred_ndim == 2 and pred_dtype == np.float16 and pred_dtype.isnative:
             bits = (args[0], args[1].view(np.int16)) + args[2:]
             entry = _half_rows(_kernels.compiled_for(kernel, bits))
+    if entry is kernel and kernel in (_kernels.count_labels_at, _kernels.count_rows_at):
+        entry = None  # JIT disabled: raw addresses mean nothing to Python; the general path
     entries[key] = entry
     return entry
 
