@@ -591,8 +591,9 @@ def count_elementwise(
     (the score, or its sigmoid for logits) and weight ``w``: ``curves[c, bin(s), y] += w``;
     ``cal_counts[fine(q)] += (w, w * y)``; ``cal_conf[fine(q)] += w * q``;
     ``sums += w * ((q - y)^2, log loss)``, the log loss being ``-log(clip(q))`` or
-    ``-log(clip(1 - q))`` for probabilities and ``max(s, 0) - s * y + log(1 + exp(-|s|))``
-    for logits. Rows are validated ``chunk`` at a time before they are counted; returns
+    ``-log(clip(1 - q))`` for probabilities (without weights: ``-log`` of the running product,
+    one ``log`` a call) and ``max(s, 0) - s * y + log(1 + exp(-|s|))`` for logits. Rows are
+    validated ``chunk`` at a time before they are counted; returns
     ``(status, position, counted_until)`` as :func:`count_multiclass`.
     """
     num_labels = scores.shape[1]
@@ -604,13 +605,15 @@ def count_elementwise(
     base, last = probability_key_layout(shift)
     brier_sum = 0.0
     log_sum = 0.0
+    product = 1.0  # without weights, as in count_multiclass: one log a call
+    exponent = 0
     for lo in range(start, stop, chunk):
         hi = min(lo + chunk, stop)
         for i in range(lo, hi):
             status, position = _check_elements(targets, scores, i, has_ignore, ignore_index, logits)
             if status != OK:
                 sums[0] += brier_sum
-                sums[1] += log_sum
+                sums[1] += log_sum + _log_of_product(product, exponent, sign)
                 return status, position, lo
         for i in range(lo, hi):
             if weights is None:
@@ -635,7 +638,15 @@ def count_elementwise(
                     loss = max(x, 0.0) - x * yi + np.log1p(e)
                 else:
                     q = x
-                    loss = -_clip_log(x, eps) if yi == 1 else -_clip_log(1.0 - x, eps)
+                    if weights is None:
+                        p = x if yi == 1 else 1.0 - x
+                        product *= min(max(p, eps), 1.0 - eps)
+                        if product < _TINY:  # scaled by a power of two: exact
+                            product *= _HUGE
+                            exponent -= _HUGE_EXPONENT
+                        loss = 0.0
+                    else:
+                        loss = -_clip_log(x, eps) if yi == 1 else -_clip_log(1.0 - x, eps)
                 d = q - yi
                 f = _fine_bin(q, fine_bins)
                 cal_counts[f, 0] += w
@@ -645,7 +656,7 @@ def count_elementwise(
                 brier_sum += wf * d * d
                 log_sum += wf * loss
     sums[0] += brier_sum
-    sums[1] += log_sum
+    sums[1] += log_sum + _log_of_product(product, exponent, sign)
     return OK, 0, stop
 
 
