@@ -20,8 +20,9 @@ reported (see ``single_calls``: on a loaded shared machine block means measure t
   (``np.max``; target: within 2x);
 * ``memory``: tracemalloc peak while 10^8 scores stream through (O(C x bins), not O(N));
 * ``accuracy``: AUROC and AP of the default bins against scikit-learn's exact values on 12
-  score sets, beside torchmetrics binned (100 and 1,000 thresholds) and Keras-style 200
-  thresholds; the reported bound must contain the exact value.
+  score sets (and AP with ``within_bins="spread"``), beside torchmetrics binned (100 and 1,000
+  thresholds) and Keras-style 200 thresholds; the reported bound must contain the exact
+  value.
 
 Before a time is reported, the accumulator's AUROC is checked against scikit-learn on the data
 it counted.
