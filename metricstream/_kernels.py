@@ -42,17 +42,18 @@ How the label kernel is fast (measured on a 2-core AMD EPYC, see ``benchmarks/``
   vectorisation; indexing ``y[lo:hi]`` from 0 removes it (measured: 4-5x faster validation).
 * Counting indexes the flat matrix with an unsigned ``t * K + p``, which needs no wraparound test.
 
-Scores are reduced to an argmax without any N-sized temporary. For the ``(N, C)`` logits layout
-with few classes (``C <= TILE_MAX_CLASSES``) NaNs are looked for first in one flat,
-vectorised pass over a tile of rows; then each row is reduced by a branch-free loop of one
-compare and two selects per score. Each row is a short dependency chain, and the core runs the
-chains of consecutive rows side by side; this beat reducing a tile column by column across rows
-(vectorised, but through gathers of the strided scores, or a transposing copy). With
-more classes each row's argmax is one max-reduction over "packed keys": an integer "sortable
-key" of the float bits in the high half and ``C - 1 - c`` in the low half, so that the maximum
-holds the largest score and, among equal scores, the first position (``np.argmax`` picks the
-first maximum); NaNs are detected from the extreme keys. float64 rows (64-bit keys) take two
-passes instead: the extreme keys, then a search for the first position of the maximum.
+Scores are reduced to an argmax without any N-sized temporary. For the ``(N, C)`` logits layout with
+few classes (``C <= TILE_MAX_CLASSES``) NaNs are looked for first in one flat, vectorised pass over
+a tile of rows; then each row is reduced by a branch-free loop of one compare and two selects per
+score. Each row is a short dependency chain, and the core runs the chains of consecutive rows side
+by side; this beat reducing a tile column by column across rows (vectorised, but through gathers of
+the strided scores, or a transposing copy), except for float16/bfloat16 bits in calls too large for
+the cache, whose keys are computed into such a copied tile (``_make_tile_argmax``). With more
+classes each row's argmax is one max-reduction over "packed keys": an integer "sortable key" of the
+float bits in the high half and ``C - 1 - c`` in the low half, so that the maximum holds the largest
+score and, among equal scores, the first position (``np.argmax`` picks the first maximum); NaNs are
+detected from the extreme keys. float64 rows (64-bit keys) take two passes instead: the extreme
+keys, then a search for the first position of the maximum.
 
 ``ignore_index`` is compared exactly: a uint64 label 2^63 never equals ``ignore_index`` 2^63 - 1,
 and a float label 2^53 never equals 2^53 + 1 (Numba would compare both pairs through float64).
