@@ -185,6 +185,58 @@ def _pred_valid_impl(v):
     return lambda v: np.uint8(v > 1) << np.uint8(1)
 
 
+def _count_super_row(sup_t, sup_p, s, q, threshold, acc, copy):  # pragma: no cover
+    """Pass 1 over super-row ``s``: validity bits and uint8 column counts into ``acc``; float
+    scores are also thresholded into row ``q`` of ``copy`` (replaced by the overload below)."""
+
+
+@overload(_count_super_row, inline="always")
+def _count_super_row_impl(sup_t, sup_p, s, q, threshold, acc, copy):
+    if isinstance(sup_p.dtype, types.Float):
+
+        def scores(sup_t, sup_p, s, q, threshold, acc, copy):
+            # Scores are compared once, into 0/1 bytes that the counts and pass 2 read (a
+            # float chunk in pass 2 costs more than the bytes; measured 1.4x, L = 1000); two
+            # loops of few arrays each, as LLVM vectorises a loop only after a bounded number
+            # of runtime alias checks.
+            for k in range(sup_t.shape[1]):
+                pv = sup_p[s, k]
+                acc[3, k] |= _true_bits(sup_t[s, k]) | _pred_valid(pv)
+                copy[q, k] = np.uint8(pv >= threshold)
+            for k in range(sup_t.shape[1]):
+                t8 = np.uint8(sup_t[s, k])
+                pk = copy[q, k]
+                acc[0, k] = np.uint8(acc[0, k] + np.uint8(t8 & pk))
+                acc[1, k] = np.uint8(acc[1, k] + t8)
+                acc[2, k] = np.uint8(acc[2, k] + pk)
+
+        return scores
+
+    def indicators(sup_t, sup_p, s, q, threshold, acc, copy):
+        for k in range(sup_t.shape[1]):
+            tk = sup_t[s, k]
+            pv = sup_p[s, k]
+            pk = np.uint8(pv)
+            acc[3, k] |= _true_bits(tk) | _pred_valid(pv)
+            acc[0, k] = np.uint8(acc[0, k] + np.uint8(np.uint8(tk) & pk))
+            acc[1, k] = np.uint8(acc[1, k] + np.uint8(tk))
+            acc[2, k] = np.uint8(acc[2, k] + pk)
+
+    return indicators
+
+
+def _predictions(y_pred, copy, block):  # pragma: no cover - replaced by the overload below
+    """What pass 2 reads as predictions, and the row of the block's first row in it: the
+    0/1 copy of float scores, or the indicators themselves."""
+
+
+@overload(_predictions, inline="always")
+def _predictions_impl(y_pred, copy, block):
+    if isinstance(y_pred.dtype, types.Float):
+        return lambda y_pred, copy, block: (copy, 0)
+    return lambda y_pred, copy, block: (y_pred, block)
+
+
 def _pred_flag(v):  # pragma: no cover - replaced by the overload below
     """A value whose bitwise OR over a row exceeds 1 exactly when the row holds a bad value."""
 
@@ -740,9 +792,10 @@ def _super_rows(num_labels):
 
 
 @njit(inline="always")
-def _chunk_sums(y_true, y_pred, threshold, i, first, mask):
-    """uint8 sums of ``t & p``, ``t`` and ``p`` over the 64 entries of row ``i`` from column
-    ``first``, each ANDed with ``mask`` (0xFF for entries of the row, 0 past its end).
+def _chunk_sums(y_true, i, y_pred, ip, threshold, first, mask):
+    """uint8 sums of ``t & p``, ``t`` and ``p`` over the 64 entries from column ``first`` of
+    row ``i`` of ``y_true`` and row ``ip`` of ``y_pred``, each ANDed with ``mask`` (0xFF for
+    entries of the row, 0 past its end).
 
     Past the row's end the loop reads the next row's entries (C order) and masks them out;
     the caller makes sure that the chunk stays inside the batch. Indexing the 2-D arrays
@@ -757,7 +810,7 @@ def _chunk_sums(y_true, y_pred, threshold, i, first, mask):
     for k in range(CHUNK):
         j = offset + np.uint64(k)
         tk = np.uint8(np.uint8(y_true[i, j]) & mask[k])
-        pk = np.uint8(_native_positive(y_pred[i, j], threshold) & mask[k])
+        pk = np.uint8(_native_positive(y_pred[ip, j], threshold) & mask[k])
         sx = np.uint8(sx + np.uint8(tk & pk))
         st = np.uint8(st + tk)
         sp = np.uint8(sp + pk)
@@ -765,7 +818,7 @@ def _chunk_sums(y_true, y_pred, threshold, i, first, mask):
 
 
 @njit(inline="always")
-def _chunk_sums_narrow(y_true, y_pred, threshold, i, first, mask):
+def _chunk_sums_narrow(y_true, i, y_pred, ip, threshold, first, mask):
     """:func:`_chunk_sums` over 32 entries, for rows of at most 32 labels (a 32-lane reduction
     is shorter than a 64-lane one)."""
     sx = np.uint8(0)
@@ -775,7 +828,7 @@ def _chunk_sums_narrow(y_true, y_pred, threshold, i, first, mask):
     for k in range(CHUNK_NARROW):
         j = offset + np.uint64(k)
         tk = np.uint8(np.uint8(y_true[i, j]) & mask[k])
-        pk = np.uint8(_native_positive(y_pred[i, j], threshold) & mask[k])
+        pk = np.uint8(_native_positive(y_pred[ip, j], threshold) & mask[k])
         sx = np.uint8(sx + np.uint8(tk & pk))
         st = np.uint8(st + tk)
         sp = np.uint8(sp + pk)
@@ -783,7 +836,7 @@ def _chunk_sums_narrow(y_true, y_pred, threshold, i, first, mask):
 
 
 @njit(inline="always")
-def _chunk_sums_wide(y_true, y_pred, threshold, i, first, mask):
+def _chunk_sums_wide(y_true, i, y_pred, ip, threshold, first, mask):
     """:func:`_chunk_sums` over 128 entries (sums of at most 128 fit uint8): rows of 64 labels
     or more take one reduction per 128 entries instead of one per 64 (measured 1.3x faster
     for L = 100)."""
@@ -794,7 +847,7 @@ def _chunk_sums_wide(y_true, y_pred, threshold, i, first, mask):
     for k in range(CHUNK_WIDE):
         j = offset + np.uint64(k)
         tk = np.uint8(np.uint8(y_true[i, j]) & mask[k])
-        pk = np.uint8(_native_positive(y_pred[i, j], threshold) & mask[k])
+        pk = np.uint8(_native_positive(y_pred[ip, j], threshold) & mask[k])
         sx = np.uint8(sx + np.uint8(tk & pk))
         st = np.uint8(st + tk)
         sp = np.uint8(sp + pk)
@@ -898,18 +951,18 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
     row_bytes = num_labels * (y_true.itemsize + y_pred.itemsize)
     block_rows = min(_BLOCK_ROWS, max(1, _BLOCK_BYTES // row_bytes))
     block_rows = k_rows * max(1, block_rows // k_rows)
+    # the block's float scores as 0/1 bytes, by super-row (pass 1) and by row (pass 2), and a
+    # chunk of padding read (masked) past the last row; unused for indicators
+    block_supers = block_rows // k_rows
+    copy = np.empty(block_rows * num_labels + CHUNK_WIDE, np.uint8)
+    copy_sup = copy[: block_rows * num_labels].reshape(block_supers, width)
+    copy_rows = copy[: block_rows * num_labels].reshape(block_rows, num_labels)
     for block in range(0, n, block_rows):
         stop = min(n, block + block_rows)
         # ---- pass 1: column counts and validity bits, super-row by super-row
-        for s in range(block // k_rows, stop // k_rows):
-            for k in range(width):
-                tk = sup_t[s, k]
-                pv = sup_p[s, k]
-                pk = np.uint8(_native_positive(pv, threshold))
-                acc[3, k] |= _true_bits(tk) | _pred_valid(pv)
-                acc[0, k] = np.uint8(acc[0, k] + np.uint8(np.uint8(tk) & pk))
-                acc[1, k] = np.uint8(acc[1, k] + np.uint8(tk))
-                acc[2, k] = np.uint8(acc[2, k] + pk)
+        first_super = block // k_rows
+        for q in range(stop // k_rows - first_super):
+            _count_super_row(sup_t, sup_p, first_super + q, q, threshold, acc, copy_sup)
             pending += 1
             if pending == 255:
                 _flush(acc, num_labels, cols)
@@ -919,23 +972,27 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
             for j in range(num_labels):
                 tk = y_true[i, j]
                 pv = y_pred[i, j]
-                pk = _native_positive(pv, threshold)
+                pk = np.uint8(_native_positive(pv, threshold))
                 acc[3, j] |= _true_bits(tk) | _pred_valid(pv)
-                cols[0, j] += tk & pk
+                cols[0, j] += np.uint8(tk) & pk
                 cols[1, j] += tk
                 cols[2, j] += pk
+                copy_rows[i - block, j] = pk
         # Validate before the row sums: those of bad entries could index past the histograms.
         worst = np.uint8(0)
         for k in range(width):
             worst |= acc[3, k]
         if worst > 1:
             return _first_bad_row(y_true, y_pred)
+        preds, first_row = _predictions(y_pred, copy_rows, block)
         # ---- pass 2: the row sums of the block (vectorised), then each sample's statistics
         # into the histograms (a scalar scatter; one loop doing both is 1.6x slower, L = 20)
         if step == CHUNK_NARROW:
             # rows of at most 32 labels: one masked chunk each
             for i in range(block, min(stop, safe)):
-                sx, st, sp = _chunk_sums_narrow(y_true, y_pred, threshold, i, 0, mask)
+                sx, st, sp = _chunk_sums_narrow(
+                    y_true, i, preds, i - block + first_row, threshold, 0, mask
+                )
                 r = i - block
                 sums[r, 0] = sx
                 sums[r, 1] = st
@@ -943,7 +1000,9 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
         elif step == CHUNK:
             # rows of fewer than 64 labels: one masked chunk each
             for i in range(block, min(stop, safe)):
-                sx, st, sp = _chunk_sums(y_true, y_pred, threshold, i, 0, mask)
+                sx, st, sp = _chunk_sums(
+                    y_true, i, preds, i - block + first_row, threshold, 0, mask
+                )
                 r = i - block
                 sums[r, 0] = sx
                 sums[r, 1] = st
@@ -953,13 +1012,16 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
                 tps = np.int64(0)
                 aps = np.int64(0)
                 pps = np.int64(0)
+                ip = i - block + first_row
                 for c in range(full):
-                    sx, st, sp = _chunk_sums_wide(y_true, y_pred, threshold, i, c * step, ones)
+                    sx, st, sp = _chunk_sums_wide(y_true, i, preds, ip, threshold, c * step, ones)
                     tps += sx
                     aps += st
                     pps += sp
                 if rest and i < safe:
-                    sx, st, sp = _chunk_sums_wide(y_true, y_pred, threshold, i, full * step, mask)
+                    sx, st, sp = _chunk_sums_wide(
+                        y_true, i, preds, ip, threshold, full * step, mask
+                    )
                     tps += sx
                     aps += st
                     pps += sp
