@@ -990,10 +990,18 @@ class _MemberReader:
             if self.map is not None:
                 index = np.unravel_index(np.arange(start, start + count), self.shape)
                 return np.asarray(self.map[index])
-            data = self.file.read(count * self.dtype.itemsize)
-            if len(data) < count * self.dtype.itemsize:
-                raise self._short(start + len(data) // max(self.dtype.itemsize, 1))
-            return np.frombuffer(data, dtype=self.dtype, count=count)
+            # Read into a new writable array (``np.frombuffer`` of the bytes read would be
+            # read-only, and the kernels compile a specialisation of their own for read-only
+            # input: seconds on a first run, for arrays that are private to us anyway).
+            values = np.empty(count, dtype=self.dtype)
+            target = memoryview(values).cast("B")
+            filled = 0
+            while filled < len(target):
+                got = self.file.readinto(target[filled:])
+                if not got:
+                    raise self._short(start + filled // max(self.dtype.itemsize, 1))
+                filled += got
+            return values
 
     def close(self) -> None:
         self.map = None
