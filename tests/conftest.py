@@ -46,6 +46,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _load_profile(session.config)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's addopts): one worker per usable core, at most 4.
+
+    A cold run is mostly kernel compilation, which the workers share through the on-disk cache;
+    past a few workers each would compile the same kernels at once, and each imports torch,
+    dask and scikit-learn (about half a GB).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(4, cores or 1))
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     if run_slow(config):
         return "slow tests: run (--run-slow or CI=true); hypothesis profile metricstream-slow"
