@@ -42,20 +42,21 @@ tie, maximum and Brier statistics; the histogram increments class by class (one 
 at a time stay in cache, and the loop does nothing else); and per row the rank, calibration and
 loss counts. A chunk no longer than a block is validated by the block's own checks.
 
-Speed notes (2-core AMD EPYC, float32 probabilities, the kernel alone): against the earlier
-single pass row by row (bins, increments and statistics of each score together), the block
-passes take 37 ms instead of 49 ms for 10^6 x 10, 0.66 ms instead of 0.86 ms for 256 x 1000
-(1.3 ms instead of 2.1 ms with the state evicted from cache between calls), and 74 us instead
-of 89 us for a cold 256 x 10 update, but about 1 us more (11.4 us against 10.3 us) for a
-256 x 10 update whose state stays in cache: the copy and the extra passes cost more than the
-shorter increment loop saves when every cell is a cache hit. The log loss takes one ``log``
-per call, not per row: the product of the clipped true-class probabilities, scaled by 2**500
-whenever it falls below 2**-500 (0.9 us of a 256 x 10 update). Measured and not kept: bins
-computed in a flat vectorised pass before a row-by-row increment loop (no faster: the bins of
-the single pass overlap with the memory latency of its increments); the block copied with the
-validity checks fused in (2.5x slower); 64-row blocks (slower; 1,024 no faster); two threads
-on private histograms (on this shared 2-core machine, 15% more CPU time and no wall-clock gain
-at load 6). A Numba call costs about 45 ns per array argument and 15 ns per scalar: the kernel's 18
+Speed notes (2-core AMD EPYC, float32 probabilities, the kernel alone, load 4-5): against
+the earlier single pass row by row (bins, increments and statistics of each score together),
+the block passes take 8.9 us instead of 10.3 us for 256 x 10 (66 us instead of 84 us with the
+state evicted from cache between calls), 0.63 ms instead of 0.88 ms for 256 x 1000 and 41 ms
+instead of 50 ms for 10^6 x 10: the increment loop does nothing else, and the bins and row
+statistics run in vectorised loops. The log loss takes one ``log`` per call, not per row:
+the product of the clipped true-class probabilities, scaled by 2**500 whenever it falls below
+2**-500 (0.9 us of a 256 x 10 update). Scores are checked in the vectorised key pass: a flat
+pass of their own cost 1.5 us of a 256 x 10 update. Measured and not kept: bins computed in a
+flat vectorised pass before a row-by-row increment loop (no faster: the bins of the single
+pass overlap with the memory latency of its increments); the block copied with the validity
+checks fused in (2.5x slower); 64-row blocks (slower; 1,024 no faster); software prefetch of
+the histogram cells (no faster, even with the state evicted); two threads on private
+histograms (on this shared 2-core machine, 15% more CPU time and no wall-clock gain at load
+6). A Numba call costs about 45 ns per array argument and 15 ns per scalar: the kernel's 18
 arguments cost about 0.7 us of a small update.
 """
 
