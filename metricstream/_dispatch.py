@@ -146,7 +146,8 @@ def count_small(
 ) -> float | None:
     """The training-loop update in one kernel call, or None to take ``count_batch`` instead.
 
-    Handles plain arrays only: ``y_true`` 1-D integer labels, ``y_pred`` integer labels of the
+    Handles plain arrays (and CPU torch tensors, through ``count_small_tensors``): ``y_true`` 1-D
+    integer labels, ``y_pred`` integer labels of the
     same length or C-contiguous float32/float64 ``(N, C)`` scores with ``C == K < 128``, fewer
     than ``PARALLEL_MIN_LABELS`` labels (or scores), into an int64 ``out`` whose total (bounded
     by ``total``, NaN when unknown) stays far from 2^63. ``flags`` holds ``COMMIT``, ``INTEGRAL``
@@ -157,7 +158,7 @@ def count_small(
     here: exact ndarrays, dtypes by the key of ``_small_entries``, layout by the flag bits.
     """
     if type(y_true) is not _NDARRAY or type(y_pred) is not _NDARRAY:
-        return None
+        return count_small_tensors(out, y_true, y_pred, flags, ignore, total)
     # The dtypes first, so that inputs this path never takes (float16 scores, binary
     # probabilities...) leave at once: the last combination seen by identity (numpy's built-in
     # dtypes are singletons; hashing them costs more), then the registry.

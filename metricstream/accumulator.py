@@ -20,7 +20,7 @@ import numpy as np
 from . import bootstrap as _bootstrap
 from . import metrics as _metrics
 from . import report as _report
-from ._dispatch import count_batch, count_small, count_small_tensors, small_flags
+from ._dispatch import count_batch, count_small, small_flags
 from ._inputs import Batch, as_array, prepare_batch
 from .base import Accumulator
 from .metrics._zero_division import ZeroDivision
@@ -35,7 +35,6 @@ LabelsArg = Sequence[int | str] | np.ndarray | int | str | None
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _COUNTS_KEY = ("class counts",)
-_NDARRAY = np.ndarray  # a module global: cheaper than ``np.ndarray`` on the update path
 _NAN = math.nan
 
 
@@ -243,16 +242,11 @@ class ConfusionAccumulator(Accumulator):
             # The training-loop case (plain labels or narrow logits, a few hundred rows) in one
             # kernel call with no Batch and no bookkeeping beyond the lock, the version and the
             # total bound; anything else, or anything the kernel rejects, goes the general way.
-            counter = (
-                count_small
-                if type(y_true) is _NDARRAY and type(y_pred) is _NDARRAY
-                else count_small_tensors
-            )
             lock = self._lock
             lock.acquire()
             try:
                 version, total = self._bound
-                bound = counter(
+                bound = count_small(
                     small[0],
                     y_true,
                     y_pred,
