@@ -994,10 +994,10 @@ class _MemberReader:
             # read-only, and the kernels compile a specialisation of their own for read-only
             # input: seconds on a first run, for arrays that are private to us anyway).
             values = np.empty(count, dtype=self.dtype)
-            target = memoryview(values).cast("B")
+            target = values.data.cast("B")
             filled = 0
             while filled < len(target):
-                got = self.file.readinto(target[filled:])
+                got = self.file.readinto(target[filled:])  # type: ignore[attr-defined]
                 if not got:
                     raise self._short(start + filled // max(self.dtype.itemsize, 1))
                 filled += got
