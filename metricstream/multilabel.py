@@ -81,7 +81,7 @@ _PARALLEL_MIN_ROWS = 1 << 12
 # A large batch is cut into about this many row ranges per thread, taken in turn.
 _CHUNKS_PER_THREAD = 8
 # ``ndarray.flags.num`` bits of an array that Numba types as C-contiguous, aligned and
-# writeable: the only arrays passed to the compiled entry points in ``_plain_entries``.
+# writeable: the only arrays passed to the compiled kernels held by ``update``'s routes.
 _PLAIN = 0x1 | 0x100 | 0x400  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE
 _UNSEEN = object()
 _pool: tuple[int, ThreadPoolExecutor] | None = None
@@ -367,7 +367,7 @@ class MultilabelAccumulator(Accumulator):
         ``weights``: one weight per sample (see the class docstring).
         """
         # The training-loop case in as little Python as possible (measured: the general path
-        # costs 3 µs of Python per call, this one under 1 µs): unweighted, C-contiguous,
+        # costs 3 µs of Python per call, this one about 1 µs): unweighted, C-contiguous,
         # aligned, writeable numpy matrices of a native dtype, no masking or co-occurrence,
         # small enough for one thread. One call of the compiled kernel (no Numba dispatch)
         # validates, checks the headroom and counts; anything else, and every error, takes the
@@ -402,9 +402,10 @@ class MultilabelAccumulator(Accumulator):
         return super().update(y_true, y_pred, weights)
 
     def _route(self, y_true: np.ndarray, y_pred: np.ndarray) -> Any:
-        """How ``update`` counts matrices of these dtypes in one call: ``(view of y_true or
-        None, view of y_pred or None, threshold, compiled kernel)``, or None for the general
-        path. Computed once per pair of dtypes and kept in ``_routes``."""
+        """How ``update`` counts matrices of these dtypes in one call: ``(dtype to view y_true
+        as or None, the same for y_pred, the compiled kernel, its other arguments)``, or None
+        for the general path. Computed once per pair of dtypes and kept in ``_routes`` (a
+        restored or copied accumulator starts with none)."""
         true_view = _FAST_VIEWS.get(y_true.dtype)
         pred_view = _FAST_VIEWS.get(y_pred.dtype)
         threshold: Any = self._threshold
