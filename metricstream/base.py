@@ -821,7 +821,18 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
 
 
 def _once(value: Any, name: str) -> Any:
-    """Inputs converted once for every member (numpy arrays pass through untouched)."""
+    """Inputs converted once for every member (numpy arrays pass through untouched).
+
+    What is not array-like (per-sample label sets, say) is passed to every member as it is:
+    each member's own ``update`` reads it or says why it cannot.
+    """
     if type(value) is np.ndarray:
+        return value
+    if not (
+        isinstance(value, (list, tuple, int, float, complex, np.generic))
+        or hasattr(value, "__array__")
+        or hasattr(value, "__dlpack__")
+        or hasattr(value, "__array_interface__")
+    ):
         return value
     return as_array(value, name)

@@ -201,12 +201,6 @@ def test_row_ranges_on_threads_equal_one_thread(two_threads, num_labels):
         acc.update(y_true, y_pred)
 
 
-@pytest.mark.xfail(
-    reason="AccumulatorGroup.update converts every input with as_array; label sets need to "
-    "pass through to the members (metricstream/base.py, _once)",
-    raises=TypeError,
-    strict=False,
-)
 def test_group_takes_label_sets():
     from metricstream import AccumulatorGroup
     from metricstream.multilabel import LabelSets
