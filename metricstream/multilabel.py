@@ -84,6 +84,9 @@ _CHUNKS_PER_THREAD = 8
 # writeable: the only arrays passed to the compiled kernels held by ``update``'s routes.
 _PLAIN = 0x1 | 0x100 | 0x400  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE
 _UNSEEN = object()
+# A flag of batches only (the kernels ignore it): the weights are the 1.0 given to an unweighted
+# batch of a ``weighted`` accumulator, not the caller's (reports keep integer supports).
+_UNIT_WEIGHTS = 1 << 8
 _pool: tuple[int, ThreadPoolExecutor] | None = None
 _pool_lock = threading.Lock()
 _NO_COOCCURRENCE = {"i": np.zeros((0, 0), dtype=np.int64), "f": np.zeros((0, 0))}
@@ -443,6 +446,7 @@ class MultilabelAccumulator(Accumulator):
             and type(y_true) is np.ndarray
             and type(y_pred) is np.ndarray
             and self._ignore_index is None
+            and not self._weighted
         ):
             true_view = _FAST_VIEWS.get(y_true.dtype)
             pred_view = _FAST_VIEWS.get(y_pred.dtype)
@@ -475,6 +479,10 @@ class MultilabelAccumulator(Accumulator):
     def _prepare_weights(self, weights: Any, n: int) -> tuple[np.ndarray, int, float]:
         dtype = np.float64 if self._weighted else np.int64
         if weights is None:
+            if self._weighted:
+                # Weights of 1.0: the same float sums as no weights, through the kernels that
+                # weighted batches compile anyway (one specialisation fewer per input type).
+                return np.ones(n), _k.HAS_WEIGHTS | _UNIT_WEIGHTS, float(n)
             return _NO_WEIGHTS, 0, float(n)
         array = as_array(weights, "weights")
         if array.ndim != 1 or array.shape[0] != n:
@@ -588,7 +596,7 @@ class MultilabelAccumulator(Accumulator):
             self._count_sets(arrays, batch)
         else:
             self._count_dense(arrays, batch)
-        if batch.flags & _k.HAS_WEIGHTS:
+        if batch.flags & _k.HAS_WEIGHTS and not batch.flags & _UNIT_WEIGHTS:
             arrays["per_sample"][_k.WEIGHTED_ROWS] += batch.weights.shape[0]
 
     def _count_dense(self, arrays: dict[str, np.ndarray], batch: _DenseBatch) -> None:
