@@ -283,73 +283,20 @@ def count_small_tensors(
         return None
     key = (true_dtype, pred_dtype, len(shape), mark)
     entry = _tensor_entries.get(key, _UNSEEN)
-    if len(shape) == 1:
-        args = (
-            true_address,
-            true_dtype,
-            pred_address,
-            pred_dtype,
-            size,
-            out,
-            size,
-            1,
-            flags,
-            ignore,
-        )
-        if entry is _UNSEEN:
-            entry = _register(_tensor_entries, key, _kernels.count_labels_at, args)
-        if entry is None:
-            return None
-        status, _, counted = entry(*args)
-        if status:
-            entry(
-                true_address,
-                true_dtype,
-                pred_address,
-                pred_dtype,
-                size,
-                out,
-                counted,
-                -1,
-                flags,
-                ignore,
-            )
-            return None
-    else:
-        num_scores = shape[1]
-        row_args = (
-            true_address,
-            true_dtype,
-            pred_address,
-            pred_dtype,
-            size,
-            num_scores,
-            out,
-            size,
-            1,
-            flags,
-            ignore,
-        )
-        if entry is _UNSEEN:
-            entry = _register(_tensor_entries, key, _kernels.count_rows_at, row_args)
-        if entry is None:
-            return None
-        status, _, counted = entry(*row_args)
-        if status:
-            entry(
-                true_address,
-                true_dtype,
-                pred_address,
-                pred_dtype,
-                size,
-                num_scores,
-                out,
-                counted,
-                -1,
-                flags,
-                ignore,
-            )
-            return None
+    # Labels (1-D) or (N, C) rows: the same arguments, with the row width for rows.
+    kernel = _kernels.count_labels_at if len(shape) == 1 else _kernels.count_rows_at
+    head: tuple[Any, ...] = (true_address, true_dtype, pred_address, pred_dtype, size)
+    if len(shape) != 1:
+        head += (shape[1],)
+    args = (*head, out, size, 1, flags, ignore)
+    if entry is _UNSEEN:
+        entry = _register(_tensor_entries, key, kernel, args)
+    if entry is None:
+        return None
+    status, _, counted = entry(*args)
+    if status:
+        entry(*head, out, counted, -1, flags, ignore)  # undo the counted prefix
+        return None
     return total + size
 
 
