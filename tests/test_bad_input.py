@@ -77,14 +77,14 @@ BAD_UPDATES = [
     (
         "true-nan",
         [0.0, np.nan],
-        [0, 1],
+        [0.0, 1.0],
         None,
         ValueError,
         r"`y_true` holds label nan at position 1, but NaN is not a label",
     ),
     (
         "pred-fractional",
-        [0, 1],
+        [0.0, 1.0],
         [0.0, 1.5],
         None,
         ValueError,
@@ -92,7 +92,7 @@ BAD_UPDATES = [
     ),
     (
         "pred-inf",
-        [0, 1],
+        [0.0, 1.0],
         [0.0, np.inf],
         None,
         ValueError,
@@ -118,9 +118,9 @@ BAD_UPDATES = [
         "weights-negative",
         [0, 1, 2],
         [0, 1, 2],
-        [1, -2, 1],
+        [1.0, -2.0, 1.0],
         ValueError,
-        r"`weights` holds -2 at position 1, but weights must be finite and non-negative",
+        r"`weights` holds -2.0 at position 1, but weights must be finite and non-negative",
     ),
     (
         "weights-nan",
@@ -201,7 +201,7 @@ BAD_UPDATES = [
     (
         "scores-bad-weight",
         [0, 1],
-        np.zeros((2, 5)),
+        np.zeros((2, 5), np.float32),
         [1.0, -1.0],
         ValueError,
         r"`weights` holds -1.0 at position 1",
@@ -209,10 +209,12 @@ BAD_UPDATES = [
 ]
 
 
-# Into a float64 (weighted) matrix each label dtype is a kernel specialisation of its own (2-3 s
-# to compile on a cold cache): by default only the float-weight cases, which the weighted path
-# compiles anyway; every case in CI.
+# Each (label dtype, weight dtype, matrix dtype) is a kernel specialisation of its own (2-3 s to
+# compile on a cold cache), so the cases above share the float64 and int64 ones the rest of the
+# suite compiles anyway. Into a float64 (weighted) matrix, by default only the float-weight cases;
+# narrow integer labels in CI only; every case in CI.
 _WEIGHTED_BY_DEFAULT = {"weights-nan", "weights-inf"}
+_CI_ONLY = {"pred-negative-int8"}
 
 
 @pytest.mark.parametrize(
@@ -222,7 +224,9 @@ _WEIGHTED_BY_DEFAULT = {"weights-nan", "weights-inf"}
             weighted,
             *case[1:],
             id=f"{case[0]}-{'float64' if weighted else 'int64'}",
-            marks=[pytest.mark.slow] if weighted and case[0] not in _WEIGHTED_BY_DEFAULT else [],
+            marks=[pytest.mark.slow]
+            if case[0] in _CI_ONLY or (weighted and case[0] not in _WEIGHTED_BY_DEFAULT)
+            else [],
         )
         for case in BAD_UPDATES
         for weighted in (False, True)
@@ -293,7 +297,11 @@ def test_large_batch_failure_keeps_state(weighted, where):
     )
 
 
-@pytest.mark.parametrize("weighted", [False, True], ids=["int64", "float64"])
+@pytest.mark.parametrize(
+    "weighted",
+    [False, pytest.param(True, marks=pytest.mark.slow)],  # float64 matrix: one more kernel
+    ids=["int64", "float64"],
+)
 def test_large_scores_failure_keeps_state(weighted):
     acc = seeded(weighted)
     rng = np.random.default_rng(2)

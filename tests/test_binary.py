@@ -305,7 +305,13 @@ END_TO_END = [
 @pytest.mark.parametrize("pos_label", [0, 1])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize(
-    "make, threshold", [c[1:] for c in END_TO_END], ids=[c[0] for c in END_TO_END]
+    "make, threshold",
+    [
+        # float32 scores are kernels of their own (2-3 s each, cold); the training-loop tests
+        # cover them by default, this grid in CI
+        pytest.param(*c[1:], id=c[0], marks=[pytest.mark.slow] if "float32" in c[0] else [])
+        for c in END_TO_END
+    ],
 )
 def test_binary_scores_end_to_end(make, threshold, weighted, pos_label):
     from metricstream import ConfusionAccumulator

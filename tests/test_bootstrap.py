@@ -96,7 +96,7 @@ def test_poisson_sampler_matches_the_distribution(lam: float) -> None:
 def test_multinomial_replicates_have_multinomial_moments() -> None:
     counts = np.array([500, 3, 40, 1, 120, 9, 2000, 17], dtype=np.int64)
     total = counts.sum()
-    draws = kernels.replicate_cells(counts, 5, 0, 20_000, True)
+    draws = kernels.replicate_cells(counts, np.uint64(5), 0, 20_000, True)
     assert (draws.sum(axis=1) == total).all()
     p = counts / total
     assert np.allclose(draws.mean(axis=0), total * p, rtol=0.02, atol=0.05)
@@ -115,7 +115,7 @@ def test_multinomial_replicates_have_multinomial_moments() -> None:
 
 def test_poisson_replicates_are_independent_poisson_cells() -> None:
     counts = np.array([3, 40, 1, 12], dtype=np.int64)
-    draws = kernels.replicate_cells(counts, 9, 0, 20_000, False)
+    draws = kernels.replicate_cells(counts, np.uint64(9), 0, 20_000, False)
     assert np.allclose(draws.mean(axis=0), counts, rtol=0.03)
     assert np.allclose(draws.var(axis=0), counts, rtol=0.06)
     corr = np.corrcoef(draws.T)
@@ -124,12 +124,16 @@ def test_poisson_replicates_are_independent_poisson_cells() -> None:
 
 def test_replicates_depend_only_on_seed_and_index() -> None:
     counts = np.array([30, 2, 5, 60], dtype=np.int64)
-    whole = kernels.replicate_cells(counts, 42, 0, 100, True)
-    assert np.array_equal(kernels.replicate_cells(counts, 42, 40, 70, True), whole[40:70])
-    assert not np.array_equal(kernels.replicate_cells(counts, 43, 0, 100, True), whole)
+    whole = kernels.replicate_cells(counts, np.uint64(42), 0, 100, True)
+    assert np.array_equal(
+        kernels.replicate_cells(counts, np.uint64(42), 40, 70, True), whole[40:70]
+    )
+    assert not np.array_equal(kernels.replicate_cells(counts, np.uint64(43), 0, 100, True), whole)
     rows = np.array([0, 0, 1, 1], dtype=np.int64)
     cols = np.array([0, 1, 0, 1], dtype=np.int64)
-    tp, ap, pp, total = kernels.replicate_marginals(rows, cols, counts, 2, 42, 0, 100, True)
+    tp, ap, pp, total = kernels.replicate_marginals(
+        rows, cols, counts, 2, np.uint64(42), 0, 100, True
+    )
     stack = whole.reshape(100, 2, 2)
     assert np.array_equal(tp, np.diagonal(stack, axis1=1, axis2=2))
     assert np.array_equal(ap, stack.sum(axis=2))

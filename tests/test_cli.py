@@ -67,7 +67,8 @@ def run_process(*args: str | os.PathLike, cwd: Path | None = None) -> Result:
 
 def digits_columns() -> tuple[np.ndarray, np.ndarray]:
     table = np.loadtxt(DIGITS, delimiter=",", skiprows=1, usecols=(0, 1), dtype=np.int64)
-    return table[:, 0], table[:, 1]
+    columns = table.T.copy()  # contiguous: strided labels would compile a kernel of their own
+    return columns[0], columns[1]
 
 
 def write_csv(path: Path, header: list[str], rows) -> Path:

@@ -212,7 +212,7 @@ def test_clustered_data_widen_the_interval() -> None:
 def test_scores_and_threshold_inputs() -> None:
     rng = np.random.default_rng(9)
     y_true = rng.integers(0, 3, (5, 6))
-    scores = rng.normal(size=(5, 3, 6))
+    scores = rng.normal(size=(5, 3, 6)).astype(np.float32)  # the segmentation kernel tests use
     acc = BootstrapConfusionAccumulator(3, n_replicates=6, seed=0)
     acc.update(y_true, scores, cluster_ids=np.arange(5))
     labels = BootstrapConfusionAccumulator(3, n_replicates=6, seed=0)
@@ -229,7 +229,7 @@ def test_scores_and_threshold_inputs() -> None:
         binary.matrix, ConfusionAccumulator(2, threshold=0.5).update(truth, probabilities).matrix
     )
     with pytest.raises(ValueError, match="holds NaN"):
-        acc.update(y_true, np.full((5, 3, 6), np.nan), cluster_ids=np.arange(5))
+        acc.update(y_true, np.full((5, 3, 6), np.nan, np.float32), cluster_ids=np.arange(5))
 
 
 def test_ignore_index() -> None:

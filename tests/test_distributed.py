@@ -194,10 +194,8 @@ def test_group_sync_when_the_engine_returns_a_new_buffer():
 @pytest.mark.parametrize("copy_result", [False, True], ids=["in-place", "new-buffer"])
 def test_single_accumulator_is_summed_without_packing(copy_result):
     data = dataset()
-    accs = [
-        ConfusionAccumulator(**config()).update(data["y_true"][r::3], data["y_pred"][r::3])
-        for r in range(3)
-    ]
+    shards = [{key: data[key][r::3].copy() for key in ("y_true", "y_pred")} for r in range(3)]
+    accs = [ConfusionAccumulator(**config()).update(s["y_true"], s["y_pred"]) for s in shards]
     expected = ConfusionAccumulator(**config()).update(data["y_true"], data["y_pred"])
     world = FakeWorld(3, copy_result=copy_result)
     for rank, result in enumerate(world.run(accs)):

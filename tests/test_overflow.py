@@ -109,7 +109,17 @@ def test_a_caller_supplied_total_is_checked_as_a_bound(path):
     np.testing.assert_array_equal(out, [[2, 0], [1, 2]])
 
 
-@pytest.mark.parametrize("kind", ["labels", "scores", "scores3d", "threshold"])
+# Each input kind with integer weights is a kernel specialisation of its own (2-3 s to compile
+# cold): the kinds no other test compiles run in CI only.
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "labels",
+        "scores",
+        pytest.param("scores3d", marks=pytest.mark.slow),
+        pytest.param("threshold", marks=pytest.mark.slow),
+    ],
+)
 def test_every_input_kind_is_overflow_checked(kind, path):
     out = np.array([[INT64_MAX - 10, 0], [0, 0]], dtype=np.int64)
     y_true = np.zeros(20, dtype=np.int64)
@@ -159,9 +169,13 @@ def test_uint64_weights_below_2_63_are_exact():
     assert int(out[0, 1]) == 2**62 + 4
 
 
-def test_uint64_weights_of_2_63_or_more_are_rejected_for_int64_but_fine_for_float64():
+def test_uint64_weights_of_2_63_or_more_are_rejected_for_int64():
     out = np.zeros((2, 2), dtype=np.int64)
     assert_rejected_unchanged(out, "below 2\\^63", [0], [0], np.array([2**63], np.uint64))
+
+
+@pytest.mark.slow  # uint64 weights into a float64 matrix: a kernel of its own
+def test_uint64_weights_of_2_63_or_more_are_fine_for_float64():
     weighted = np.zeros((2, 2))
     count(weighted, [0], [0], np.array([2**64 - 1], np.uint64))
     assert weighted[0, 0] == float(2**64 - 1)
@@ -188,6 +202,10 @@ def test_bad_input_is_still_reported_by_name_on_the_exact_path():
 
 
 # ---------------------------------------------------------------------------- ignore_index
+# uint64 labels into the threads' int32 private matrices: a kernel of its own (CI only).
+@pytest.mark.parametrize(
+    "path", ["serial", pytest.param("threads", marks=pytest.mark.slow)], indirect=True
+)
 def test_uint64_label_2_63_is_not_taken_for_ignore_index_2_63_minus_1(path):
     labels = np.array([2**63, 1], dtype=np.uint64)
     out = np.zeros((3, 3), dtype=np.int64)
@@ -218,13 +236,14 @@ def test_float_label_2_53_is_not_taken_for_ignore_index_2_53_plus_1(path):
         out,
         "holds label 9007199254740992.0 at position 0",
         np.array([2.0**53, 1.0]),
-        np.array([0, 1]),
+        np.array([0.0, 1.0]),
         ignore_index=2**53 + 1,
     )
-    count(out, np.array([2.0**53, 1.0]), np.array([0, 1]), ignore_index=2**53)
+    count(out, np.array([2.0**53, 1.0]), np.array([0.0, 1.0]), ignore_index=2**53)
     np.testing.assert_array_equal(out, [[0, 0], [0, 1]])
 
 
+@pytest.mark.slow  # uint64 labels with scores: two kernels of their own
 @pytest.mark.parametrize("kind", ["scores", "threshold"])
 def test_ignore_index_is_exact_for_scores_too(kind):
     out = np.zeros((2, 2), dtype=np.int64)

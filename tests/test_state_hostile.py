@@ -703,7 +703,7 @@ def test_load_of_a_huge_file_announcing_less_is_refused_before_reading(tmp_path,
 
 def test_large_valid_file_still_loads_after_the_streamed_checksum(tmp_path):
     acc = ConfusionAccumulator(3000)  # 72 MB: beyond the streamed-check threshold
-    acc.update(np.arange(3000), np.arange(3000)[::-1])
+    acc.update(np.arange(3000), np.arange(3000)[::-1].copy())
     loaded = ConfusionAccumulator.load(acc.save(tmp_path / "large.msacc"))
     assert loaded == acc
 
