@@ -208,7 +208,8 @@ ROW_SCORE_DEFAULTS |= {(np.int64, "serial")}
     ],
     indirect=["path"],
 )
-@pytest.mark.parametrize("num_classes", [1, 2, 3, 17, 100])
+# 16 and 33: one whole vector of scores per row, and two with a one-score tail.
+@pytest.mark.parametrize("num_classes", [1, 2, 3, 16, 17, 33, 100])
 def test_row_scores_argmax_equals_numpy(dtype, num_classes, path):
     rng = np.random.default_rng(num_classes)
     size = 1500
@@ -257,16 +258,19 @@ def test_non_contiguous_row_scores(path):
     indirect=["path"],
 )
 @pytest.mark.parametrize("row", [0, 255, 256, 999])
-def test_nan_score_is_reported_and_changes_nothing(dtype, row, path):
+@pytest.mark.parametrize("num_classes", [5, 40], ids=lambda k: f"C={k}")
+def test_nan_score_is_reported_and_changes_nothing(dtype, row, num_classes, path):
     rng = np.random.default_rng(7)
-    scores = rng.normal(size=(1000, 5)).astype(dtype)
-    scores[row, 3] = np.nan
+    scores = rng.normal(size=(1000, num_classes)).astype(dtype)
+    column = num_classes - 2  # C=40: in the third vector of the row
+    scores[row, column] = np.nan
+    scores[row, -1] = np.nan
     scores[row + 1 :, 2] = np.nan
-    acc = ConfusionAccumulator(5)
+    acc = ConfusionAccumulator(num_classes)
     acc.update([0, 1], [1, 1])
     before = acc.matrix.copy()
-    with pytest.raises(ValueError, match=rf"NaN at position \({row}, 3\)"):
-        acc.update(rng.integers(0, 5, 1000), scores)
+    with pytest.raises(ValueError, match=rf"NaN at position \({row}, {column}\)"):
+        acc.update(rng.integers(0, num_classes, 1000), scores)
     np.testing.assert_array_equal(acc.matrix, before)
 
 
