@@ -14,10 +14,11 @@ Every function takes a K×K matrix (rows true, columns predicted) or a
 from __future__ import annotations
 
 import html
+import itertools
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -187,19 +188,33 @@ def classification_report(
         # scikit-learn counts the supports with float zeros when no sample at all is classified
         # correctly (its "pathological case"), so they then print as ``3.0``, not ``3``.
         s = s.astype(np.float64)
-    rows = list(zip(names, p, r, f, s, strict=False))  # truncates, as scikit-learn
-
+    # zip truncates to the shorter of names and scores, as scikit-learn does.
+    shown = min(len(names), len(p))
+    # Whole columns become Python numbers in one ``tolist`` each and every row is formatted by
+    # one %-format pass over them (K = 1000: a tenth of the cost of formatting cell by cell).
+    columns = [names[:shown], p[:shown].tolist(), r[:shown].tolist(), f[:shown].tolist()]
     if output_dict:
         report: dict[str, Any] = {}
-        for name, *scores in rows:
-            report[name] = dict(zip(_HEADERS, [float(value) for value in scores], strict=True))
+        # ``float`` of every support, as ``astype`` (the same rounding for counts above 2**53).
+        supports = s[:shown].astype(np.float64).tolist()
+        for name, precision_i, recall_i, f1_i, support_i in zip(*columns, supports, strict=True):
+            report[name] = {
+                "precision": precision_i,
+                "recall": recall_i,
+                "f1-score": f1_i,
+                "support": support_i,
+            }
     else:
         width = max(max(len(name) for name in names), len("weighted avg"), digits)
         head_fmt = "{:>{width}s} " + " {:>9}" * len(_HEADERS)
         text = head_fmt.format("", *_HEADERS, width=width) + "\n\n"
         row_fmt = "{:>{width}s} " + " {:>9.{digits}f}" * 3 + " {:>9}\n"
-        for row in rows:
-            text += row_fmt.format(*row, width=width, digits=digits)
+        # ``"%9s" % str(v)`` is ``"{:>9}".format(v)`` and ``"%9.2f"`` is ``"{:>9.2f}"``, for
+        # ints and floats alike; the names are strings, right-aligned alike.
+        row_percent = f"%{width}s " + f" %9.{digits}f" * 3 + " %9s\n"
+        columns.append(list(map(str, s[:shown].tolist())))
+        cells = itertools.chain.from_iterable(zip(*columns, strict=True))
+        text += (row_percent * shown) % tuple(cells)
         text += "\n"
 
     total_support = np.sum(s)
@@ -311,15 +326,22 @@ def summary(
     return _summary(matrix_or_counts, class_names, zero_division, state=True)
 
 
-def _summary(
+class _SummaryParts(NamedTuple):
+    """What every summary view is made of: one metric pass over the counts, kept as columns."""
+
+    counts: ClassCounts
+    names: list[str]
+    overall: dict[str, float | None]
+    support: list  # JSON numbers (see _json_numbers), one per class
+    predicted: list
+    rates: dict[str, np.ndarray]  # per-class float64 rates, keyed as in _PER_CLASS
+
+
+def _summary_parts(
     matrix_or_counts: MatrixLike,
     class_names: Sequence[str] | None,
     zero_division: ZeroDivision,
-    *,
-    state: bool,
-) -> dict:
-    """:func:`summary`; ``state=False`` leaves out the matrix (the tables do not show it, and at
-    K = 1000 converting it to lists is most of the cost)."""
+) -> _SummaryParts:
     counts = as_counts(matrix_or_counts)
     zero_division_value(zero_division)
     k = counts.num_classes
@@ -346,7 +368,7 @@ def _summary(
         "weighted_recall": recall(counts, average="weighted", zero_division=zd),
         "weighted_f1": f1(counts, average="weighted", zero_division=zd),
     }
-    per_class_values: dict[str, Any] = {
+    per_class_values = {
         "precision": precision(counts, zero_division=zd),
         "recall": recall(counts, zero_division=zd),
         "f1": f1(counts, zero_division=zd),
@@ -354,28 +376,75 @@ def _summary(
         "npv": negative_predictive_value(counts, zero_division=zd),
         "iou": jaccard(counts, zero_division=zd),
     }
-    # Columns are converted to Python numbers in bulk (``tolist``), not value by value: at
-    # K = 1000 this is most of the cost of a summary.
-    columns: dict[str, list] = {
-        "index": list(range(k)),
-        "name": names,
-        "support": _json_numbers(counts.actual_positives),
-        "predicted": _json_numbers(counts.predicted_positives),
-    }
-    for key, values in per_class_values.items():
-        column = np.asarray(values, dtype=np.float64)
-        columns[key] = [None if v != v else v for v in column.tolist()]
-    keys = list(columns)
-    per_class = [dict(zip(keys, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+    return _SummaryParts(
+        counts=counts,
+        names=names,
+        overall={key: _json_float(value) for key, value in overall.items()},
+        # Columns are converted to Python numbers in bulk (``tolist``), not value by value: at
+        # K = 1000 this is most of the cost of a summary.
+        support=_json_numbers(counts.actual_positives),
+        predicted=_json_numbers(counts.predicted_positives),
+        rates={
+            key: np.asarray(values, dtype=np.float64) for key, values in per_class_values.items()
+        },
+    )
+
+
+def _json_floats(values: np.ndarray) -> list[float | None]:
+    """``values`` as Python floats, NaN as None."""
+    column = values.tolist()
+    if not np.isnan(values).any():
+        return column
+    return [None if v != v else v for v in column]
+
+
+def _summary(
+    matrix_or_counts: MatrixLike,
+    class_names: Sequence[str] | None,
+    zero_division: ZeroDivision,
+    *,
+    state: bool,
+) -> dict:
+    """:func:`summary`; ``state=False`` leaves out the matrix (at K = 1000 converting it to
+    lists is most of the cost)."""
+    parts = _summary_parts(matrix_or_counts, class_names, zero_division)
+    counts, k = parts.counts, parts.counts.num_classes
+    rates = [_json_floats(parts.rates[key]) for key, _ in _PER_CLASS]
+    per_class = [
+        {
+            "index": index,
+            "name": name,
+            "support": support_i,
+            "predicted": predicted_i,
+            "precision": precision_i,
+            "recall": recall_i,
+            "f1": f1_i,
+            "specificity": specificity_i,
+            "npv": npv_i,
+            "iou": iou_i,
+        }
+        for (
+            index,
+            name,
+            support_i,
+            predicted_i,
+            precision_i,
+            recall_i,
+            f1_i,
+            specificity_i,
+            npv_i,
+            iou_i,
+        ) in zip(range(k), parts.names, parts.support, parts.predicted, *rates, strict=True)
+    ]
     weighted = counts.matrix.dtype.kind == "f"
     data: dict[str, Any] = {
         "num_classes": k,
         "num_samples": _json_number(counts.total),
-        "overall": {key: _json_float(value) for key, value in overall.items()},
+        "overall": parts.overall,
         "per_class": per_class,
     }
     if state:
-        data["class_names"] = list(names)
+        data["class_names"] = list(parts.names)
         data["weighted"] = weighted
         # ``tolist`` gives Python ints (or floats for weights) in one pass over the matrix.
         data["confusion_matrix"] = counts.matrix.astype(
@@ -393,19 +462,66 @@ def _fmt_count(value: int | float, digits: int) -> str:
     return str(value) if isinstance(value, int) else f"{value:.{digits}f}"
 
 
-def _table(data: dict, digits: int) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
-    overall = [[label, _fmt(data["overall"][key], digits)] for key, label in _OVERALL]
+class _Column(NamedTuple):
+    """One column of the per-class table, ready for a %-format: ``"%" + str(width) + conversion``
+    of each item is the cell, right-aligned (e.g. ``"%7.4f" % x == f"{x:.4f}".rjust(7)``)."""
+
+    conversion: str  # "s" (items are the cells), "d" (ints) or ".4f" (floats)
+    items: list
+    width: int  # of the widest cell
+
+
+def _rate_column(values: np.ndarray, digits: int) -> _Column:
+    """:func:`_fmt` of every value of a rate column, as a %-format conversion.
+
+    Without NaN, infinite or negative values (rates are in [0, 1]; a float matrix can leave a
+    tiny negative ``TN``), the floats are formatted straight into the table: the cell length of
+    ``"%.{digits}f"`` grows with the value, so the widest cell is the largest value's.
+    Otherwise each cell is formatted first (``"%.4f" % v`` is ``f"{v:.4f}"``; NaN as "–").
+    """
+    fmt = f"%.{digits}f"
+    column = values.tolist()
+    if np.isfinite(values).all() and not np.signbit(values).any():
+        return _Column(f".{digits}f", column, len(fmt % max(column)))
+    cells = ["–" if v != v else fmt % v for v in column]
+    return _Column("s", cells, max(map(len, cells)))
+
+
+def _count_column(values: np.ndarray, numbers: list, digits: int) -> _Column:
+    """:func:`_fmt_count` of every count of a column (``numbers`` are its JSON numbers)."""
+    if values.dtype.kind in "iu":  # non-negative ints: the widest cell is the largest count's
+        return _Column("d", numbers, len(str(max(numbers))))
+    cells = [_fmt_count(value, digits) for value in numbers]
+    return _Column("s", cells, max(map(len, cells)))
+
+
+def _table(parts: _SummaryParts, digits: int) -> tuple[list[list[str]], list[str], list[_Column]]:
+    """The overall (label, value) pairs, the per-class header, and the per-class columns
+    (names, support, predicted, then the rates of ``_PER_CLASS``)."""
+    overall = [[label, _fmt(parts.overall[key], digits)] for key, label in _OVERALL]
     header = ["class", "support", "predicted"] + [label for _, label in _PER_CLASS]
-    rows = [
-        [
-            entry["name"],
-            _fmt_count(entry["support"], digits),
-            _fmt_count(entry["predicted"], digits),
-        ]
-        + [_fmt(entry[key], digits) for key, _ in _PER_CLASS]
-        for entry in data["per_class"]
-    ]
-    return overall, [header], rows
+    counts = parts.counts
+    names = parts.names
+    columns = [
+        _Column("s", names, max(map(len, names))),
+        _count_column(counts.actual_positives, parts.support, digits),
+        _count_column(counts.predicted_positives, parts.predicted, digits),
+    ] + [_rate_column(parts.rates[key], digits) for key, _ in _PER_CLASS]
+    return overall, header, columns
+
+
+def _rows(row_fmt: str, columns: list[_Column], separator: str) -> str:
+    """Every row of ``columns`` through ``row_fmt``, joined by ``separator``, in one %-format
+    pass over the cells taken row by row."""
+    items = tuple(itertools.chain.from_iterable(zip(*(c.items for c in columns), strict=True)))
+    return separator.join([row_fmt] * len(columns[0].items)) % items
+
+
+def _cells(column: _Column) -> list[str]:
+    """The cells of a column as strings."""
+    if column.conversion == "s":
+        return column.items
+    return list(map(f"%{column.conversion}".__mod__, column.items))
 
 
 def summary_text(
@@ -434,17 +550,20 @@ def summary_text(
             1       10          3       0.67    0.20  0.31         0.93  0.64  0.18
             2        9          9       0.67    0.67  0.67         0.81  0.81  0.50
     """
-    data = _summary(matrix_or_counts, class_names, zero_division, state=False)
-    overall, header, rows = _table(data, digits)
+    parts = _summary_parts(matrix_or_counts, class_names, zero_division)
+    overall, header, columns = _table(parts, digits)
     label_width = max(len(label) for label, _ in overall)
-    samples = _fmt_count(data["num_samples"], digits)
-    lines = [f"samples: {samples}, classes: {data['num_classes']}", ""]
+    samples = _fmt_count(_json_number(parts.counts.total), digits)
+    lines = [f"samples: {samples}, classes: {parts.counts.num_classes}", ""]
     lines += [f"{label:>{label_width}}  {value}" for label, value in overall]
     lines.append("")
-    table = header + rows
-    widths = [max(len(row[c]) for row in table) for c in range(len(header[0]))]
-    for row in table:
-        lines.append("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
+    # Every row right-aligned by one %-format pass ("%5s" % cell is cell.rjust(5)).
+    widths = [max(len(title), column.width) for title, column in zip(header, columns, strict=True)]
+    lines.append("  ".join(f"%{width}s" for width in widths) % tuple(header))
+    row_fmt = "  ".join(
+        f"%{width}{column.conversion}" for width, column in zip(widths, columns, strict=True)
+    )
+    lines.append(_rows(row_fmt, columns, "\n"))
     return "\n".join(lines)
 
 
@@ -478,15 +597,17 @@ def summary_markdown(
         | 0 | 2 | 3 | 0.67 | 1.00 | 0.80 | 0.50 | 1.00 | 0.67 |
         | 1 | 2 | 1 | 1.00 | 0.50 | 0.67 | 1.00 | 0.67 | 0.50 |
     """
-    data = _summary(matrix_or_counts, class_names, zero_division, state=False)
-    overall, header, rows = _table(data, digits)
+    parts = _summary_parts(matrix_or_counts, class_names, zero_division)
+    overall, header, columns = _table(parts, digits)
     lines = ["| metric | value |", "|---|---:|"]
     lines += [f"| {_md_escape(label)} | {value} |" for label, value in overall]
     lines.append("")
-    lines.append("| " + " | ".join(header[0]) + " |")
-    lines.append("|---|" + "---:|" * (len(header[0]) - 1))
-    for row in rows:
-        lines.append("| " + " | ".join(_md_escape(cell) for cell in row) + " |")
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|---|" + "---:|" * (len(header) - 1))
+    # Only names can hold "|": counts and rates are digits, ".", "-", "e", "+", "inf" or "–".
+    columns[0] = _Column("s", [_md_escape(name) for name in columns[0].items], 0)
+    row_fmt = "| " + " | ".join(f"%{column.conversion}" for column in columns) + " |"
+    lines.append(_rows(row_fmt, columns, "\n"))
     return "\n".join(lines)
 
 
@@ -503,28 +624,30 @@ def summary_html(
     Undefined values show as ``–`` (``zero_division=np.nan`` by default, so nothing warns);
     with more than ``max_rows`` classes only the first and last ``max_rows // 2`` are shown.
     """
-    data = _summary(matrix_or_counts, class_names, zero_division, state=False)
-    overall, header, rows = _table(data, digits)
+    parts = _summary_parts(matrix_or_counts, class_names, zero_division)
+    overall, header, columns = _table(parts, digits)
+    rows = [list(row) for row in zip(*map(_cells, columns), strict=True)]
     if len(rows) > max_rows:
         half = max(max_rows // 2, 1)
-        rows = rows[:half] + [["…"] * len(header[0])] + rows[-half:]
+        rows = rows[:half] + [["…"] * len(header)] + rows[-half:]
     esc = html.escape
-    parts = [
+    samples = _fmt_count(_json_number(parts.counts.total), digits)
+    parts_html = [
         '<div class="metricstream-summary">',
-        f"<p><b>ConfusionAccumulator</b>: {esc(_fmt_count(data['num_samples'], digits))} "
+        f"<p><b>ConfusionAccumulator</b>: {esc(samples)} "
         f"samples, "
-        f"{data['num_classes']} classes</p>",
+        f"{parts.counts.num_classes} classes</p>",
         "<table><tbody>",
     ]
-    parts += [
+    parts_html += [
         f'<tr><th style="text-align:left">{esc(label)}</th><td>{esc(value)}</td></tr>'
         for label, value in overall
     ]
-    parts.append("</tbody></table>")
-    parts.append("<table><thead><tr>")
-    parts += [f"<th>{esc(cell)}</th>" for cell in header[0]]
-    parts.append("</tr></thead><tbody>")
+    parts_html.append("</tbody></table>")
+    parts_html.append("<table><thead><tr>")
+    parts_html += [f"<th>{esc(cell)}</th>" for cell in header]
+    parts_html.append("</tr></thead><tbody>")
     for row in rows:
-        parts.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>")
-    parts.append("</tbody></table></div>")
-    return "".join(parts)
+        parts_html.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>")
+    parts_html.append("</tbody></table></div>")
+    return "".join(parts_html)

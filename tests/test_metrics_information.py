@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import sklearn.metrics as skm
 
+from metricstream._view_kernels import compact_nonzero
 from metricstream.metrics import mutual_information, normalized_mutual_information
+from metricstream.metrics.information import _cell_xlogx_sum
 
 METHODS = ["arithmetic", "geometric", "min", "max"]
 
@@ -60,3 +62,25 @@ def test_random_matrices_match_sklearn(seed):
         assert got == pytest.approx(expected, abs=1e-14)
         if expected == 0.0:
             assert got == 0.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_nonzero_cells_are_gathered_as_boolean_indexing_does(seed):
+    # The mutual information sums the non-zero cells through np.dot, whose rounding depends on
+    # the order of its terms: the kernel must gather exactly ``cells[cells != 0]``, in order.
+    rng = np.random.default_rng(seed)
+    size = [0, 1, 7, 1000, 4099, 100_000][seed]
+    cells = rng.integers(0, 4, size) * rng.random(size) * (rng.random(size) < 0.5)
+    cells[: size // 3] = -0.0  # negative zeros are zeros
+    expected = cells[cells != 0]
+    copy = cells.copy()
+    kept = compact_nonzero(copy)
+    assert kept == expected.size
+    assert np.array_equal(copy[:kept], expected)
+    for k in (1, 3, 40, 300):
+        matrix = rng.integers(0, 5, (k, k)) * (rng.random((k, k)) < 0.4)
+        nonzero = matrix[matrix != 0].astype(np.float64)
+        assert _cell_xlogx_sum(matrix) == float(np.dot(nonzero, np.log(nonzero)))
+        transposed = matrix.T  # not contiguous: cells are taken in C order all the same
+        nonzero = transposed[transposed != 0].astype(np.float64)
+        assert _cell_xlogx_sum(transposed) == float(np.dot(nonzero, np.log(nonzero)))

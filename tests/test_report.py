@@ -400,3 +400,80 @@ def test_fractional_sample_counts_are_formatted():
     assert "20.1890" in text and "54.288999" not in text
     assert summary_text(MATRIX, zero_division=0).startswith("samples: 25, classes: 4\n")
     assert "54.2890 samples" in summary_html(matrix)
+
+
+def _cell_by_cell_tables(data: dict, digits: int) -> tuple[list[str], list[str]]:
+    """The per-class rows of the text and markdown summaries, formatted one cell at a time from
+    the summary dict (the reference for the one-pass formatting of whole columns)."""
+
+    def rate(value):
+        return "–" if value is None else f"{value:.{digits}f}"
+
+    def count(value):
+        return str(value) if isinstance(value, int) else f"{value:.{digits}f}"
+
+    keys = ["precision", "recall", "f1", "specificity", "npv", "iou"]
+    header = ["class", "support", "predicted", "precision", "recall", "F1", "specificity"]
+    header += ["NPV", "IoU"]
+    rows = [
+        [entry["name"], count(entry["support"]), count(entry["predicted"])]
+        + [rate(entry[key]) for key in keys]
+        for entry in data["per_class"]
+    ]
+    table = [header, *rows]
+    widths = [max(len(row[c]) for row in table) for c in range(len(header))]
+    text = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in table]
+    markdown = ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return text, markdown
+
+
+@pytest.mark.parametrize("seed", seeds(60, 20))
+def test_summary_tables_equal_cell_by_cell_formatting(seed):
+    # Integer counts, whole and fractional weights (a float matrix can leave a tiny negative TN,
+    # so a rate formats as "-0.0000"), absent classes (NaN rates shown as "–"), names with "|",
+    # "%" and non-ASCII characters, large counts (wider columns), every digits from 0 to 7.
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 30))
+    kind = seed % 4
+    if kind == 0:
+        matrix = rng.integers(0, 50, (k, k)) * (rng.random((k, k)) < 0.5)
+    elif kind == 1:
+        matrix = rng.integers(0, 10**12, (k, k))
+    elif kind == 2:
+        matrix = (rng.random((k, k)) * 3.3) * (rng.random((k, k)) < 0.6)
+    else:
+        matrix = rng.integers(0, 9, (k, k)).astype(np.float64) / 4
+    absent = rng.random(k) < 0.2
+    matrix[absent, :] = 0
+    matrix[:, absent] = 0
+    names = [
+        ["c|%d", "ünï %s", "x" * int(rng.integers(0, 15)), "%"][i % 4] + str(i) for i in range(k)
+    ]
+    digits = int(rng.integers(0, 8))
+    zero_division = ZERO_DIVISIONS[seed % 4]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        data = summary(matrix, class_names=names, zero_division=zero_division)
+        text = summary_text(matrix, class_names=names, zero_division=zero_division, digits=digits)
+        markdown = summary_markdown(
+            matrix, class_names=names, zero_division=zero_division, digits=digits
+        )
+    text_rows, markdown_rows = _cell_by_cell_tables(data, digits)
+    assert text.split("\n")[-(k + 1) :] == text_rows
+    assert markdown.split("\n")[-k:] == markdown_rows
+
+
+@pytest.mark.parametrize("digits", [0, 4])
+def test_summary_tables_with_a_negative_rounding_residue(digits):
+    # TN_0 = N - AP_0 - PP_0 + TP_0 is -5.6e-17 here (float sums), so specificity prints as
+    # "-0.0000": that column is formatted cell by cell (its width is not the largest value's).
+    matrix = np.array([[0.2, 0.0, 0.4], [0.0, 0.0, 0.0], [0.1, 0.0, 0.0]])
+    data = summary(matrix, zero_division=np.nan)
+    assert data["per_class"][0]["specificity"] < 0
+    text_rows, markdown_rows = _cell_by_cell_tables(data, digits)
+    assert "-0" in text_rows[1]
+    text = summary_text(matrix, zero_division=np.nan, digits=digits)
+    assert text.split("\n")[-4:] == text_rows
+    assert summary_markdown(matrix, zero_division=np.nan, digits=digits).split("\n")[-3:] == (
+        markdown_rows
+    )
