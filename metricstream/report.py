@@ -78,7 +78,7 @@ def _target_names(
     labels_given: bool,
 ) -> list[str]:
     if target_names is None:
-        return [f"{index}" for index in indices]
+        return list(map(str, indices.tolist()))
     if isinstance(target_names, str):
         raise TypeError("`target_names` must be a sequence of strings, got a single string.")
     names = [str(name) for name in target_names]
@@ -205,7 +205,7 @@ def classification_report(
                 "support": support_i,
             }
     else:
-        width = max(max(len(name) for name in names), len("weighted avg"), digits)
+        width = max(max(map(len, names)), len("weighted avg"), digits)
         head_fmt = "{:>{width}s} " + " {:>9}" * len(_HEADERS)
         text = head_fmt.format("", *_HEADERS, width=width) + "\n\n"
         row_fmt = "{:>{width}s} " + " {:>9.{digits}f}" * 3 + " {:>9}\n"
@@ -346,7 +346,7 @@ def _summary_parts(
     zero_division_value(zero_division)
     k = counts.num_classes
     if class_names is None:
-        names = [str(i) for i in range(k)]
+        names = list(map(str, range(k)))
     else:
         if isinstance(class_names, str) or len(class_names) != k:
             raise ValueError(
