@@ -41,7 +41,8 @@ from ._inputs import (
     describe_label_error,
     describe_score_error,
     describe_weight_error,
-    tensor_memory,
+    tensor_dtype,
+    tensor_pair,
 )
 
 # Below this many labels a batch is counted by the calling thread alone. Handing chunks to the
@@ -49,11 +50,6 @@ from ._inputs import (
 # the 2-core benchmark machine two threads start to win at about 2^17 labels for K <= 100
 # (benchmarks/, "threshold" table).
 PARALLEL_MIN_LABELS = 1 << 17
-
-# (N, C) float scores with at least this many classes take numpy's argmax (see
-# ``_count_wide_rows``); measured on 256 rows: C=100 packed keys 8.3 µs vs np.argmax 8.3 µs,
-# C=200 13.4 vs 9.1, C=1000 58 vs 29.
-NUMPY_ARGMAX_MIN_CLASSES = 128
 
 # A helper thread zeroes and merges a private K×K matrix; that only pays off when it has at
 # least this many labels per matrix cell to count (matters for K in the thousands).
@@ -132,10 +128,6 @@ def _remember_small(true_dtype: np.dtype, pred_dtype: np.dtype, ndim: int, entry
     _last_small = (true_dtype, pred_dtype, ndim, entry)
 
 
-# The same for CPU torch tensors (``count_small_tensors``).
-_tensor_entries: dict[tuple, Any] = {}
-
-
 def small_flags(ignore_index: int | None) -> int:
     """The ``flags`` of ``count_small`` for an int64 matrix with this ``ignore_index``."""
     return _FAST_FLAGS | (0 if ignore_index is None else _kernels.HAS_IGNORE)
@@ -147,62 +139,57 @@ def count_small(
     """The training-loop update in one kernel call, or None to take ``count_batch`` instead.
 
     Handles plain arrays (and CPU torch tensors, through ``count_small_tensors``): ``y_true`` 1-D
-    integer labels, ``y_pred`` integer labels of the
-    same length or C-contiguous float32/float64 ``(N, C)`` scores with ``C == K < 128``, fewer
-    than ``PARALLEL_MIN_LABELS`` labels (or scores), into an int64 ``out`` whose total (bounded
-    by ``total``, NaN when unknown) stays far from 2^63. ``flags`` holds ``COMMIT``, ``INTEGRAL``
-    and ``HAS_IGNORE`` as the accumulator needs them. Returns the new bound of the total; None
-    (``out`` unchanged) for anything else, including input the kernel rejects: ``count_batch``
-    then finds the same problem and words the error. The compiled kernel is called without
-    Numba's dispatch (see ``_kernels.compiled_for``), so every type it is called with is checked
-    here: exact ndarrays, dtypes by the key of ``_small_entries``, layout by the flag bits.
+    integer labels, ``y_pred`` integer labels of the same length or C-contiguous
+    float32/float64/float16 ``(N, K)`` scores, fewer than ``PARALLEL_MIN_LABELS`` labels (or
+    scores), into an int64 ``out`` whose total (bounded by ``total``, NaN when unknown) stays far
+    from 2^63. ``flags`` holds ``COMMIT``, ``INTEGRAL`` and ``HAS_IGNORE`` as the accumulator
+    needs them. Returns the new bound of the total; None (``out`` unchanged) for anything else,
+    including input the kernel rejects: ``count_batch`` then finds the same problem and words the
+    error. The compiled kernel is called without Numba's dispatch (see
+    ``_kernels.compiled_for``), so every type it is called with is checked here: exact ndarrays,
+    dtypes by the key of ``_small_entries``, layout by the flag bits.
     """
     if type(y_true) is not _NDARRAY or type(y_pred) is not _NDARRAY:
         return count_small_tensors(out, y_true, y_pred, flags, ignore, total)
-    # The dtypes first, so that inputs this path never takes (float16 scores, binary
-    # probabilities...) leave at once: the last combination seen by identity (numpy's built-in
-    # dtypes are singletons; hashing them costs more), then the registry.
+    # The dtypes first, so that inputs this path never takes (binary probabilities...) leave at
+    # once: the last combination seen by identity (numpy's built-in dtypes are singletons;
+    # hashing them costs more), then the registry.
     true_dtype = y_true.dtype
     pred_dtype = y_pred.dtype
     shape = y_pred.shape
+    ndim = len(shape)
     last = _last_small
-    if true_dtype is last[0] and pred_dtype is last[1] and len(shape) == last[2]:
+    if true_dtype is last[0] and pred_dtype is last[1] and ndim == last[2]:
         entry = last[3]
     else:
-        entry = _small_entries.get((true_dtype, pred_dtype, len(shape)), _UNSEEN)
+        entry = _small_entries.get((true_dtype, pred_dtype, ndim), _UNSEEN)
         if entry is None:
             return None
-    true_shape = y_true.shape
-    if len(true_shape) != 1 or y_true.flags.num & y_pred.flags.num & _PLAIN != _PLAIN:
+    if y_true.ndim != 1:
         return None
-    size = true_shape[0]
-    # ``_small_shapes`` inline (a call costs 0.1 µs here)
-    if len(shape) == 1:
+    size = len(y_true)
+    if ndim == 1:
         if shape[0] != size or size >= PARALLEL_MIN_LABELS:
             return None
-    elif len(shape) != 2 or shape[0] != size:
+    elif ndim != 2 or shape[0] != size or shape[1] != len(out):
         return None
-    else:
-        num_classes = out.shape[0]
-        if shape[1] != num_classes:
-            return None
-        if num_classes >= NUMPY_ARGMAX_MIN_CLASSES:
-            return _count_small_wide(out, y_true, y_pred, flags, ignore, total)
-        if size * num_classes >= PARALLEL_MIN_LABELS:
-            return None
+    elif size * shape[1] >= PARALLEL_MIN_LABELS:
+        return None
+    if y_true.flags.num & y_pred.flags.num & _PLAIN != _PLAIN:
+        return None
     if total != total:  # unknown after a merge, reset or restore: O(K²) once
         total = _kernels.matrix_total(out)
     if not size <= _INT_LIMIT - total:
         return None
     if entry is _UNSEEN:
         # First sight of these dtypes, with arrays that passed the layout checks above.
-        kernel = _kernels.count_labels if len(shape) == 1 else _kernels.count_argmax_rows
+        kernel = _kernels.count_labels if ndim == 1 else _kernels.count_argmax_rows
         args = (y_true, y_pred, None, out, 0, size, 1, flags, ignore, np.inf)
-        entry = _register(_small_entries, (true_dtype, pred_dtype, len(shape)), kernel, args)
+        entry = _register(_small_entries, (true_dtype, pred_dtype, ndim), kernel, args)
         if entry is None:
             return None
     if entry is not last[3]:
-        _remember_small(true_dtype, pred_dtype, len(shape), entry)
+        _remember_small(true_dtype, pred_dtype, ndim, entry)
     status, _, counted = entry(y_true, y_pred, None, out, 0, size, 1, flags, ignore, _INF)
     if status:
         entry(y_true, y_pred, None, out, 0, counted, -1, flags, ignore, _INF)
@@ -210,106 +197,113 @@ def count_small(
     return total + size
 
 
-def _count_small_wide(
-    out: np.ndarray, y_true: np.ndarray, scores: np.ndarray, flags: int, ignore: int, total: float
-) -> float | None:
-    """``count_small`` of ``(N, C)`` float scores with ``C >= NUMPY_ARGMAX_MIN_CLASSES``: numpy's
-    argmax, then the label kernel (see ``_count_wide_rows``), through compiled entry points."""
-    size = y_true.shape[0]
-    if size >= PARALLEL_MIN_LABELS:
-        return None
-    if total != total:
-        total = _kernels.matrix_total(out)
-    if not size <= _INT_LIMIT - total:
-        return None
-    nan_check = _nan_entries.get(scores.dtype)  # float32 and float64 only
-    if nan_check is None:
-        if not (scores.dtype == np.float32 or scores.dtype == np.float64):
-            return None
-        nan_check = _kernels.compiled_for(_kernels.first_nan_pick, (scores, np.zeros(0, np.intp)))
-        _nan_entries[scores.dtype] = nan_check
-    predicted = np.argmax(scores, axis=1)
-    if nan_check(scores, predicted) >= 0:
-        return None  # a NaN row: the general path says where
-    last = _last_small
-    if y_true.dtype is last[0] and predicted.dtype is last[1] and last[2] == 1:
-        entry = last[3]
-    else:
-        key = (y_true.dtype, predicted.dtype, 1)
-        entry = _small_entries.get(key, _UNSEEN)
-        if entry is _UNSEEN:
-            entry = _register(
-                _small_entries,
-                key,
-                _kernels.count_labels,
-                (y_true, predicted, None, out, 0, size, 1, flags, ignore, np.inf),
-            )
-        if entry is None:
-            return None
-    status, _, counted = entry(y_true, predicted, None, out, 0, size, 1, flags, ignore, np.inf)
-    if status:
-        entry(y_true, predicted, None, out, 0, counted, -1, flags, ignore, np.inf)
-        return None
-    return total + size
-
-
-# scores dtype -> compiled ``first_nan_pick`` for ``_count_small_wide``
-_nan_entries: dict[np.dtype, Any] = {}
+# The same for CPU torch tensors (``count_small_tensors``), keyed by torch's dtypes:
+# (y_true dtype, y_pred dtype, y_pred.ndim) -> (entry, numpy dtype of y_true, of y_pred, mark),
+# or None when the general path takes that combination.
+_tensor_entries: dict[tuple, Any] = {}
+# The last of them: (y_true dtype, y_pred dtype, y_pred.ndim, entry, numpy dtypes, mark).
+_last_tensors: tuple = (None, None, -1, None, None, None, 0)
 
 
 def count_small_tensors(
     out: np.ndarray, y_true: Any, y_pred: Any, flags: int, ignore: int, total: float
 ) -> float | None:
     """``count_small`` for CPU torch tensors, read in place through their data pointers
-    (``_inputs.tensor_memory``; a ``Tensor.numpy()`` per argument would cost 0.7 µs, as much as
+    (``_inputs.tensor_pair``; a ``Tensor.numpy()`` per argument would cost 0.7 µs, as much as
     counting 256 labels). None (nothing counted) for anything else."""
-    pred_memory = tensor_memory(y_pred)  # first: bfloat16 logits leave here
-    if pred_memory is None:
+    memory = tensor_pair(y_true, y_pred)
+    if memory is None:
         return None
-    true_memory = tensor_memory(y_true)
-    if true_memory is None:
+    true_type, pred_type, true_address, pred_address, size, shape = memory
+    ndim = len(shape)
+    last = _last_tensors
+    if true_type is last[0] and pred_type is last[1] and ndim == last[2]:
+        _, _, _, entry, true_dtype, pred_dtype, mark = last
+    else:
+        known = _tensor_entries.get((true_type, pred_type, ndim), _UNSEEN)
+        if known is None:
+            return None
+        entry, true_dtype, pred_dtype, mark = (None, None, None, 0) if known is _UNSEEN else known
+    if ndim == 1:
+        if shape[0] != size or size >= PARALLEL_MIN_LABELS:
+            return None
+    elif ndim != 2 or shape[0] != size or shape[1] != len(out):
         return None
-    true_address, true_dtype, true_shape, true_mark = true_memory
-    pred_address, pred_dtype, shape, mark = pred_memory
-    if len(true_shape) != 1 or true_mark or (mark and len(shape) != 2):
-        return None  # half-precision labels are converted by the general path
-    size = true_shape[0]
-    if not _small_shapes(size, shape, out.shape[0]):
+    elif size * shape[1] >= PARALLEL_MIN_LABELS:
         return None
-    flags |= mark
     if total != total:
         total = _kernels.matrix_total(out)
     if not size <= _INT_LIMIT - total:
         return None
-    key = (true_dtype, pred_dtype, len(shape), mark)
-    entry = _tensor_entries.get(key, _UNSEEN)
-    # Labels (1-D) or (N, C) rows: the same arguments, with the row width for rows.
-    kernel = _kernels.count_labels_at if len(shape) == 1 else _kernels.count_rows_at
-    head: tuple[Any, ...] = (true_address, true_dtype, pred_address, pred_dtype, size)
-    if len(shape) != 1:
-        head += (shape[1],)
-    args = (*head, out, size, 1, flags, ignore)
-    if entry is _UNSEEN:
-        entry = _register(_tensor_entries, key, kernel, args)
     if entry is None:
-        return None
-    status, _, counted = entry(*args)
+        entry = _register_tensors(true_type, pred_type, ndim, out)
+        if entry is None:
+            return None
+        _, true_dtype, pred_dtype, mark = _tensor_entries[(true_type, pred_type, ndim)]
+    if entry is not last[3]:
+        _remember_tensors(true_type, pred_type, ndim, entry, true_dtype, pred_dtype, mark)
+    flags |= mark
+    if ndim == 1:
+        status, _, counted = entry(
+            true_address, true_dtype, pred_address, pred_dtype, size, out, size, 1, flags, ignore
+        )
+        if status:  # undo the counted prefix
+            entry(
+                true_address,
+                true_dtype,
+                pred_address,
+                pred_dtype,
+                size,
+                out,
+                counted,
+                -1,
+                flags,
+                ignore,
+            )
+            return None
+        return total + size
+    width = shape[1]
+    status, _, counted = entry(
+        true_address, true_dtype, pred_address, pred_dtype, size, width, out, size, 1, flags, ignore
+    )
     if status:
-        entry(*head, out, counted, -1, flags, ignore)  # undo the counted prefix
+        entry(
+            true_address,
+            true_dtype,
+            pred_address,
+            pred_dtype,
+            size,
+            width,
+            out,
+            counted,
+            -1,
+            flags,
+            ignore,
+        )
         return None
     return total + size
 
 
-def _small_shapes(size: int, shape: tuple[int, ...], num_classes: int) -> bool:
-    """Whether ``(size,)`` labels and ``y_pred`` of ``shape`` take the small-batch path."""
-    if len(shape) == 1:
-        return shape[0] == size and size < PARALLEL_MIN_LABELS
-    return (
-        len(shape) == 2
-        and shape[0] == size
-        and shape[1] == num_classes < NUMPY_ARGMAX_MIN_CLASSES
-        and size * num_classes < PARALLEL_MIN_LABELS
-    )
+def _remember_tensors(*last: Any) -> None:
+    global _last_tensors
+    _last_tensors = last
+
+
+def _register_tensors(true_type: Any, pred_type: Any, ndim: int, out: np.ndarray) -> Any:
+    """Register (and return) the entry point for tensors of torch dtypes ``true_type`` and
+    ``pred_type`` and ``y_pred.ndim``, or None when that combination takes the general path."""
+    key = (true_type, pred_type, ndim)
+    true_described = tensor_dtype(true_type)
+    pred_described = tensor_dtype(pred_type)
+    if true_described is None or pred_described is None or true_described[1]:
+        _tensor_entries[key] = None  # half-precision labels: converted by the general path
+        return None
+    true_dtype, pred_dtype, mark = true_described[0], pred_described[0], pred_described[1]
+    kernel = _kernels.count_labels_at if ndim == 1 else _kernels.count_rows_at
+    head: tuple[Any, ...] = (0, true_dtype, 0, pred_dtype, 0) + (() if ndim == 1 else (1,))
+    entry = _register({}, (true_dtype, pred_dtype, ndim, mark), kernel, (*head, out, 0, 1, 0, 0))
+    _tensor_entries[key] = None if entry is None else (entry, true_dtype, pred_dtype, mark)
+    return entry
 
 
 def _register(entries: dict, key: tuple, kernel: Any, args: tuple) -> Any:
@@ -381,11 +375,7 @@ def count_batch(
         fast = size < PARALLEL_MIN_LABELS
         kernel = _kernels.count_labels
     else:
-        fast = (
-            kind == ROWS
-            and batch.y_pred.shape[1] < NUMPY_ARGMAX_MIN_CLASSES
-            and size * batch.y_pred.shape[1] < PARALLEL_MIN_LABELS
-        )
+        fast = kind == ROWS and size * batch.y_pred.shape[1] < PARALLEL_MIN_LABELS
         kernel = _kernels.count_argmax_rows
     if fast and batch.weights is None and size <= _INT_LIMIT - total and out.dtype.kind == "i":
         if ignore_index is None:
@@ -459,8 +449,6 @@ def _count_checked(
         kernel = _kernels.count_labels
         work = size
     elif kind == ROWS:
-        if y_pred.shape[1] >= NUMPY_ARGMAX_MIN_CLASSES and y_pred.dtype.kind == "f":
-            return _count_wide_rows(out, batch, ignore_index, total)
         kernel = _kernels.count_argmax_rows
         work = size * y_pred.shape[1]
     elif kind == THRESHOLD:
@@ -523,53 +511,6 @@ def _count_checked(
         _raise(status, position, batch, out.shape[0], ignore_index, integral)
     kernel(y_true, y_pred, weights, out, 0, size, 1, commit, ignore, np.inf)
     return None
-
-
-def _count_wide_rows(
-    out: np.ndarray, batch: Batch, ignore_index: int | None, total: float
-) -> float | None:
-    """(N, C) float scores with many classes: numpy's SIMD argmax, then the label kernel.
-
-    For C >= NUMPY_ARGMAX_MIN_CLASSES ``np.argmax`` (AVX-512) is about twice as fast per score
-    as the packed-key reduction in ``_kernels``; its N int64 results are under 1% of the
-    scores' size. A row holding NaN makes ``np.argmax`` pick that NaN, which is how NaN rows
-    are found without another pass.
-    """
-    scores = batch.y_pred
-    predicted = np.argmax(scores, axis=1)
-    row = _kernels.first_nan_pick(scores, predicted)
-    labels = Batch(
-        batch.y_true,
-        predicted,
-        batch.weights,
-        batch.label_shape,
-        False,
-        batch.size,
-        batch.originals,
-        batch.order,
-    )
-    if row >= 0:
-        # A bad label or weight before the NaN row comes first in stream order.
-        flags = _kernels.INTEGRAL if out.dtype.kind != "f" else 0
-        if ignore_index is not None:
-            flags |= _kernels.HAS_IGNORE
-        status, position, _ = _kernels.count_labels(
-            labels.y_true,
-            predicted,
-            labels.weights,
-            out,
-            0,
-            row,
-            1,
-            flags,
-            0 if ignore_index is None else ignore_index,
-            np.inf,
-        )
-        if status:
-            _raise(status, position, labels, out.shape[0], ignore_index, out.dtype.kind != "f")
-        column = int(np.flatnonzero(np.isnan(scores[row]))[0])
-        raise describe_score_error(batch.originals[1], row * scores.shape[1] + column)
-    return _count_checked(out, labels, ignore_index, total)
 
 
 def _count_threshold(

@@ -1370,17 +1370,3 @@ def count_rows_at(
     y_true = carray(_pointer_to(true_address, true_dtype), size)
     scores = carray(_pointer_to(scores_address, scores_dtype), (size, num_scores))
     return count_argmax_rows(y_true, scores, None, out, 0, stop, sign, flags, ignore_index, np.inf)
-
-
-@_kernel
-def first_nan_pick(scores, picked):
-    """The first row ``r`` whose picked score ``scores[r, picked[r]]`` is NaN, else -1.
-
-    ``np.argmax`` picks a row's first NaN when it has one, so this finds the rows with NaN
-    after a numpy argmax without another pass over the scores.
-    """
-    for r in range(picked.size):
-        v = scores[r, picked[r]]
-        if v != v:
-            return r
-    return -1

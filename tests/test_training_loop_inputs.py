@@ -368,7 +368,7 @@ def test_small_path_takes_only_arrays_its_compiled_kernels_read_safely():
         (labels, scores * np.float32(np.nan)),
     ]:
         assert _declined(y_true, y_pred), (y_true, y_pred)
-    out = np.zeros((200, 200), np.int64)  # wide rows: numpy's argmax, then the label kernel
+    out = np.zeros((200, 200), np.int64)  # wide rows: many vectors of scores per row
     flags = _dispatch.small_flags(None)
     nan_row = np.zeros((4, 200), np.float32)
     nan_row[1, 2] = np.nan
@@ -380,7 +380,7 @@ def test_small_path_takes_only_arrays_its_compiled_kernels_read_safely():
     assert _declined(many, many)
 
 
-@pytest.mark.parametrize("num_classes", [4, 150])  # 150: numpy's argmax, then the label kernel
+@pytest.mark.parametrize("num_classes", [4, 150])  # 150: many vectors of scores per row
 def test_small_path_counts_equal_the_general_path(num_classes):
     rng = np.random.default_rng(21)
     for ignore_index in (None, 2, -1):
@@ -507,3 +507,20 @@ def test_nested_tensors_are_not_read_through_their_data_pointer():
         warnings.simplefilter("ignore", UserWarning)  # nested tensors are a prototype
         nested = torch.nested.nested_tensor([torch.arange(3), torch.arange(2)])
     assert _tensor_declined(nested, nested)
+
+
+def test_tensors_of_other_layouts_are_not_read_through_their_data_pointer():
+    # The small path does not ask for the layout: these are not contiguous, or have no storage.
+    labels = torch.tensor([0, 1, 2, 2])
+    scores = torch.eye(3)[[0, 2, 1, 2]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # sparse compressed layouts are in beta
+        others = [scores.to_sparse(), scores.to_sparse_csr(), scores.to_mkldnn()]
+    for other in others:
+        assert _tensor_declined(labels, other), other.layout
+    assert _tensor_declined(labels.to_sparse(), labels)
+    acc = ConfusionAccumulator(3).update(labels, scores)
+    before = acc.matrix.copy()
+    with pytest.raises(TypeError, match="`y_pred` must be an array-like of numbers"):
+        acc.update(labels, others[0])  # the general path says what it cannot read
+    np.testing.assert_array_equal(acc.matrix, before)
