@@ -145,6 +145,19 @@ def _float32_bits(typingctx, value):
     return types.uint32(types.float32), codegen
 
 
+@intrinsic
+def _shift_right32(typingctx, value, shift):
+    """``value >> shift`` of two uint32 in 32-bit arithmetic (Numba widens integer
+    arithmetic to 64 bits, which halves the lanes of a vectorised loop)."""
+    if value != types.uint32 or shift != types.uint32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.lshr(args[0], args[1])
+
+    return types.uint32(types.uint32, types.uint32), codegen
+
+
 @njit(inline="always")
 def _key_bin(v, shift, low):
     """``(bin, exact)`` of any score: the top bits of the order-preserving key."""
@@ -272,11 +285,11 @@ def _probability_key(v, shift, low, base, last):
     """``(bin, exact)`` as :func:`_probability_bin` for a valid probability, without branches
     (so that a loop of it vectorises)."""
     f = np.float32(v)
-    u = _float32_bits(f) & np.uint32(0x7FFFFFFF)  # -0.0 counts as +0.0
+    u = np.uint32(_float32_bits(f) & np.uint32(0x7FFFFFFF))  # -0.0 counts as +0.0
     y = np.float32(1.0) - f
     uy = _float32_bits(y)
-    lower = np.int32(u >> shift) + np.int32(u != 0)
-    upper = np.int32(last - 1 + base) - np.int32(uy >> shift)
+    lower = np.int32(_shift_right32(u, shift)) + np.int32(u != 0)
+    upper = np.int32(last - 1 + base) - np.int32(_shift_right32(uy, shift))
     upper = np.int32(last) if uy == 0 else upper
     below = f < np.float32(0.5)
     kept = u if below else uy
@@ -290,8 +303,8 @@ def _logit_key(v, shift, low):
     u = _float32_bits(f)
     u = np.uint32(0) if u == _NEGATIVE_ZERO else u
     negative = np.uint32(np.int32(u) >> np.int32(31))  # all ones for negative scores
-    key = u ^ (negative | _SIGN)
-    return np.int32(key >> shift), ((u & low) == 0) & (f == v)
+    key = np.uint32(u ^ (negative | _SIGN))
+    return np.int32(_shift_right32(key, shift)), ((u & low) == 0) & (f == v)
 
 
 @njit(inline="always")
@@ -317,6 +330,60 @@ def _labels_look_valid(labels, lo, hi, num_classes, has_ignore, ignore_index):
 def _log_of_product(product, exponent, sign):
     """``-sign * log(product * 2**exponent)``: the log loss of the factors multiplied in."""
     return -sign * (np.log(product) + exponent * _LN2)
+
+
+@njit(inline="always")
+def _logit_rows(
+    scores,
+    blo,
+    n,
+    target,
+    row_weight,
+    greater,
+    tied_before,
+    tied_after,
+    true_score,
+    top,
+    softmax,
+    ranks_flat,
+    cal_counts,
+    cal_conf,
+    brier_sum,
+    log_sum,
+):
+    """The per-row pass of a block of logits: ranks, the softmax's calibration counts, Brier
+    score and log loss (``logsumexp(s) - s_t``). Returns the updated sums."""
+    num_classes = scores.shape[1]
+    fine_bins = cal_counts.shape[0]
+    optimistic = num_classes * num_classes
+    for r in range(n):
+        ti = target[r]
+        if ti < 0:
+            continue
+        w = row_weight[r]
+        wf = np.float64(w)
+        g = np.int64(greater[r])
+        ranks_flat[np.uint64(ti * num_classes + g + tied_after[r])] += w
+        ranks_flat[np.uint64(optimistic + ti * num_classes + g)] += w
+        i = blo + r
+        top64 = np.float64(top[r])
+        total = 0.0
+        for c in range(num_classes):
+            e = np.exp(np.float64(scores[i, c]) - top64)
+            softmax[c] = e
+            total += e
+        brier = 0.0
+        for c in range(num_classes):
+            d = softmax[c] / total - (1.0 if c == ti else 0.0)
+            brier += d * d
+        conf = 1.0 / total
+        brier_sum += wf * brier
+        log_sum += wf * (top64 + np.log(total) - np.float64(true_score[r]))
+        f = np.uint64(_fine_bin(conf, fine_bins))
+        cal_counts[f, 0] += w
+        cal_counts[f, 1] += w * np.int64((g == 0) & (tied_before[r] == 0))
+        cal_conf[f] += wf * conf
+    return brier_sum, log_sum
 
 
 @_kernel
@@ -368,7 +435,7 @@ def count_multiclass(
     has_ignore = (flags & HAS_IGNORE) != 0
     logits = eps is None
     ushift = np.uint32(shift)
-    low = (np.uint32(1) << ushift) - np.uint32(1)
+    low = np.uint32((np.uint32(1) << ushift) - np.uint32(1))
     base, last = probability_key_layout(shift)
     stride = 2 * curves.shape[1]
     hist = curves.reshape(-1)
@@ -378,21 +445,24 @@ def count_multiclass(
     # Scratch of one block: its scores class by class, their keys (2 * bin + is true class),
     # and per row the true class (-1: not counted), weight, true score and statistics.
     # (Five allocations, sliced: an allocation costs about 70 ns.)
-    ints = np.empty((num_classes + 4) * block + num_classes, np.int32)
+    ints = np.empty((num_classes + 6) * block + num_classes, np.int32)
     keys = ints[: num_classes * block].reshape((num_classes, block))
     counts = ints[num_classes * block : (num_classes + 1) * block]
     greater = ints[(num_classes + 1) * block : (num_classes + 2) * block]
     tied_before = ints[(num_classes + 2) * block : (num_classes + 3) * block]
     tied_after = ints[(num_classes + 3) * block : (num_classes + 4) * block]
-    exact_count = ints[(num_classes + 4) * block :]
+    fine = ints[(num_classes + 4) * block : (num_classes + 5) * block]
+    correct = ints[(num_classes + 5) * block : (num_classes + 6) * block]
+    exact_count = ints[(num_classes + 6) * block :]
     values = np.empty((num_classes + 2) * block, scores.dtype)
     columns = values[: num_classes * block].reshape((num_classes, block))
     true_score = values[num_classes * block : (num_classes + 1) * block]
     top = values[(num_classes + 1) * block :]
-    floats = np.empty(block + (num_classes if logits else 0))
+    floats = np.empty(2 * block + (num_classes if logits else 0))
     square = floats[:block]
-    softmax = floats[block:]
-    target = np.empty(block, np.int64)
+    clipped = floats[block : 2 * block]
+    softmax = floats[2 * block :]
+    target = np.empty(block, np.int32)
     row_weight = np.empty(block, hist.dtype)
     # Without weights, the log loss of probabilities is the log of the running product of
     # the clipped true-class probabilities, kept a normal float by exact power-of-two
@@ -418,22 +488,26 @@ def count_multiclass(
             # (measured, 256x10: a flat pass of its own cost 1.5 us).
             ok = _labels_look_valid(labels, blo, blo + n, num_classes, has_ignore, ignore_index)
             # Rows: the true class (-1: ignored), weight (0 when ignored) and true score.
-            skipped = False
+            # (Branch-free: 256x10, 0.9 -> 0.3 us.)
             for r in range(n):
                 t = labels[blo + r]
-                skip = has_ignore and t == ignore_index
-                skipped |= skip
+                skip = (t == ignore_index) & has_ignore
                 # Clipped before the conversion: a bad label (found below; NaN, inf) must not
                 # read outside the row.
-                ti = np.int64(min(max(t, 0), num_classes - 1)) if t == t else 0
-                target[r] = -1 if skip else ti
-                counts[r] = np.int32(not skip)
+                ti = np.int32(min(max(t, 0), num_classes - 1)) if t == t else np.int32(0)
+                target[r] = np.int32(-1) if skip else ti
+                counts[r] = np.int32(1) - np.int32(skip)
                 if weights is None:
                     w = sign
                 else:
                     w = weights[blo + r] * sign
                 row_weight[r] = 0 if skip else w
-                true_score[r] = scores[blo + r, ti]
+            skipped = False
+            if has_ignore:
+                for r in range(n):
+                    skipped |= counts[r] == 0
+            for r in range(n):
+                true_score[r] = scores[blo + r, max(target[r], np.int32(0))]
             # The block class by class: contiguous rows for the passes below. Read row by row
             # when a row is short (256x10: 0.7 us faster), class by class when it is long
             # (256x1000: 0.15 ms faster, the 1 MB scratch written in order).
@@ -462,19 +536,20 @@ def count_multiclass(
                         b, exact = _logit_key(v, ushift, low)
                     else:
                         b, exact = _probability_key(v, ushift, low, base, last)
-                    keys[c, r] = np.int32(2) * np.int32(b) + np.int32(target[r] == c)
+                    keys[c, r] = np.int32(2) * np.int32(b) + np.int32(target[r] == np.int32(c))
                     exact_scores += np.int32(exact) & counts[r]
                     ok &= _valid_score(v, logits)  # ignored rows hold 0 here
                 exact_count[c] = exact_scores
                 first = c == 0
+                c32 = np.int32(c)
                 for r in range(n):
                     v = columns[c, r]
                     s = true_score[r]
                     t = target[r]
                     equal = v == s
                     above = np.int32(v > s)
-                    before = np.int32(equal & (c < t))
-                    after = np.int32(equal & (c > t))
+                    before = np.int32(equal & (c32 < t))
+                    after = np.int32(equal & (c32 > t))
                     greater[r] = above if first else greater[r] + above
                     tied_before[r] = before if first else tied_before[r] + before
                     tied_after[r] = after if first else tied_after[r] + after
@@ -482,7 +557,7 @@ def count_multiclass(
                     v = columns[c, r]
                     top[r] = v if first or v > top[r] else top[r]
                     if not logits:
-                        d = np.float64(v) - np.float64(target[r] == c)
+                        d = np.float64(v) - np.float64(target[r] == c32)
                         square[r] = d * d if first else square[r] + d * d
             if logits:  # a row of -inf logits has no softmax
                 for r in range(n):
@@ -505,46 +580,73 @@ def count_multiclass(
                 offset = c * stride
                 for r in range(n):
                     hist[np.uint64(offset + keys[c, r])] += row_weight[r]
-            # Per row: ranks, calibration and losses.
+            if logits:
+                brier_sum, log_sum = _logit_rows(
+                    scores,
+                    blo,
+                    n,
+                    target,
+                    row_weight,
+                    greater,
+                    tied_before,
+                    tied_after,
+                    true_score,
+                    top,
+                    softmax,
+                    ranks_flat,
+                    cal_counts,
+                    cal_conf,
+                    brier_sum,
+                    log_sum,
+                )
+                continue
+            # Per row, without branches (vectorised): the fine confidence bin, whether the
+            # first argmax is the true class, the clipped true-class probability.
+            for r in range(n):
+                q = np.float64(top[r])
+                fine[r] = np.int32(_fine_bin(q, fine_bins))
+                correct[r] = np.int32((greater[r] == 0) & (tied_before[r] == 0))
+                p = min(max(np.float64(true_score[r]), eps), 1.0 - eps)
+                clipped[r] = p if target[r] >= 0 else 1.0
+            # Per row: the rank and calibration increments.
             for r in range(n):
                 ti = target[r]
                 if ti < 0:
                     continue
                 w = row_weight[r]
-                wf = np.float64(w)
                 g = np.int64(greater[r])
                 ranks_flat[np.uint64(ti * num_classes + g + tied_after[r])] += w
                 ranks_flat[np.uint64(optimistic + ti * num_classes + g)] += w
-                st = true_score[r]
-                if logits:
-                    i = blo + r
-                    top64 = np.float64(top[r])
-                    total = 0.0
-                    for c in range(num_classes):
-                        e = np.exp(np.float64(scores[i, c]) - top64)
-                        softmax[c] = e
-                        total += e
-                    brier = 0.0
-                    for c in range(num_classes):
-                        d = softmax[c] / total - (1.0 if c == ti else 0.0)
-                        brier += d * d
-                    conf = 1.0 / total
-                    brier_sum += wf * brier
-                    log_sum += wf * (top64 + np.log(total) - np.float64(st))
-                else:
-                    conf = np.float64(top[r])
-                    brier_sum += wf * square[r]
-                    if weights is None:
-                        product *= min(max(np.float64(st), eps), 1.0 - eps)
-                        if product < _TINY:  # scaled by a power of two: exact
-                            product *= _HUGE
-                            exponent -= _HUGE_EXPONENT
-                    else:
-                        log_sum -= wf * _clip_log(np.float64(st), eps)
-                f = np.uint64(_fine_bin(conf, fine_bins))
+                f = np.uint64(fine[r])
                 cal_counts[f, 0] += w
-                cal_counts[f, 1] += w * np.int64((g == 0) & (tied_before[r] == 0))
-                cal_conf[f] += wf * conf
+                cal_counts[f, 1] += w * np.int64(correct[r])
+                cal_conf[f] += np.float64(w) * np.float64(top[r])
+            # Losses: Brier sums, and the log loss as a product of eight factors at a time
+            # (each >= 2**-52: a product that was >= 2**-500 stays normal), so that the
+            # running product's dependency chain is one multiplication per eight rows.
+            for r in range(n):
+                brier_sum += np.float64(row_weight[r]) * square[r]
+            if weights is None:
+                r = 0
+                while r + 8 <= n:
+                    eight = ((clipped[r] * clipped[r + 1]) * (clipped[r + 2] * clipped[r + 3])) * (
+                        (clipped[r + 4] * clipped[r + 5]) * (clipped[r + 6] * clipped[r + 7])
+                    )
+                    product *= eight
+                    if product < _TINY:  # scaled by a power of two: exact
+                        product *= _HUGE
+                        exponent -= _HUGE_EXPONENT
+                    r += 8
+                while r < n:
+                    product *= clipped[r]
+                    if product < _TINY:
+                        product *= _HUGE
+                        exponent -= _HUGE_EXPONENT
+                    r += 1
+            else:
+                for r in range(n):
+                    if target[r] >= 0:
+                        log_sum -= np.float64(row_weight[r]) * np.log(clipped[r])
     sums[0] += brier_sum
     sums[1] += log_sum + _log_of_product(product, exponent, sign)
     return OK, 0, stop
@@ -602,7 +704,7 @@ def count_elementwise(
     has_ignore = (flags & HAS_IGNORE) != 0
     logits = eps is None
     ushift = np.uint32(shift)
-    low = (np.uint32(1) << ushift) - np.uint32(1)
+    low = np.uint32((np.uint32(1) << ushift) - np.uint32(1))
     base, last = probability_key_layout(shift)
     brier_sum = 0.0
     log_sum = 0.0
@@ -665,7 +767,7 @@ def count_elementwise(
 def bin_index(value, shift, thresholds, logits):
     """The bin of one float64 ``value`` (as the counting kernels bin a score)."""
     ushift = np.uint32(shift)
-    low = (np.uint32(1) << ushift) - np.uint32(1)
+    low = np.uint32((np.uint32(1) << ushift) - np.uint32(1))
     base, last = probability_key_layout(shift)
     if thresholds is not None:
         return _threshold_bin(value, thresholds)[0]
