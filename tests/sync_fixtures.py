@@ -100,7 +100,9 @@ def group_data(n: int = 6000, seed: int = 0) -> dict[str, np.ndarray]:
     y_true = rng.integers(0, K, size=n)
     y_true[rng.random(n) < 0.05] = VOID
     y_pred = np.where(rng.random(n) < 0.6, np.minimum(y_true, K - 1), rng.integers(0, K, n))
-    return {"y_true": y_true, "y_pred": y_pred, "weights": rng.integers(0, 4, size=n)}
+    # whole numbers as float64: the weight dtype the rest of the suite compiles kernels for
+    weights = rng.integers(0, 4, size=n).astype(np.float64)
+    return {"y_true": y_true, "y_pred": y_pred, "weights": weights}
 
 
 def feed(

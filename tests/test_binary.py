@@ -349,8 +349,8 @@ def test_binary_scores_need_a_threshold_and_two_classes():
     from metricstream import ConfusionAccumulator
 
     y_true, _, probabilities, _ = _binary_stream(4, 20)
-    with pytest.raises(ValueError, match="y_pred"):
-        ConfusionAccumulator(2).update(y_true, probabilities)
+    with pytest.raises(ValueError, match="y_pred"):  # float truth: the float-label kernel
+        ConfusionAccumulator(2).update(y_true.astype(float), probabilities)
     with pytest.raises(ValueError, match="`threshold` is for binary tasks"):
         ConfusionAccumulator(3, threshold=0.5)
     acc = ConfusionAccumulator(2, threshold=0.5).update(y_true, probabilities)

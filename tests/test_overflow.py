@@ -61,6 +61,7 @@ def test_float_weights_under_the_per_weight_cap_do_not_wrap(path):
     assert not acc.matrix.any()
 
 
+@pytest.mark.slow  # uint64 weights: a kernel specialisation of their own (CI only)
 def test_uint64_weight_2_64_minus_1_is_not_added_as_minus_1(path):
     acc = ConfusionAccumulator(2)
     with pytest.raises(
@@ -136,7 +137,7 @@ def test_every_input_kind_is_overflow_checked(kind, path):
         y_pred = np.zeros(20, np.float32)
         kwargs["threshold"] = 0.5
     assert_rejected_unchanged(out, "overflow", y_true, y_pred, **kwargs)
-    weights = np.full(y_true.shape, 2**61, dtype=np.int64)
+    weights = np.full(y_true.shape, 2.0**61)  # float64, exact; integer weights: CI grid below
     assert_rejected_unchanged(out * 0, "overflow", y_true, y_pred, weights, **kwargs)
 
 
@@ -163,12 +164,14 @@ def test_float_weights_are_added_to_int64_cells_exactly():
     assert int(out[0, 0]) == 2**60 + 2
 
 
+@pytest.mark.slow
 def test_uint64_weights_below_2_63_are_exact():
     out = np.zeros((2, 2), dtype=np.int64)
     count(out, [0, 0], [1, 1], np.array([2**62 + 1, 3], dtype=np.uint64))
     assert int(out[0, 1]) == 2**62 + 4
 
 
+@pytest.mark.slow
 def test_uint64_weights_of_2_63_or_more_are_rejected_for_int64():
     out = np.zeros((2, 2), dtype=np.int64)
     assert_rejected_unchanged(out, "below 2\\^63", [0], [0], np.array([2**63], np.uint64))
@@ -202,9 +205,9 @@ def test_bad_input_is_still_reported_by_name_on_the_exact_path():
 
 
 # ---------------------------------------------------------------------------- ignore_index
-# uint64 labels into the threads' int32 private matrices: a kernel of its own (CI only).
+# uint64 labels: kernel specialisations of their own (CI only).
 @pytest.mark.parametrize(
-    "path", ["serial", pytest.param("threads", marks=pytest.mark.slow)], indirect=True
+    "path", [pytest.param(p, marks=pytest.mark.slow) for p in ("serial", "threads")], indirect=True
 )
 def test_uint64_label_2_63_is_not_taken_for_ignore_index_2_63_minus_1(path):
     labels = np.array([2**63, 1], dtype=np.uint64)
