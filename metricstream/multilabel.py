@@ -395,8 +395,7 @@ class MultilabelAccumulator(Accumulator):
                 lock = self._lock
                 lock.acquire()
                 try:
-                    status, _ = kernel(true, pred, *arguments)
-                    if not status:
+                    if not kernel(true, pred, *arguments):  # 0: counted
                         self._changed()
                         return self
                 finally:
@@ -653,14 +652,16 @@ class MultilabelAccumulator(Accumulator):
         n, num_labels = batch.y_true.shape
         threads = min(get_num_threads(), n // _PARALLEL_MIN_ROWS)
         if n * num_labels < _PARALLEL_MIN_ENTRIES or threads < 2:
-            status, row = _k.count_plain(
-                batch.y_true,
-                batch.y_pred,
-                threshold,
-                self._layout,
-                arrays["labels"],
-                arrays["per_sample"],
-                True,
+            status, row = _k.split_status(
+                _k.count_plain(
+                    batch.y_true,
+                    batch.y_pred,
+                    threshold,
+                    self._layout,
+                    arrays["labels"],
+                    arrays["per_sample"],
+                    True,
+                )
             )
         else:
             self._check_headroom(arrays, n)
@@ -698,14 +699,16 @@ class MultilabelAccumulator(Accumulator):
                 if chunk >= num_chunks or chunk > first_failure[0]:
                     return
                 lo, hi = bounds[chunk], bounds[chunk + 1]
-                status, row = _k.count_plain(
-                    batch.y_true[lo:hi],
-                    batch.y_pred[lo:hi],
-                    threshold,
-                    self._layout,
-                    labels,
-                    per_sample,
-                    False,
+                status, row = _k.split_status(
+                    _k.count_plain(
+                        batch.y_true[lo:hi],
+                        batch.y_pred[lo:hi],
+                        threshold,
+                        self._layout,
+                        labels,
+                        per_sample,
+                        False,
+                    )
                 )
                 if status != _k.OK:
                     failures[chunk] = (status, lo + row)
