@@ -236,14 +236,38 @@ class ScoreAccumulator(Accumulator):
             self._shift,
             0,
         )
-        eps = {dtype: None if self._logits else value for dtype, value in _EPS.items()}
+        routes: dict[tuple[np.dtype, np.dtype], tuple[Any, float | None] | None] = {}
         return (
             a,
             head,
             _k.HAS_IGNORE if self._ignore_index is not None else 0,
             -1 if self._ignore_index is None else self._ignore_index,
-            eps,
+            routes,
         )
+
+    def _route(
+        self, y_true: np.ndarray, y_pred: np.ndarray, fast: tuple[Any, ...]
+    ) -> tuple[Any, float | None] | None:
+        """``(kernel, eps)`` of the small-batch path for these label and score dtypes (None:
+        the general path), cached. The kernel is the compiled machine code for C-contiguous,
+        aligned, writeable arrays of these dtypes: Numba's dispatch, which types every
+        argument on each call, cost about 0.35 us of a 256 x 10 update."""
+        key = (y_true.dtype, y_pred.dtype)
+        route = None
+        if y_true.dtype.kind in "iu" and y_true.dtype.isnative and y_pred.dtype in _EPS:
+            eps = None if self._logits else _EPS[y_pred.dtype]
+            classes = self._num_classes
+            if self._task == "multiclass":
+                kernel = _k.count_multiclass
+                labels = np.zeros(1, y_true.dtype)
+            else:
+                kernel = _k.count_elementwise
+                labels = np.zeros((1, 1), y_true.dtype)
+            scores = np.zeros((1, classes), y_pred.dtype)
+            args = (labels, scores, None, *fast[1], 1, _CHUNK_ROWS, 1, fast[2], fast[3], eps)
+            route = (_k.compiled_for(kernel, args), eps)
+        fast[4][key] = route
+        return route
 
     # ------------------------------------------------------------------ configuration
     def config(self) -> dict[str, Any]:
@@ -344,24 +368,30 @@ class ScoreAccumulator(Accumulator):
             return self._update_binary(y_true, y_pred, fast)
         if y_pred.ndim == 2 and self._task == "multiclass":
             rows, classes = y_pred.shape
-            eps = fast[4].get(y_pred.dtype, _UNSUPPORTED)
+            route = fast[4].get((y_true.dtype, y_pred.dtype), _UNSUPPORTED)
+            if route is _UNSUPPORTED:
+                route = self._route(y_true, y_pred, fast)
             if (
-                eps is not _UNSUPPORTED
+                route is not None
                 and classes == self._num_classes
                 and rows == y_true.shape[0]
                 and 0 < rows <= _CHUNK_ROWS
-                and y_true.dtype.kind in "iu"
-                and y_true.dtype.isnative
-                and y_pred.flags.c_contiguous
+                and y_pred.flags.carray  # C-contiguous, aligned, writeable: the route's types
+                and y_true.flags.carray
                 and fast[0] is self._arrays
             ):
-                with self._lock:
-                    status, position, _ = _k.count_multiclass(
+                kernel, eps = route
+                lock = self._lock
+                lock.acquire()  # (a `with` block costs 0.14 us more)
+                try:
+                    status, position, _ = kernel(
                         y_true, y_pred, None, *fast[1], rows, _CHUNK_ROWS, 1, fast[2], fast[3], eps
                     )
                     if status == _k.OK:
                         self._changed()
                         return self
+                finally:
+                    lock.release()
                 # Rows are validated before any is counted: the state is unchanged.
                 raise self._error(
                     status,
@@ -386,27 +416,32 @@ class ScoreAccumulator(Accumulator):
         contiguous (N,) float32/float64 scores in one kernel call; anything else goes the
         general way."""
         rows = y_pred.shape[0]
-        eps = fast[4].get(y_pred.dtype, _UNSUPPORTED)
+        route = fast[4].get((y_true.dtype, y_pred.dtype), _UNSUPPORTED)
+        if route is _UNSUPPORTED:
+            route = self._route(y_true, y_pred, fast)
         if not (
-            eps is not _UNSUPPORTED
+            route is not None
             and rows == y_true.shape[0]
             and 0 < rows <= _CHUNK_ROWS
-            and y_true.dtype.kind in "iu"
-            and y_true.dtype.isnative
-            and y_pred.flags.c_contiguous
-            and y_true.flags.c_contiguous
+            and y_pred.flags.carray
+            and y_true.flags.carray
             and fast[0] is self._arrays
         ):
             return super().update(y_true, y_pred)
+        kernel, eps = route
         targets = y_true.reshape(-1, 1)
         scores = y_pred.reshape(-1, 1)
-        with self._lock:
-            status, position, _ = _k.count_elementwise(
+        lock = self._lock
+        lock.acquire()
+        try:
+            status, position, _ = kernel(
                 targets, scores, None, *fast[1], rows, _CHUNK_ROWS, 1, fast[2], fast[3], eps
             )
             if status == _k.OK:
                 self._changed()
                 return self
+        finally:
+            lock.release()
         # Rows are validated before any is counted: the state is unchanged.
         raise self._error(
             status,
