@@ -910,6 +910,8 @@ CHUNK = 64
 _SUPER_ROW_MAX = 2048
 # Status of an update whose counts could pass 2**63 - 1.
 OVERFLOW = 6
+# Status of matrices that ``count_plain`` does not take in mode 2 (nothing counted).
+NOT_PLAIN = 7
 _INT64_MAX = 2**63 - 1
 # Rows whose sums are computed before their statistics are scattered (see count_plain).
 _BLOCK_ROWS = 256
@@ -966,20 +968,45 @@ def split_status(code: int) -> tuple[int, int]:
     return code % 8, code // 8 - 1
 
 
+@njit(inline="always")
+def _plain_matrix(a, rows, cols):
+    """Whether ``a`` is a ``(rows, cols)`` C-contiguous, aligned matrix (the strides and the
+    data address of the array as given, whatever its Numba type says)."""
+    size = a.itemsize
+    return (
+        a.shape[0] == rows
+        and a.shape[1] == cols
+        and (a.strides[1] == size or cols < 2)
+        and (a.strides[0] == cols * size or rows < 2)
+        and a.ctypes.data % size == 0
+    )
+
+
 @_kernel
-def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, commit):
+def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     """Count an unweighted, unmasked (N, L) batch; returns ``status + 8 * (row + 1)``: 0 when
-    the batch was counted, else the status and the first bad row (-1 for ``OVERFLOW``).
+    the batch was counted, else the status and the first bad row (-1 for ``OVERFLOW`` and
+    ``NOT_PLAIN``).
 
     ``y_true`` is an unsigned C-contiguous view of the truth, ``y_pred`` unsigned indicators or
-    float scores (positive when ``score >= threshold``), C-contiguous. With ``commit`` the
-    counts are added into ``labels`` (3, L) and ``per_sample`` only when the batch is valid and
-    no count can pass 2**63 - 1 (else ``OVERFLOW``); without, ``labels`` and ``per_sample`` are
-    the caller's zeroed private buffers (one thread's share of a batch), which the caller adds
-    once every share is counted.
+    float scores (positive when ``score >= threshold``), C-contiguous. With ``mode`` 1 (commit)
+    the counts are added into ``labels`` (3, L) and ``per_sample`` only when the batch is valid
+    and no count can pass 2**63 - 1 (else ``OVERFLOW``); with 0, ``labels`` and ``per_sample``
+    are the caller's zeroed private buffers (one thread's share of a batch), which the caller
+    adds once every share is counted. Mode 2 is mode 1 for matrices that the caller has not
+    checked beyond their dtypes and dimensions (``update``'s one-call path): ``NOT_PLAIN``, and
+    nothing counted, unless both are C-contiguous, aligned and of the same shape (N, L) with
+    L the state's.
     """
     n = y_true.shape[0]
     num_labels = y_true.shape[1]
+    if mode == 2 and not (
+        num_labels == labels.shape[1]
+        and _plain_matrix(y_true, n, num_labels)
+        and _plain_matrix(y_pred, n, num_labels)
+    ):
+        return NOT_PLAIN
+    commit = mode != 0
     k_rows = _super_rows(num_labels)
     width = k_rows * num_labels
     num_super = n // k_rows

@@ -80,9 +80,6 @@ _PARALLEL_MIN_ENTRIES = 1 << 22
 _PARALLEL_MIN_ROWS = 1 << 12
 # A large batch is cut into about this many row ranges per thread, taken in turn.
 _CHUNKS_PER_THREAD = 8
-# ``ndarray.flags.num`` bits of an array that Numba types as C-contiguous, aligned and
-# writeable: the only arrays passed to the compiled kernels held by ``update``'s routes.
-_PLAIN = 0x1 | 0x100 | 0x400  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | NPY_ARRAY_WRITEABLE
 _UNSEEN = object()
 # A flag of batches only (the kernels ignore it): the weights are the 1.0 given to an unweighted
 # batch of a ``weighted`` accumulator, not the caller's (reports keep integer supports).
@@ -307,6 +304,7 @@ class MultilabelAccumulator(Accumulator):
         # (see ``_route``), by the dtypes of (y_true, y_pred).
         self._plain = ignore_index is None and not cooccurrence and not weighted
         self._routes: dict[tuple[np.dtype, np.dtype], Any] = {}
+        self._last_route: tuple[Any, Any, Any] = (None, None, None)
         dtype = np.float64 if self._weighted else np.int64
         rows = 4 if ignore_index is not None else 3
         arrays: dict[str, Any] = {
@@ -376,17 +374,27 @@ class MultilabelAccumulator(Accumulator):
         # validates, checks the headroom and counts; anything else, and every error, takes the
         # general path below.
         if weights is None and type(y_true) is np.ndarray and type(y_pred) is np.ndarray:
-            route = self._routes.get((y_true.dtype, y_pred.dtype), _UNSEEN)
-            if route is _UNSEEN:
-                route = self._route(y_true, y_pred)
-            shape = y_true.shape
+            # The route of the last pair of dtypes, by identity (numpy's built-in dtypes are
+            # singletons; hashing a pair for ``_routes`` costs 0.1 µs more).
+            true_dtype = y_true.dtype
+            pred_dtype = y_pred.dtype
+            last = self._last_route
+            if true_dtype is last[0] and pred_dtype is last[1]:
+                route = last[2]
+            else:
+                route = self._routes.get((true_dtype, pred_dtype), _UNSEEN)
+                if route is _UNSEEN:
+                    route = self._route(y_true, y_pred)
+                self._last_route = (true_dtype, pred_dtype, route)
+            # Numba reads an array's dimensions by its type: they are checked here, with the
+            # size (large batches are counted on threads), and the kernel checks the rest
+            # (shapes, layout, alignment: measured 0.25 µs less than ``shape`` and ``flags``
+            # here).
             if (
                 route is not None
-                and shape == y_pred.shape
-                and len(shape) == 2
-                and shape[1] == self._num_labels
+                and y_true.ndim == 2
+                and y_pred.ndim == 2
                 and y_true.size < _PARALLEL_MIN_ENTRIES
-                and y_true.flags.num & y_pred.flags.num & _PLAIN == _PLAIN
             ):
                 true_view, pred_view, kernel, arguments = route
                 true = y_true if true_view is None else y_true.view(true_view)
@@ -424,7 +432,7 @@ class MultilabelAccumulator(Accumulator):
             arrays = self._arrays
             kernel = _k.compiled_for(
                 _k.count_plain,
-                (true, pred, threshold, self._layout, arrays["labels"], arrays["per_sample"], True),
+                (true, pred, threshold, self._layout, arrays["labels"], arrays["per_sample"], 2),
             )
             # The state arrays are never rebound (only written in place), so the route may
             # hold them.
@@ -432,7 +440,7 @@ class MultilabelAccumulator(Accumulator):
                 None if true_view == y_true.dtype else true_view,
                 None if pred_view is None or pred_view == y_pred.dtype else pred_view,
                 kernel,
-                (threshold, self._layout, arrays["labels"], arrays["per_sample"], True),
+                (threshold, self._layout, arrays["labels"], arrays["per_sample"], 2),
             )
         self._routes[(y_true.dtype, y_pred.dtype)] = route
         return route
@@ -660,7 +668,7 @@ class MultilabelAccumulator(Accumulator):
                     self._layout,
                     arrays["labels"],
                     arrays["per_sample"],
-                    True,
+                    1,
                 )
             )
         else:
@@ -707,7 +715,7 @@ class MultilabelAccumulator(Accumulator):
                         self._layout,
                         labels,
                         per_sample,
-                        False,
+                        0,
                     )
                 )
                 if status != _k.OK:

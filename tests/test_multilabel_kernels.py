@@ -152,8 +152,9 @@ def test_fast_path_refuses_overflow_and_keeps_other_layouts():
     [
         "fortran",
         "strided",
-        # read-only arrays compile their own kernel: in the slow run only
+        # read-only and unaligned arrays compile their own kernels: in the slow run only
         pytest.param("read-only", marks=pytest.mark.slow),
+        pytest.param("unaligned", marks=pytest.mark.slow),
     ],
 )
 def test_other_memory_layouts_take_the_general_path(layout):
@@ -165,9 +166,15 @@ def test_other_memory_layouts_take_the_general_path(layout):
         wide = np.zeros((40, 8), dtype=np.int64)
         wide[:, ::2] = y_pred
         y_pred = wide[:, ::2]
-    else:
+    elif layout == "read-only":
         y_true = y_true.copy()
         y_true.flags.writeable = False
+    else:  # float64 scores one byte past an aligned address
+        memory = np.zeros(y_pred.size * 8 + 1, dtype=np.uint8)[1:].view(np.float64)
+        scores = memory.reshape(y_pred.shape)
+        scores[...] = np.where(y_pred == 1, 0.75, 0.25)
+        assert not scores.flags.aligned
+        y_pred = scores
     assert MultilabelAccumulator(4).update(y_true, y_pred) == reference
 
 
