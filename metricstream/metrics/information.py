@@ -38,14 +38,18 @@ def _no_samples(zero_division: ZeroDivision, metric: str) -> float:
 
 
 def _xlogx_sum(values: np.ndarray) -> float:
-    """``sum v log v`` over the non-zero entries (0 log 0 = 0)."""
+    """``sum v log v`` over the non-zero entries (0 log 0 = 0).
+
+    Summed by ``np.sum`` (pairwise, in a fixed order), not ``np.dot``: a BLAS dot product splits
+    a long vector across its threads, so its last bits would depend on the machine's core count.
+    """
     values = values[values != 0].astype(np.float64, copy=False)
-    return float(np.dot(values, np.log(values)))
+    return float(np.sum(values * np.log(values)))
 
 
 def _cell_xlogx_sum(matrix: np.ndarray) -> float:
     """:func:`_xlogx_sum` of every cell of ``matrix``: the same non-zero cells in the same (C)
-    order, so the same ``np.dot``, gathered by a branch-free kernel from float64 copies of
+    order, so the same sum, gathered by a branch-free kernel from float64 copies of
     cache-sized chunks (the only other memory is the non-zero cells themselves)."""
     cells = matrix.ravel()
     nonzero = np.empty(np.count_nonzero(cells) + 1, dtype=np.float64)  # + the kernel's spare
@@ -56,7 +60,7 @@ def _cell_xlogx_sum(matrix: np.ndarray) -> float:
         part[...] = cells[start : start + _CHUNK]  # the cast of ``astype(np.float64)``
         kept = gather_nonzero(part, nonzero, kept)
     nonzero = nonzero[:kept]
-    return float(np.dot(nonzero, np.log(nonzero)))
+    return float(np.sum(nonzero * np.log(nonzero)))  # np.sum: see _xlogx_sum
 
 
 def _mutual_information(counts) -> float:
