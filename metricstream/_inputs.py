@@ -12,8 +12,8 @@ the general ``(A, C, R)`` layout (classes on a middle axis), are converted to fl
 CPU torch tensors are read with ``Tensor.numpy()`` (about 1 µs cheaper than ``np.from_dlpack``
 per array, which matters for 256-label training-loop batches); tensors that track gradients are
 read through ``detach()``, which shares memory and copies nothing. The small-batch path of
-``update`` reads plain CPU tensors through their data pointers instead (``tensor_pair``: about
-0.35 µs per tensor against 0.7 µs for ``Tensor.numpy()``).
+``update`` reads plain CPU tensors through their data pointers instead (about 0.3 µs per tensor
+against 0.7 µs for ``Tensor.numpy()``; see ``_dispatch.count_small``).
 """
 
 from __future__ import annotations
@@ -60,7 +60,11 @@ def as_array(value: Any, name: str) -> np.ndarray:
 # ``torch.Tensor`` and ``torch.bfloat16``, learnt from the first tensor seen (metricstream never
 # imports torch itself), for the training-loop fast path of ``prepare_batch``.
 _tensor_type: list[Any] = [None, None]
-# torch dtype -> (numpy dtype, mark) of the tensors ``tensor_pair`` reads (float16 and
+# The same list, read by the small-batch path of ``update`` (see ``_dispatch.count_small``, which
+# reads CPU tensors through their data pointers: ``Tensor.numpy()`` costs 0.7 µs per tensor, as
+# much as counting 256 labels).
+TENSOR_TYPES = _tensor_type
+# torch dtype -> (numpy dtype, mark) of the tensors the small-batch path reads (float16 and
 # bfloat16 as int16 bits, marked ``_HALF``/``_BFLOAT16``).
 _torch_dtypes: dict[Any, tuple[np.dtype, int]] = {}
 
@@ -89,51 +93,12 @@ def _tensor_values(value: Any) -> Any:
         return value  # another device, a conjugate view...: the general path explains
 
 
-def tensor_pair(y_true: Any, y_pred: Any) -> tuple[Any, Any, int, int, int, Any] | None:
-    """``(y_true.dtype, y_pred.dtype, y_true's address, y_pred's address, len(y_true),
-    y_pred.shape)`` of two C-contiguous CPU ``torch.Tensor`` objects, ``y_true`` 1-D, for kernels
-    that read their elements in place; None for anything else. The dtypes are torch's (see
-    ``tensor_dtype``). Tensors that track gradients are read the same way (without ``detach()``:
-    only the values are read).
-
-    Reading both tensors costs about 0.7 µs, one attribute or method of torch (40-70 ns) at a
-    time, where ``Tensor.numpy()`` costs 0.7 µs per tensor, as much as counting 256 labels; so
-    only what the kernels need is asked. Subclasses, other devices, negative-bit views and
-    non-strided layouts give None (the general path reads or refuses them): sparse and
-    compressed tensors are not contiguous or raise, and they, MKL-DNN and nested tensors have no
-    data pointer or no single shape (``RuntimeError``).
-    """
-    tensor = _tensor_type[0]
-    if type(y_true) is not tensor or type(y_pred) is not tensor:
-        if tensor is not None or type(y_pred).__name__ != "Tensor":
-            return None
-        _learn_torch(y_pred)
-        if _tensor_type[0] is None:
-            return None
-        return tensor_pair(y_true, y_pred)
-    if not (y_true.is_cpu and y_pred.is_cpu):
-        return None
-    try:
-        true_shape = y_true.shape
-        shape = y_pred.shape  # nested tensors raise here
-        if (
-            len(true_shape) != 1
-            or y_true.is_neg()
-            or y_pred.is_neg()
-            or not y_true.is_contiguous()
-            or not y_pred.is_contiguous()
-        ):
-            return None
-        return (
-            y_true.dtype,
-            y_pred.dtype,
-            y_true.data_ptr(),
-            y_pred.data_ptr(),
-            true_shape[0],
-            shape,
-        )
-    except RuntimeError:  # nested, or no storage (sparse, MKL-DNN, functorch wrappers...)
-        return None
+def learn_torch(value: Any) -> bool:
+    """Remember torch's tensor type (in ``TENSOR_TYPES``) and dtypes when ``value`` is the first
+    ``torch.Tensor`` seen; whether the tensor type is known now."""
+    if _tensor_type[0] is None and type(value).__name__ == "Tensor":
+        _learn_torch(value)
+    return _tensor_type[0] is not None
 
 
 def tensor_dtype(dtype: Any) -> tuple[np.dtype, int] | None:

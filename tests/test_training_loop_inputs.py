@@ -432,7 +432,7 @@ def test_updates_after_other_changes_still_see_overflow(change):
 def _tensor_declined(y_true, y_pred):
     out = np.zeros((3, 3), np.int64)
     flags = _dispatch.small_flags(None)
-    if _dispatch.count_small_tensors(out, y_true, y_pred, flags, 0, 0.0) is None:
+    if _dispatch.count_small(out, y_true, y_pred, flags, 0, 0.0) is None:
         assert not out.any()
         return True
     return False
