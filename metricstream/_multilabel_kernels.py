@@ -225,119 +225,72 @@ def _pred_valid_impl(v):
     return lambda v: np.uint8(v > 1) << np.uint8(1)
 
 
-def _count_super_row(sup_t, sup_p, s, q, threshold, acc, copy):  # pragma: no cover
-    """Pass 1 over super-row ``s``: uint8 column counts into ``acc``; float scores are also
-    thresholded into row ``q`` of ``copy``. Returns the OR of the entries' validity bits
-    (replaced by the overload below)."""
+def _count_super_rows(sup_t, sup_p, s, q, count, threshold, acc, copy):  # pragma: no cover
+    """Pass 1 over ``count`` (1 or 2) super-rows from ``s``: their uint8 column counts, summed,
+    into ``acc`` (one store per lane for two super-rows: measured 1.4x faster than one per
+    super-row at L = 1000; four per store were 10 % faster again but compiled 1.2 s longer);
+    float scores are also thresholded into rows ``q`` on of ``copy``. Returns the OR of the
+    entries' validity bits (replaced by the overload below)."""
 
 
-@overload(_count_super_row, inline="always")
-def _count_super_row_impl(sup_t, sup_p, s, q, threshold, acc, copy):
+@overload(_count_super_rows, inline="always")
+def _count_super_rows_impl(sup_t, sup_p, s, q, count, threshold, acc, copy):
     if isinstance(sup_p.dtype, types.Float):
 
-        def scores(sup_t, sup_p, s, q, threshold, acc, copy):
+        def scores(sup_t, sup_p, s, q, count, threshold, acc, copy):
             bad = np.uint8(0)
-            for k in range(sup_t.shape[1]):
-                pv = sup_p[s, k]
-                bad = np.uint8(bad | np.uint8(_true_bits(sup_t[s, k]) | _pred_valid(pv)))
-                copy[q, k] = np.uint8(pv >= threshold)
-            for k in range(sup_t.shape[1]):
-                t8 = np.uint8(sup_t[s, k])
-                pk = copy[q, k]
-                acc[0, k] = np.uint8(acc[0, k] + np.uint8(t8 & pk))
-                acc[1, k] = np.uint8(acc[1, k] + t8)
-                acc[2, k] = np.uint8(acc[2, k] + pk)
-            return bad
-
-        return scores
-
-    def indicators(sup_t, sup_p, s, q, threshold, acc, copy):
-        bad = np.uint8(0)
-        for k in range(sup_t.shape[1]):
-            tk = sup_t[s, k]
-            pv = sup_p[s, k]
-            pk = np.uint8(pv)
-            # truncated at each step: Numba widens uint8 operations to int64, and an int64
-            # reduction does not vectorise over bytes (measured 4.5x slower)
-            bad = np.uint8(bad | np.uint8(_true_bits(tk) | _pred_valid(pv)))
-            acc[0, k] = np.uint8(acc[0, k] + np.uint8(np.uint8(tk) & pk))
-            acc[1, k] = np.uint8(acc[1, k] + np.uint8(tk))
-            acc[2, k] = np.uint8(acc[2, k] + pk)
-        return bad
-
-    return indicators
-
-
-def _count_four_super_rows(sup_t, sup_p, s, q, threshold, acc, copy):  # pragma: no cover
-    """:func:`_count_super_row` over super-rows ``s`` to ``s + 3`` (rows ``q`` to ``q + 3`` of
-    ``copy``), adding their sum into each lane once (replaced by the overload below)."""
-
-
-@overload(_count_four_super_rows, inline="always")
-def _count_four_super_rows_impl(sup_t, sup_p, s, q, threshold, acc, copy):
-    if isinstance(sup_p.dtype, types.Float):
-
-        def scores(sup_t, sup_p, s, q, threshold, acc, copy):
-            bad = np.uint8(0)
-            for g in range(4):
+            for g in range(count):
                 for k in range(sup_t.shape[1]):
                     pv = sup_p[s + g, k]
                     bad = np.uint8(bad | np.uint8(_true_bits(sup_t[s + g, k]) | _pred_valid(pv)))
                     copy[q + g, k] = np.uint8(pv >= threshold)
+            s1, m1 = _take(s, 1, count)
+            q1 = q + s1 - s
             for k in range(sup_t.shape[1]):
                 t0 = np.uint8(sup_t[s, k])
-                t1 = np.uint8(sup_t[s + 1, k])
-                t2 = np.uint8(sup_t[s + 2, k])
-                t3 = np.uint8(sup_t[s + 3, k])
+                t1 = np.uint8(np.uint8(sup_t[s1, k]) & m1)
                 p0 = copy[q, k]
-                p1 = copy[q + 1, k]
-                p2 = copy[q + 2, k]
-                p3 = copy[q + 3, k]
-                x = np.uint8(np.uint8(t0 & p0) + np.uint8(t1 & p1))
-                x = np.uint8(x + np.uint8(np.uint8(t2 & p2) + np.uint8(t3 & p3)))
-                acc[0, k] = np.uint8(acc[0, k] + x)
-                acc[1, k] = np.uint8(acc[1, k] + np.uint8(np.uint8(t0 + t1) + np.uint8(t2 + t3)))
-                acc[2, k] = np.uint8(acc[2, k] + np.uint8(np.uint8(p0 + p1) + np.uint8(p2 + p3)))
+                p1 = np.uint8(copy[q1, k] & m1)
+                acc[0, k] = np.uint8(acc[0, k] + np.uint8(np.uint8(t0 & p0) + np.uint8(t1 & p1)))
+                acc[1, k] = np.uint8(acc[1, k] + np.uint8(t0 + t1))
+                acc[2, k] = np.uint8(acc[2, k] + np.uint8(p0 + p1))
             return bad
 
         return scores
 
-    def indicators(sup_t, sup_p, s, q, threshold, acc, copy):
+    def indicators(sup_t, sup_p, s, q, count, threshold, acc, copy):
+        # with ``count`` 1 the second super-row is the first again, masked out (validity
+        # bits included: they are the first one's); the byte operations are truncated at each
+        # step: Numba widens them to int64, and an int64 reduction does not vectorise over
+        # bytes (measured 4.5x slower)
+        s1, m1 = _take(s, 1, count)
         bad = np.uint8(0)
         for k in range(sup_t.shape[1]):
             a0 = sup_t[s, k]
-            a1 = sup_t[s + 1, k]
-            a2 = sup_t[s + 2, k]
-            a3 = sup_t[s + 3, k]
+            a1 = sup_t[s1, k]
             b0 = sup_p[s, k]
-            b1 = sup_p[s + 1, k]
-            b2 = sup_p[s + 2, k]
-            b3 = sup_p[s + 3, k]
-            bt = np.uint8(
-                np.uint8(_true_bits(a0) | _true_bits(a1))
-                | np.uint8(_true_bits(a2) | _true_bits(a3))
-            )
-            bp = np.uint8(
-                np.uint8(_pred_valid(b0) | _pred_valid(b1))
-                | np.uint8(_pred_valid(b2) | _pred_valid(b3))
-            )
+            b1 = sup_p[s1, k]
+            bt = np.uint8(_true_bits(a0) | _true_bits(a1))
+            bp = np.uint8(_pred_valid(b0) | _pred_valid(b1))
             bad = np.uint8(bad | np.uint8(bt | bp))
             t0 = np.uint8(a0)
-            t1 = np.uint8(a1)
-            t2 = np.uint8(a2)
-            t3 = np.uint8(a3)
+            t1 = np.uint8(np.uint8(a1) & m1)
             p0 = np.uint8(b0)
-            p1 = np.uint8(b1)
-            p2 = np.uint8(b2)
-            p3 = np.uint8(b3)
-            x = np.uint8(np.uint8(t0 & p0) + np.uint8(t1 & p1))
-            x = np.uint8(x + np.uint8(np.uint8(t2 & p2) + np.uint8(t3 & p3)))
-            acc[0, k] = np.uint8(acc[0, k] + x)
-            acc[1, k] = np.uint8(acc[1, k] + np.uint8(np.uint8(t0 + t1) + np.uint8(t2 + t3)))
-            acc[2, k] = np.uint8(acc[2, k] + np.uint8(np.uint8(p0 + p1) + np.uint8(p2 + p3)))
+            p1 = np.uint8(np.uint8(b1) & m1)
+            acc[0, k] = np.uint8(acc[0, k] + np.uint8(np.uint8(t0 & p0) + np.uint8(t1 & p1)))
+            acc[1, k] = np.uint8(acc[1, k] + np.uint8(t0 + t1))
+            acc[2, k] = np.uint8(acc[2, k] + np.uint8(p0 + p1))
         return bad
 
     return indicators
+
+
+@njit(inline="always")
+def _take(s, g, count):
+    """Super-row ``s + g`` and the mask 0xFF when ``g < count``, else ``s`` and 0."""
+    if g < count:
+        return s + g, np.uint8(0xFF)
+    return s, np.uint8(0)
 
 
 def _holds_scores(y_pred):  # pragma: no cover - replaced by the overload below
@@ -895,9 +848,9 @@ def count_sets(
 # * column counts: ``K`` consecutive rows are one "super-row" of ``K L`` contiguous entries
 #   (``K L`` a multiple of 64 when that stays small), added entry-wise into uint8 lanes that are
 #   flushed into int64 every 255 super-rows: one long branch-free loop whatever L is, instead
-#   of a loop of L iterations per row (which for L = 20 never reaches the vector body); four
-#   super-rows are summed before they are added into the lanes (a quarter of the stores:
-#   measured 1.4x faster at L = 1000), and the validity bits are ORed into a register;
+#   of a loop of L iterations per row (which for L = 20 never reaches the vector body); two
+#   super-rows are summed before they are added into the lanes (half the stores: measured
+#   1.4x faster at L = 1000), and the validity bits are ORed into a register;
 # * row sums ``(TP_s, AP_s, PP_s)``: each row is read in chunks of 64 entries, each compared
 #   with zero into a 64-bit mask (:func:`_nonzero_bits`), the last chunk of a row masked (it
 #   reads into the next row, never past the batch: the last rows take a scalar loop); the sums
@@ -906,7 +859,7 @@ def count_sets(
 # A batch of one block is counted straight into the state once it is found valid; a longer
 # batch into local buffers (O(L)) added into the state when the whole batch was found valid.
 CHUNK = 64
-# A super-row holds at most this many entries (its uint8 lanes, four arrays, stay in L1).
+# A super-row holds at most this many entries (its uint8 lanes, three arrays, stay in L1).
 _SUPER_ROW_MAX = 2048
 # Status of an update whose counts could pass 2**63 - 1.
 OVERFLOW = 6
@@ -1078,25 +1031,16 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         first_super = block // k_rows
         supers = stop // k_rows - first_super
         bad = np.uint8(0)
-        q = 0
-        while q + 4 <= supers:
-            if pending > 251:
+        for q in range(0, supers, 2):
+            if pending > 253:
                 _flush(acc, num_labels, cols)
                 pending = 0
-            found = _count_four_super_rows(
-                sup_t, sup_p, first_super + q, q, threshold, acc, copy_sup
+            count = min(2, supers - q)
+            found = _count_super_rows(
+                sup_t, sup_p, first_super + q, q, count, threshold, acc, copy_sup
             )
             bad = np.uint8(bad | found)
-            q += 4
-            pending += 4
-        while q < supers:
-            if pending == 255:
-                _flush(acc, num_labels, cols)
-                pending = 0
-            found = _count_super_row(sup_t, sup_p, first_super + q, q, threshold, acc, copy_sup)
-            bad = np.uint8(bad | found)
-            q += 1
-            pending += 1
+            pending += count
         # the rows after the last whole super-row (last block only), into the lanes of the
         # first row of a super-row
         if pending > 255 - k_rows:

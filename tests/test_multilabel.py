@@ -413,15 +413,16 @@ def test_scores_are_thresholded_in_the_kernel():
     probabilities[0, 0] = 0.5  # exactly the threshold: positive (score >= threshold)
     logits = rng.normal(size=(80, 9))
     logits[1, 1] = 0.0
-    ref_p = MultilabelAccumulator(9).update(y_true, (probabilities >= 0.5).astype(np.int8))
-    ref_l = MultilabelAccumulator(9, threshold=0.0).update(y_true, (logits >= 0).astype(np.int8))
+    # int64 references: the kernel of int64 indicators, compiled anyway
+    ref_p = MultilabelAccumulator(9).update(y_true, (probabilities >= 0.5).astype(np.int64))
+    ref_l = MultilabelAccumulator(9, threshold=0.0).update(y_true, (logits >= 0).astype(np.int64))
     assert MultilabelAccumulator(9).update(y_true, probabilities) == ref_p
     assert MultilabelAccumulator(9).update(y_true, probabilities.astype(np.float32)) == ref_p
     assert MultilabelAccumulator(9, threshold=0.0).update(y_true, logits) == ref_l
     assert MultilabelAccumulator(9, threshold=0.0).update(
         y_true, logits.astype(np.float16)
     ) == MultilabelAccumulator(9, threshold=0.0).update(
-        y_true, (logits.astype(np.float16) >= 0).astype(np.int8)
+        y_true, (logits.astype(np.float16) >= 0).astype(np.int64)
     )
 
 
@@ -439,7 +440,7 @@ def test_float32_scores_decide_as_in_float64(threshold):
     ]
     y_true = rng.integers(0, 2, (200, 4))
     acc = MultilabelAccumulator(4, threshold=threshold).update(y_true, scores)
-    exact = (scores.astype(np.float64) >= threshold).astype(np.uint8)
+    exact = (scores.astype(np.float64) >= threshold).astype(np.int64)
     assert acc == MultilabelAccumulator(4, threshold=threshold).update(y_true, exact)
 
 
@@ -454,9 +455,16 @@ def test_indicator_dtypes(dtype):
     reference = MultilabelAccumulator(7).update(y_true, y_pred)
     acc = MultilabelAccumulator(7).update(y_true.astype(dtype), y_pred)
     assert acc == reference
-    if dtype is not np.float64:
-        acc = MultilabelAccumulator(7).update(y_true, y_pred.astype(dtype))
-        assert acc == reference
+
+
+@pytest.mark.slow  # each pair of dtypes compiles its own kernel
+@pytest.mark.parametrize(
+    "dtype", INDICATOR_DTYPES[:2] + INDICATOR_DTYPES[3:], ids=lambda d: np.dtype(d).name
+)
+def test_indicator_dtypes_of_predictions(dtype):
+    y_true, y_pred, _ = CASES["dense"]  # int64: the partner of each dtype tested
+    reference = MultilabelAccumulator(7).update(y_true, y_pred)
+    assert MultilabelAccumulator(7).update(y_true, y_pred.astype(dtype)) == reference
 
 
 def test_torch_tensors():
@@ -467,7 +475,7 @@ def test_torch_tensors():
         torch.from_numpy(y_true), torch.from_numpy(logits)
     )
     assert acc == MultilabelAccumulator(7, threshold=0.0).update(
-        y_true, (logits >= 0).astype(np.uint8)
+        y_true, (logits >= 0).astype(np.int64)
     )
     acc = MultilabelAccumulator(7).update(
         torch.from_numpy(y_true).bool(), torch.sigmoid(torch.from_numpy(logits))
@@ -542,7 +550,7 @@ def test_scipy_sparse_and_large_label_space():
 
 @pytest.mark.parametrize("num_labels", [255, 256, 700])
 def test_wide_rows_match_sklearn(num_labels):
-    # rows of more than 255 labels take the int32 row-sum path of the kernel
+    # rows of more than 255 labels: row sums of several 64-entry chunks per row
     y_true, y_pred, _ = _case(12, 40, num_labels, density=0.5)
     scores = np.where(y_pred == 1, 0.8, 0.1).astype(np.float32)
     acc = MultilabelAccumulator(num_labels, threshold=0.5).update(y_true[:25], y_pred[:25])
