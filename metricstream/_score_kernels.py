@@ -350,60 +350,6 @@ def _log_of_product(product, exponent, sign):
     return -sign * (np.log(product) + exponent * _LN2)
 
 
-@njit(inline="always")
-def _logit_rows(
-    scores,
-    blo,
-    n,
-    target,
-    row_weight,
-    greater,
-    tied_before,
-    tied_after,
-    true_score,
-    top,
-    softmax,
-    ranks_flat,
-    cal_counts,
-    cal_conf,
-    brier_sum,
-    log_sum,
-):
-    """The per-row pass of a block of logits: ranks, the softmax's calibration counts, Brier
-    score and log loss (``logsumexp(s) - s_t``). Returns the updated sums."""
-    num_classes = scores.shape[1]
-    fine_bins = cal_counts.shape[0]
-    optimistic = num_classes * num_classes
-    for r in range(n):
-        ti = target[r]
-        if ti < 0:
-            continue
-        w = row_weight[r]
-        wf = np.float64(w)
-        g = np.int64(greater[r])
-        ranks_flat[np.uint64(ti * num_classes + g + tied_after[r])] += w
-        ranks_flat[np.uint64(optimistic + ti * num_classes + g)] += w
-        i = blo + r
-        top64 = np.float64(top[r])
-        total = 0.0
-        for c in range(num_classes):
-            e = np.exp(np.float64(scores[i, c]) - top64)
-            softmax[c] = e
-            total += e
-        brier = 0.0
-        for c in range(num_classes):
-            d = softmax[c] / total - (1.0 if c == ti else 0.0)
-            brier += d * d
-        conf = 1.0 / total
-        brier_sum += wf * brier
-        log_sum += wf * (top64 + np.log(total) - np.float64(true_score[r]))
-        f = np.uint64(_fine_bin(conf, fine_bins))
-        cal_counts[f, 0] += w
-        cal_counts[f, 1] += w * np.int64((g == 0) & (tied_before[r] == 0))
-        cal_conf[f] += wf * conf
-    return brier_sum, log_sum
-
-
 @_kernel
 def count_multiclass(
     labels,
@@ -461,13 +407,10 @@ def count_multiclass(
     optimistic = num_classes * num_classes
     block = max(1, min(BLOCK_ROWS, chunk, stop - start))
     # Scratch of one block: its scores class by class, their keys (2 * bin + is true class),
-    # and per row the true class (-1: not counted), weight, true score and statistics. One
-    # allocation of 8-byte words, viewed as the dtypes below (an allocation costs about 70 ns).
-    int_words = ((num_classes + 7) * block + num_classes + 1) // 2
-    value_words = ((num_classes + 2) * block * scores.itemsize + 7) // 8
-    float_words = 2 * block + (num_classes if logits else 0)
-    words = np.empty(int_words + value_words + float_words + block, np.int64)
-    ints = words[:int_words].view(np.int32)
+    # and per row the true class (-1: not counted), weight, true score and statistics.
+    # (Four allocations, sliced: an allocation costs about 70 ns. One allocation viewed as
+    # the four dtypes saved 0.1 us of a 256 x 10 update and cost 0.5 s of compile.)
+    ints = np.empty((num_classes + 7) * block + num_classes, np.int32)
     keys = ints[: num_classes * block].reshape((num_classes, block))
     counts = ints[num_classes * block : (num_classes + 1) * block]
     greater = ints[(num_classes + 1) * block : (num_classes + 2) * block]
@@ -476,16 +419,16 @@ def count_multiclass(
     fine = ints[(num_classes + 4) * block : (num_classes + 5) * block]
     correct = ints[(num_classes + 5) * block : (num_classes + 6) * block]
     target = ints[(num_classes + 6) * block : (num_classes + 7) * block]
-    exact_count = ints[(num_classes + 7) * block : (num_classes + 7) * block + num_classes]
-    values = words[int_words : int_words + value_words].view(scores.dtype)
+    exact_count = ints[(num_classes + 7) * block :]
+    values = np.empty((num_classes + 2) * block, scores.dtype)
     columns = values[: num_classes * block].reshape((num_classes, block))
     true_score = values[num_classes * block : (num_classes + 1) * block]
-    top = values[(num_classes + 1) * block : (num_classes + 2) * block]
-    floats = words[int_words + value_words : int_words + value_words + float_words].view(np.float64)
+    top = values[(num_classes + 1) * block :]
+    floats = np.empty(2 * block + (num_classes if logits else 0))
     square = floats[:block]
     clipped = floats[block : 2 * block]
     softmax = floats[2 * block :]
-    row_weight = words[int_words + value_words + float_words :].view(hist.dtype)
+    row_weight = np.empty(block, hist.dtype)
     # Without weights, the log loss of probabilities is the log of the running product of
     # the clipped true-class probabilities, kept a normal float by exact power-of-two
     # scaling: one log a call instead of one a row.
@@ -603,24 +546,33 @@ def count_multiclass(
                 for r in range(n):
                     hist[np.uint64(offset + keys[c, r])] += row_weight[r]
             if logits:
-                brier_sum, log_sum = _logit_rows(
-                    scores,
-                    blo,
-                    n,
-                    target,
-                    row_weight,
-                    greater,
-                    tied_before,
-                    tied_after,
-                    true_score,
-                    top,
-                    softmax,
-                    ranks_flat,
-                    cal_counts,
-                    cal_conf,
-                    brier_sum,
-                    log_sum,
-                )
+                for r in range(n):
+                    ti = target[r]
+                    if ti < 0:
+                        continue
+                    w = row_weight[r]
+                    wf = np.float64(w)
+                    g = np.int64(greater[r])
+                    ranks_flat[np.uint64(ti * num_classes + g + tied_after[r])] += w
+                    ranks_flat[np.uint64(optimistic + ti * num_classes + g)] += w
+                    i = blo + r
+                    top64 = np.float64(top[r])
+                    total = 0.0
+                    for c in range(num_classes):
+                        e = np.exp(np.float64(scores[i, c]) - top64)
+                        softmax[c] = e
+                        total += e
+                    brier = 0.0
+                    for c in range(num_classes):
+                        d = softmax[c] / total - (1.0 if c == ti else 0.0)
+                        brier += d * d
+                    conf = 1.0 / total
+                    brier_sum += wf * brier
+                    log_sum += wf * (top64 + np.log(total) - np.float64(true_score[r]))
+                    f = np.uint64(_fine_bin(conf, fine_bins))
+                    cal_counts[f, 0] += w
+                    cal_counts[f, 1] += w * np.int64((g == 0) & (tied_before[r] == 0))
+                    cal_conf[f] += wf * conf
                 continue
             # Per row, without branches (vectorised): the fine confidence bin, whether the
             # first argmax is the true class, the clipped true-class probability.
@@ -630,7 +582,8 @@ def count_multiclass(
                 correct[r] = np.int32((greater[r] == 0) & (tied_before[r] == 0))
                 p = min(max(np.float64(true_score[r]), eps), 1.0 - eps)
                 clipped[r] = p if target[r] >= 0 else 1.0
-            # Per row: the rank and calibration increments.
+            # Per row: the rank and calibration increments and the Brier sum (in this loop
+            # rather than one of its own: 0.35 us less).
             for r in range(n):
                 ti = target[r]
                 if ti < 0:
@@ -643,11 +596,10 @@ def count_multiclass(
                 cal_counts[f, 0] += w
                 cal_counts[f, 1] += w * np.int64(correct[r])
                 cal_conf[f] += np.float64(w) * np.float64(top[r])
-            # Losses: Brier sums, and the log loss as a product of eight factors at a time
-            # (each >= 2**-52: a product that was >= 2**-500 stays normal), so that the
-            # running product's dependency chain is one multiplication per eight rows.
-            for r in range(n):
-                brier_sum += np.float64(row_weight[r]) * square[r]
+                brier_sum += np.float64(w) * square[r]
+            # The log loss as a product of eight factors at a time (each >= 2**-52: a product
+            # that was >= 2**-500 stays normal), so that the running product's dependency
+            # chain is one multiplication per eight rows (0.9 us less than one per row).
             if weights is None:
                 r = 0
                 while r + 8 <= n:
