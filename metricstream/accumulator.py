@@ -9,7 +9,6 @@ the same docstring (formula and 0/0 rule). Counting happens in Numba kernels
 
 from __future__ import annotations
 
-import copy
 import inspect
 import math
 from collections.abc import Callable, Sequence
@@ -355,6 +354,8 @@ class ConfusionAccumulator(Accumulator):
 
         See :func:`metricstream.metrics.normalize_confusion_matrix`.
         """
+        if normalize is None:  # one copy of one consistent state (not a copy of a copy)
+            return self._view_source().matrix.copy()
         return self._view(_metrics.normalize_confusion_matrix, normalize=normalize)
 
     # Every other metric method is generated below from its function in metricstream.metrics.
@@ -423,7 +424,10 @@ class ConfusionAccumulator(Accumulator):
             output_dict=output_dict,
             zero_division=zero_division,
         )
-        return copy.deepcopy(report)  # a cached dict must not be mutated by the caller
+        if isinstance(report, dict):  # a cached dict must not be mutated by the caller
+            # its values are floats or dicts of floats: two levels are a deep copy
+            report = {k: dict(v) if isinstance(v, dict) else v for k, v in report.items()}
+        return report
 
     def summary(
         self, format: str = "dict", *, zero_division: ZeroDivision = "warn", digits: int = 4
