@@ -869,6 +869,8 @@ _INT64_MAX = 2**63 - 1
 # Rows whose sums are computed before their statistics are scattered (see count_plain).
 _BLOCK_ROWS = 256
 _BLOCK_BYTES = 1 << 16
+# Batches of at most this many input bytes are taken to be read from cache (L2, L3).
+_CACHED_BYTES = 1 << 21
 
 
 @njit(inline="always")
@@ -973,6 +975,10 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     block_rows = min(_BLOCK_ROWS, max(1, _BLOCK_BYTES // row_bytes))
     block_rows = k_rows * max(1, block_rows // k_rows)
     block_supers = block_rows // k_rows
+    # Two super-rows per lane store for a batch that stays in cache (L2); one for a batch read
+    # from memory, where two interleaved streams per input are read more slowly (measured on
+    # 10^5×100: 1.4x slower than one).
+    group = 2 if n * row_bytes <= _CACHED_BYTES else 1
     # A batch of one block is validated before anything is added, so it is counted straight
     # into the state; longer batches into local buffers added once every block is valid.
     direct = not commit or (n <= block_rows and block_supers <= 251)
@@ -1031,11 +1037,11 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         first_super = block // k_rows
         supers = stop // k_rows - first_super
         bad = np.uint8(0)
-        for q in range(0, supers, 2):
+        for q in range(0, supers, group):
             if pending > 253:
                 _flush(acc, num_labels, cols)
                 pending = 0
-            count = min(2, supers - q)
+            count = min(group, supers - q)
             found = _count_super_rows(
                 sup_t, sup_p, first_super + q, q, count, threshold, acc, copy_sup
             )
