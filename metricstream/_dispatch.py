@@ -409,10 +409,14 @@ def count_batch(
         # Unknown (after a merge, reset or restore): sum the K² cells once here, so that the
         # bound returned is known again (the kernels would otherwise sum them on every call).
         total = _kernels.matrix_total(out)
-    # The training-loop case inline (each Python call level costs about 0.1 µs of a 2 µs
-    # update): unweighted labels or narrow logits into int64 counts, serial, far from 2^63.
     kind = batch.kind
     size = batch.size
+    if size == 0:
+        # Nothing to count (the batch's shapes were checked when it was made): no kernel call,
+        # so an empty list or an empty read-only chunk compiles no specialisation of its own.
+        return total
+    # The training-loop case inline (each Python call level costs about 0.1 µs of a 2 µs
+    # update): unweighted labels or narrow logits into int64 counts, serial, far from 2^63.
     if kind == LABELS:
         fast = size < PARALLEL_MIN_LABELS
         kernel = _kernels.count_labels

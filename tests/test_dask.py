@@ -306,7 +306,6 @@ def test_group_of_scores_and_labels_views():
     assert result["first"] == ConfusionAccumulator(K).update(y_true, logits)
 
 
-@pytest.mark.slow  # read-only empty chunks: a kernel specialisation of their own
 def test_empty_inputs_give_an_empty_copy_of_the_template():
     empty = accumulate(
         make_group(),
