@@ -167,6 +167,22 @@ def test_scalars_and_empty_batches():
     assert acc.num_samples == 1
 
 
+def test_an_empty_batch_calls_no_kernel():
+    from metricstream import _kernels
+
+    before = set(_kernels.count_labels.signatures)
+    acc = ConfusionAccumulator(3, weighted=True).update([2], [1])
+    empty = np.zeros(0, np.int16)
+    empty.flags.writeable = False  # as dask hands over an empty chunk
+    acc.update(empty, empty, np.zeros(0, np.float32))
+    acc.update(empty, empty)
+    np.testing.assert_array_equal(acc.matrix, [[0, 0, 0], [0, 0, 0], [0, 1, 0]])
+    int16 = [s for s in set(_kernels.count_labels.signatures) - before if "int16" in str(s)]
+    assert not int16  # nothing was compiled to count nothing
+    with pytest.raises(ValueError, match="shape"):  # shapes are still checked
+        acc.update(empty, np.zeros(1, np.int16))
+
+
 def test_integer_scores_and_ties():
     scores = np.array([[1, 5, 5], [7, 7, 0], [-3, -2, -1]], dtype=np.int16)
     acc = ConfusionAccumulator(3).update([1, 0, 2], scores)
