@@ -13,12 +13,14 @@ same interleaved run):
 4. label sets (CSR) over L = 10^5 labels, 256 samples of about 5 labels each;
 5. state size for several L (O(L); O(L²) only with co-occurrence).
 
-Measured on the shared 2-core development machine (load average 1.5-1.8), medians, before and
-after the one-call kernel (see docs/multilabel.md, "Speed"):
+Measured on the shared 2-core development machine (load average 2.7-4.7), CPU time of the
+previous version of the accumulator and of this one, run alternately (see docs/multilabel.md,
+"Speed"):
 
-    256×20 indicators      8.2 µs (11× torchmetrics)    ->  4.0 µs (23×)
-    256×1000 indicators    42-61 µs (28-45×)            ->  29.5 µs (58-80×)
-    10^6×100 indicators    3.4× a read-only pass        ->  1.3-1.5× (2 threads), 2.2-2.35× (1)
+    256×20 indicators      3.9-4.1 µs                   ->  3.1-3.2 µs (torchmetrics 30×)
+    256×1000 indicators    30-41 µs                     ->  22-23 µs (73×)
+    10^6×100 indicators    19-23 ms on 1 thread         ->  17.6-18.3 ms (2.7× a byte-wise
+                                                            read-only pass of 6.9 ms)
 """
 
 from __future__ import annotations
