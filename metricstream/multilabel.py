@@ -396,14 +396,15 @@ class MultilabelAccumulator(Accumulator):
                 and y_pred.ndim == 2
                 and y_true.size < _PARALLEL_MIN_ENTRIES
             ):
-                true_view, pred_view, kernel, arguments = route
+                # the arguments one by one (a starred call builds a tuple: 30 ns more)
+                true_view, pred_view, kernel, threshold, layout, labels, per_sample = route
                 true = y_true if true_view is None else y_true.view(true_view)
                 pred = y_pred if pred_view is None else y_pred.view(pred_view)
                 # acquire/release: half the cost of a ``with`` block (measured 90 vs 175 ns)
                 lock = self._lock
                 lock.acquire()
                 try:
-                    if not kernel(true, pred, *arguments):  # 0: counted
+                    if not kernel(true, pred, threshold, layout, labels, per_sample, 2):
                         self._changed()
                         return self
                 finally:
@@ -413,7 +414,8 @@ class MultilabelAccumulator(Accumulator):
 
     def _route(self, y_true: np.ndarray, y_pred: np.ndarray) -> Any:
         """How ``update`` counts matrices of these dtypes in one call: ``(dtype to view y_true
-        as or None, the same for y_pred, the compiled kernel, its other arguments)``, or None
+        as or None, the same for y_pred, the compiled kernel, the threshold, layout and state
+        arrays it takes)``, or None
         for the general path. Computed once per pair of dtypes and kept in ``_routes`` (a
         restored or copied accumulator starts with none)."""
         true_view = _FAST_VIEWS.get(y_true.dtype)
@@ -440,7 +442,10 @@ class MultilabelAccumulator(Accumulator):
                 None if true_view == y_true.dtype else true_view,
                 None if pred_view is None or pred_view == y_pred.dtype else pred_view,
                 kernel,
-                (threshold, self._layout, arrays["labels"], arrays["per_sample"], 2),
+                threshold,
+                self._layout,
+                arrays["labels"],
+                arrays["per_sample"],
             )
         self._routes[(y_true.dtype, y_pred.dtype)] = route
         return route
