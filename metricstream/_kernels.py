@@ -44,9 +44,12 @@ How the label kernel is fast (measured on a 2-core AMD EPYC, see ``benchmarks/``
 
 Scores are reduced to an argmax without any N-sized temporary. Rows of the ``(N, C)`` logits
 layout in float32/float64 (more than two scores) are read as vectors of ``VECTOR_LANES`` scores
-with masked loads (LLVM intrinsics; nothing past a row is read): a max-reduction that also notes
-NaNs, then the first lane equal to the maximum from the bit mask of a vector compare (the first
-maximum, as ``np.argmax``; -0.0 equals +0.0). Rows of two scores take one compare. Other score
+(LLVM intrinsics; masked loads, nothing past a row is read). Wide rows, and every row of arrays
+beyond the cache, in one pass: per lane the running maximum and the position it was first seen
+at, then the smallest position among the lanes holding the maximum. Narrower rows in the cache:
+a max-reduction, then the first lane equal to the maximum from the bit mask of a vector compare
+(an early exit). Both note NaNs in the same pass and give the first maximum, as ``np.argmax``
+(-0.0 equals +0.0). Rows of two scores take one compare. Other score
 dtypes (float16/bfloat16 bits, integers) with few classes (``C <= TILE_MAX_CLASSES``) look for
 NaNs first in one flat, vectorised pass over a tile of rows; then each row is reduced by a
 branch-free loop of one compare and two selects per score (the core runs the chains of
@@ -115,10 +118,15 @@ ROW_TILE = 64
 # training loop's cache-resident batch) are reduced through a copied tile of keys.
 IN_PLACE_SCORES = 1 << 17
 # float32/float64 rows of score arrays larger than this (4 MiB of float32; the whole array, not
-# one thread's chunk of it) come from memory: they are searched without an early exit (see
-# ``_vector_row_argmax``). Measured against the early exit, on one core: (4096, 100) 50 vs
-# 65 µs, (1024, 1000) 97 vs 118 µs, (20000, 100) 614 vs 322 µs.
+# one thread's chunk of it) come from memory, and rows of at least LONG_ROW_SCORES scores: they
+# are reduced in one pass with no early exit (see ``_long_row_argmax``); a mispredicted exit per
+# row stalls the stream of rows from memory. Measured per call on one core (CPU time, medians,
+# load ~2.5), one pass against the max-reduction then the first equal vector: float32
+# (256, 1000) 22 -> 18 µs, (4096, 1000) 549 -> 344 µs, (4096, 500) 264 -> 169 µs, (20000, 100)
+# 323 -> 327 µs; float64 (4096, 1000) 1089 -> 839 µs, (50000, 64) 1255 -> 918 µs. Narrower rows
+# in the cache keep the early exit: float32 (1024, 100) 11 vs 15 µs in one pass.
 STREAMING_SCORES = 1 << 20
+LONG_ROW_SCORES = 256
 
 # Limits of a matrix's total (see ``_dispatch``): int64 below 2^63 with a 2^-16 margin that
 # covers the rounding of float bounds; float64 finite.
@@ -839,25 +847,93 @@ def _first_equal(typingctx, row, start, value):
     return types.intp(row, start, row.dtype), codegen
 
 
+def _lanes_min(builder, vector):
+    """The minimum of an integer vector's lanes (a halving tree of compares)."""
+    width = VECTOR_LANES
+    while width > 1:
+        width //= 2
+        order = [i + width if i < width else i for i in range(VECTOR_LANES)]
+        upper = builder.shuffle_vector(
+            vector, vector, ir.Constant(ir.VectorType(_I32, VECTOR_LANES), order)
+        )
+        vector = builder.select(builder.icmp_signed("<", upper, vector), upper, vector)
+    return builder.extract_element(vector, ir.Constant(_I32, 0))
+
+
+@intrinsic
+def _long_row_argmax(typingctx, row):
+    """Argmax of a float row of more than ``VECTOR_LANES`` scores in one pass; -1 when the row
+    holds a NaN. float32 rows: fewer than 2^31 scores (positions are int32 lanes)."""
+    if not _vector_row(row):
+        return None
+
+    def codegen(context, builder, signature, args):
+        data, length, element, align = _row_data(context, builder, signature.args[0], args[0])
+        vector = ir.VectorType(element, VECTOR_LANES)
+        # Positions as wide as the scores, so that a lane's compare selects its position.
+        index = ir.IntType(32 if element == ir.FloatType() else 64)
+        positions = ir.VectorType(index, VECTOR_LANES)
+        lanes = ir.VectorType(_I1, VECTOR_LANES)
+        # Per lane: the largest score so far and the start of the vector that held it first
+        # (strictly larger replaces, so a lane keeps its first maximum).
+        best = cgutils.alloca_once_value(
+            builder, ir.Constant(vector, [float("-inf")] * VECTOR_LANES)
+        )
+        where = cgutils.alloca_once_value(builder, ir.Constant(positions, [0] * VECTOR_LANES))
+        nan = cgutils.alloca_once_value(builder, ir.Constant(lanes, [0] * VECTOR_LANES))
+        width = ir.Constant(length.type, VECTOR_LANES)
+
+        def take(start):
+            address = builder.bitcast(builder.gep(data, [start]), vector.as_pointer())
+            scores = builder.load(address, align=align)
+            current = builder.load(best)
+            larger = builder.fcmp_ordered(">", scores, current)
+            builder.store(builder.select(larger, scores, current), best)
+            offset = builder.trunc(start, index) if index.width < start.type.width else start
+            builder.store(
+                builder.select(larger, _splat(builder, offset), builder.load(where)), where
+            )
+            unordered = builder.fcmp_unordered("uno", scores, scores)
+            builder.store(builder.or_(builder.load(nan), unordered), nan)
+
+        with cgutils.for_range(builder, builder.udiv(length, width)) as loop:
+            take(builder.mul(loop.index, width))
+        # A partial last vector is read as the row's last VECTOR_LANES scores, overlapping
+        # scores already read: a score read twice is recorded, if at all, at its own position,
+        # and never before an equal score at a smaller position.
+        zero = ir.Constant(length.type, 0)
+        with builder.if_then(builder.icmp_unsigned("!=", builder.urem(length, width), zero)):
+            take(builder.sub(length, width))
+        top = builder.load(best)
+        maximum = _lanes_max(builder, top)
+        # The first maximum: the smallest position among the lanes holding the maximum (-0.0
+        # equals +0.0). A lane never replaced holds -inf at position 0 + lane, a score of the
+        # row, which is -inf whenever that lane holds the maximum.
+        found = builder.add(builder.load(where), ir.Constant(positions, list(range(VECTOR_LANES))))
+        never = ir.Constant(positions, [(1 << (index.width - 1)) - 1] * VECTOR_LANES)
+        holds = builder.fcmp_ordered("==", top, _splat(builder, maximum))
+        first = _lanes_min(builder, builder.select(holds, found, never))
+        intp = context.get_value_type(types.intp)
+        first = builder.sext(first, intp) if index.width < intp.width else first
+        has_nan = _any_lane(builder, builder.load(nan))
+        return builder.select(has_nan, ir.Constant(intp, -1), first)
+
+    return types.intp(row), codegen
+
+
 @njit(inline="always")
 def _vector_row_argmax(row, streaming):
     """First position of the largest score of a C-contiguous float32/float64 row; -1 when the
     row holds a NaN. ``streaming``: the rows come from memory rather than from the cache."""
     if row.size <= VECTOR_LANES:
         return _short_row_argmax(row)
+    if (streaming or row.size >= LONG_ROW_SCORES) and row.size < 1 << 31:
+        return _long_row_argmax(row)
+    # Rows in the cache of fewer than LONG_ROW_SCORES scores: the maximum, then the first
+    # vector holding it (an early exit, faster here than tracking positions).
     best = _row_max(row)
     if best != best:
         return -1
-    if streaming:
-        # Every vector of the row is compared, with no early exit: the position of the maximum
-        # is random, and a mispredicted exit per row stalls the stream of rows from memory
-        # (measured, (10^6, 100) float32 on one core: 153 -> 82 ms). For rows in the cache the
-        # early exit is faster ((256, 100): 3.4 vs 4.2 µs), see ``STREAMING_SCORES``.
-        position = row.size
-        for start in range(row.size - (row.size - 1) % VECTOR_LANES - 1, -1, -VECTOR_LANES):
-            found = _first_equal(row, start, best)
-            position = start + found if found < VECTOR_LANES else position
-        return position
     for start in range(0, row.size, VECTOR_LANES):
         found = _first_equal(row, start, best)
         if found < VECTOR_LANES:
