@@ -27,6 +27,7 @@ import itertools
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -316,6 +317,72 @@ def count_small(
         entry(y_true, y_pred, None, out, 0, counted, -1, flags, ignore, _INF)
         return None
     return total + size
+
+
+# (y_true dtype, scores dtype) -> the compiled entry of ``count_threshold`` for binary scores on
+# the small-batch path, or None when that combination takes ``count_batch``; and the last one.
+_threshold_entries: dict[tuple, Any] = {}
+_last_threshold: tuple = (None, None, None)
+
+
+def small_threshold_counter(threshold: float) -> Callable[..., float | None]:
+    """``count_small`` for a binary accumulator with this (checked, float) ``threshold``: numpy
+    ``y_true`` 1-D integer labels and float32/float64 scores of the same shape ``(N,)``, both
+    C-contiguous, aligned and writeable, fewer than ``PARALLEL_MIN_LABELS``, into an int64
+    matrix far from 2^63. Returns the new bound of the total, or None (``out`` unchanged) for
+    anything else, including input the kernel rejects (``count_batch`` words the error).
+    Half-precision scores, ``(N, 1)`` scores and tensors take ``count_batch``."""
+
+    def count_small_threshold(
+        out: np.ndarray, y_true: Any, y_pred: Any, flags: int, ignore: int, total: float
+    ) -> float | None:
+        global _last_threshold
+        if type(y_true) is not _NDARRAY or type(y_pred) is not _NDARRAY:
+            return None
+        true_dtype = y_true.dtype
+        pred_dtype = y_pred.dtype
+        last = _last_threshold
+        if true_dtype is last[0] and pred_dtype is last[1]:
+            entry = last[2]
+        else:
+            entry = _threshold_entries.get((true_dtype, pred_dtype), _UNSEEN)
+            if entry is None:
+                return None
+        if y_true.ndim != 1 or y_pred.ndim != 1:
+            return None
+        size = len(y_true)
+        if len(y_pred) != size or size >= PARALLEL_MIN_LABELS:
+            return None
+        if y_true.flags.num & y_pred.flags.num & _PLAIN != _PLAIN:
+            return None
+        if total != total:  # unknown after a merge, reset or restore: O(K²) once
+            total = _kernels.matrix_total(out)
+        if not size <= _INT_LIMIT - total:
+            return None
+        if entry is _UNSEEN:
+            entry = None
+            if (
+                true_dtype.kind in "iu"
+                and true_dtype.isnative
+                and pred_dtype in (np.float32, np.float64)
+                and pred_dtype.isnative
+            ):
+                args = (y_true, y_pred, None, out, 0, size, 1, flags, ignore, threshold, _INF)
+                entry = _kernels.compiled_for(_kernels.count_threshold, args)
+            _threshold_entries[(true_dtype, pred_dtype)] = entry
+            if entry is None:
+                return None
+        if entry is not last[2]:
+            _last_threshold = (true_dtype, pred_dtype, entry)
+        status, _, counted = entry(
+            y_true, y_pred, None, out, 0, size, 1, flags, ignore, threshold, _INF
+        )
+        if status:  # undo the counted prefix; the general path finds the problem and says it
+            entry(y_true, y_pred, None, out, 0, counted, -1, flags, ignore, threshold, _INF)
+            return None
+        return total + size
+
+    return count_small_threshold
 
 
 # The same for CPU torch tensors, keyed by torch's dtypes:

@@ -19,7 +19,7 @@ import numpy as np
 from . import bootstrap as _bootstrap
 from . import metrics as _metrics
 from . import report as _report
-from ._dispatch import count_batch, count_small, small_flags
+from ._dispatch import count_batch, count_small, small_flags, small_threshold_counter
 from ._inputs import Batch, as_array, prepare_batch
 from .base import Accumulator
 from .metrics._zero_division import ZeroDivision
@@ -125,13 +125,16 @@ class ConfusionAccumulator(Accumulator):
         # (merge, reset, sync, restore) goes through `_changed`, which moves the version on and
         # so makes the bound "unknown" (the next update sums the matrix once, O(K²)).
         self._bound = (-1, math.nan)
-        # (matrix, kernel flags, ignore_index as an int) for the small-batch path of `update`;
-        # None for float64 counts and binary thresholds, which take the general path (scores
-        # against a threshold are not that path's, and trying it first would cost them 0.5 µs).
+        # (counting function, matrix, kernel flags, ignore_index as an int) for the small-batch
+        # path of `update`: labels or rows, or binary scores against the threshold; None for
+        # float64 counts, which take the general path.
         self._small = (
             None
-            if self._weighted or self._threshold is not None
+            if self._weighted
             else (
+                count_small
+                if self._threshold is None
+                else small_threshold_counter(self._threshold),
                 self._matrix,
                 small_flags(self._ignore_index),
                 0 if self._ignore_index is None else self._ignore_index,
@@ -245,12 +248,12 @@ class ConfusionAccumulator(Accumulator):
             lock.acquire()
             try:
                 version, total = self._bound
-                bound = count_small(
-                    small[0],
+                bound = small[0](
+                    small[1],
                     y_true,
                     y_pred,
-                    small[1],
                     small[2],
+                    small[3],
                     total if version == self._version else _NAN,
                 )
                 if bound is not None:

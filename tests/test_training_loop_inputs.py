@@ -247,6 +247,49 @@ def test_threshold_rejects_nan_scores_and_keeps_labels_as_labels():
     )
 
 
+@pytest.mark.parametrize("ignore_index", [None, 1])
+def test_binary_small_path_equals_the_general_path_and_fails_cleanly(ignore_index):
+    """Binary scores of a few hundred rows take one compiled call; anything else (half
+    precision, (N, 1), strided, weighted, bad values) takes the general path, same counts."""
+    y_true, scores = threshold_inputs(np.float32, 300)
+    y_true = y_true.astype(np.int64)
+    cases = [
+        (y_true, scores),  # the small path
+        (y_true, scores.astype(np.float64)),  # the small path, float64 scores
+        (y_true, scores[:, None]),  # (N, 1): general path
+        (y_true[::2], scores[::2]),  # strided: general path
+        (y_true, scores.astype(np.float16)),  # half precision: general path
+    ]
+    for labels, predicted in cases:
+        acc = ConfusionAccumulator(2, ignore_index=ignore_index, threshold=0.5)
+        acc.update(labels, predicted)
+        acc.update(labels, predicted)  # the second call reuses the remembered entry
+        keep = labels != ignore_index
+        flat = predicted.reshape(len(labels)).astype(np.float64)
+        expected = 2 * confusion_matrix(
+            labels[keep], (flat[keep] >= 0.5).astype(int), labels=[0, 1]
+        )
+        np.testing.assert_array_equal(acc.matrix, expected)
+    acc = ConfusionAccumulator(2, ignore_index=ignore_index, threshold=0.5).update(y_true, scores)
+    before = acc.matrix.copy()
+    bad_scores = scores.copy()
+    bad_scores[201] = np.nan
+    with pytest.raises(ValueError, match=r"`y_pred` \(scores\) holds NaN at position 201"):
+        acc.update(y_true, bad_scores)
+    bad_labels = y_true.copy()
+    bad_labels[250] = 7
+    with pytest.raises(ValueError, match=r"`y_true` holds label 7 at position 250"):
+        acc.update(bad_labels, scores)
+    np.testing.assert_array_equal(acc.matrix, before)
+    # Near 2^63 the small path steps aside and the general path's exact check speaks.
+    full = ConfusionAccumulator(2, threshold=0.5)
+    full.update(np.array([0]), np.array([0.1]), np.array([2**62]))
+    full.update(np.array([0]), np.array([0.1]), np.array([2**62 - 128]))
+    with pytest.raises(ValueError, match="overflow"):
+        full.update(y_true, scores)
+    assert full.matrix[0, 0] == 2**63 - 128
+
+
 def test_threshold_argument_errors():
     with pytest.raises(ValueError, match="`threshold` is NaN"):
         prepare_batch([0], np.array([0.3]), None, 2, 1, threshold=float("nan"))
