@@ -331,14 +331,30 @@ def small_threshold_counter(threshold: float) -> Callable[..., float | None]:
     C-contiguous, aligned and writeable, fewer than ``PARALLEL_MIN_LABELS``, into an int64
     matrix far from 2^63. Returns the new bound of the total, or None (``out`` unchanged) for
     anything else, including input the kernel rejects (``count_batch`` words the error).
-    Half-precision scores, ``(N, 1)`` scores and tensors take ``count_batch``."""
+    CPU torch tensors are read through ``Tensor.numpy()``. Half-precision scores and ``(N, 1)``
+    scores take ``count_batch``."""
 
     def count_small_threshold(
         out: np.ndarray, y_true: Any, y_pred: Any, flags: int, ignore: int, total: float
     ) -> float | None:
         global _last_threshold
         if type(y_true) is not _NDARRAY or type(y_pred) is not _NDARRAY:
-            return None
+            # CPU torch tensors through ``Tensor.numpy()`` (shares memory; scores that track
+            # gradients through ``detach()`` first). It refuses tensors on another device or
+            # with a negative or conjugate bit, which the general path then reads or refuses.
+            tensor = TENSOR_TYPES[0]
+            if tensor is None and not learn_torch(y_pred):
+                return None
+            tensor = TENSOR_TYPES[0]
+            if type(y_true) is not tensor or type(y_pred) is not tensor:
+                return None
+            try:
+                if y_pred.requires_grad:
+                    y_pred = y_pred.detach()  # shares memory; only the values are read
+                y_true = y_true.numpy()
+                y_pred = y_pred.numpy()
+            except (RuntimeError, TypeError):
+                return None
         true_dtype = y_true.dtype
         pred_dtype = y_pred.dtype
         last = _last_threshold

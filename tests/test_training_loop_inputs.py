@@ -17,6 +17,12 @@ from sklearn.metrics import confusion_matrix
 from metricstream import ConfusionAccumulator, _dispatch
 from metricstream._inputs import as_array, prepare_batch
 
+try:
+    import torch
+except ImportError:  # the torch tests skip, and say why; the others still run
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
 RNG = np.random.default_rng(20)
 
 
@@ -131,9 +137,9 @@ def test_float16_scores_are_read_without_a_float32_copy():
 
 
 # ---------------------------------------------------------------------------- torch
-torch = pytest.importorskip("torch")
 
 
+@needs_torch
 @pytest.mark.parametrize("num_classes", [2, 10, 17, 200])
 def test_bfloat16_logits_equal_torch_argmax(num_classes):
     scores = torch.from_numpy(tricky_scores(300, num_classes, np.float32)).to(torch.bfloat16)
@@ -145,6 +151,7 @@ def test_bfloat16_logits_equal_torch_argmax(num_classes):
     )
 
 
+@needs_torch
 def test_bfloat16_scores_are_read_without_a_copy_and_nan_is_found():
     scores = torch.randn(100, 4).to(torch.bfloat16)
     batch = prepare_batch(torch.zeros(100, dtype=torch.int64), scores, None, 4, 1)
@@ -157,6 +164,7 @@ def test_bfloat16_scores_are_read_without_a_copy_and_nan_is_found():
     assert acc.num_samples == 0
 
 
+@needs_torch
 def test_bfloat16_and_float16_labels_and_segmentation_scores():
     labels = torch.tensor([0, 1, 2, 2, 1], dtype=torch.bfloat16)
     acc = ConfusionAccumulator(3).update(labels, labels.to(torch.float16))
@@ -170,6 +178,7 @@ def test_bfloat16_and_float16_labels_and_segmentation_scores():
     np.testing.assert_array_equal(acc.matrix, expected)
 
 
+@needs_torch
 def test_tensors_that_track_gradients_are_read_without_a_copy():
     logits = torch.randn(64, 5, requires_grad=True)
     array = as_array(logits, "y_pred")
@@ -179,6 +188,7 @@ def test_tensors_that_track_gradients_are_read_without_a_copy():
     np.testing.assert_array_equal(acc.matrix, expected)
 
 
+@needs_torch
 def test_non_contiguous_and_integer_tensors():
     logits = torch.randn(10, 40)[:, ::4]  # (10, 10), strided
     y_true = torch.arange(20, dtype=torch.int32)[::2] % 10
@@ -206,6 +216,7 @@ def test_threshold_equals_scikit_learn(dtype, threshold, column):
     np.testing.assert_array_equal(counted(y_true, y_pred, 2, threshold=threshold), expected)
 
 
+@needs_torch
 @pytest.mark.parametrize("threshold", [0.5, 0.1, -0.0, 3.3e38, -1e-40, float("inf")])
 def test_bfloat16_threshold_compares_exact_values(threshold):
     scores = torch.from_numpy(np.r_[RNG.normal(size=400), 0.0, -0.0, np.inf, -np.inf, 0.1, 0.5]).to(
@@ -260,12 +271,20 @@ def test_binary_small_path_equals_the_general_path_and_fails_cleanly(ignore_inde
         (y_true[::2], scores[::2]),  # strided: general path
         (y_true, scores.astype(np.float16)),  # half precision: general path
     ]
+    if torch is not None:
+        cases += [
+            (torch.from_numpy(y_true), torch.from_numpy(scores)),  # through Tensor.numpy()
+            (torch.from_numpy(y_true), torch.from_numpy(scores).requires_grad_()),  # detach()
+            (torch.from_numpy(y_true), -torch.from_numpy(-scores)._neg_view()),  # general path
+        ]
     for labels, predicted in cases:
         acc = ConfusionAccumulator(2, ignore_index=ignore_index, threshold=0.5)
         acc.update(labels, predicted)
         acc.update(labels, predicted)  # the second call reuses the remembered entry
+        labels = np.asarray(labels)
         keep = labels != ignore_index
-        flat = predicted.reshape(len(labels)).astype(np.float64)
+        flat = np.asarray(predicted.detach() if hasattr(predicted, "detach") else predicted)
+        flat = flat.reshape(len(labels)).astype(np.float64)
         expected = 2 * confusion_matrix(
             labels[keep], (flat[keep] >= 0.5).astype(int), labels=[0, 1]
         )
@@ -299,6 +318,7 @@ def test_threshold_argument_errors():
         prepare_batch([0], np.array([0.3]), None, 2, 1, threshold="0.5")
 
 
+@needs_torch
 def test_torch_probabilities_with_a_threshold():
     y_true = torch.tensor([0, 1, 1, 0])
     probabilities = torch.tensor([0.2, 0.6, 0.4, 0.5], requires_grad=True)
@@ -481,6 +501,7 @@ def _tensor_declined(y_true, y_pred):
     return False
 
 
+@needs_torch
 def test_small_path_reads_plain_cpu_tensors_in_place_and_declines_the_rest():
     labels = torch.tensor([0, 1, 2, 2])
     scores = torch.eye(3)[[0, 2, 1, 2]]
@@ -508,6 +529,7 @@ def test_small_path_reads_plain_cpu_tensors_in_place_and_declines_the_rest():
         assert _tensor_declined(y_true, y_pred), (y_true, y_pred)
 
 
+@needs_torch
 @pytest.mark.parametrize("ignore_index", [None, 1])
 def test_tensor_updates_equal_numpy_updates(ignore_index):
     rng = np.random.default_rng(22)
@@ -545,6 +567,7 @@ def test_tensor_updates_equal_numpy_updates(ignore_index):
     np.testing.assert_array_equal(acc.matrix, before)
 
 
+@needs_torch
 def test_nested_tensors_are_not_read_through_their_data_pointer():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # nested tensors are a prototype
@@ -552,6 +575,7 @@ def test_nested_tensors_are_not_read_through_their_data_pointer():
     assert _tensor_declined(nested, nested)
 
 
+@needs_torch
 def test_tensors_of_other_layouts_are_not_read_through_their_data_pointer():
     # The small path does not ask for the layout: these are not contiguous, or have no storage.
     labels = torch.tensor([0, 1, 2, 2])
