@@ -230,7 +230,8 @@ class LabelwiseCounts(Accumulator):
 
 def _group_case():
     y_true, y_pred, _, _ = _data()
-    weights = np.random.default_rng(5).integers(0, 3, size=len(y_true))
+    # whole numbers as float64: the weight dtype the rest of the suite compiles kernels for
+    weights = np.random.default_rng(5).integers(0, 3, size=len(y_true)).astype(np.float64)
     group = make_group(
         wide=ConfusionAccumulator(50),
         labels=LabelHistogram(K),
@@ -419,6 +420,7 @@ def test_bad_label_names_the_chunk():
         )
 
 
+@pytest.mark.slow  # read-only dataframe columns: a kernel specialisation of their own
 def test_bad_label_names_the_partition():
     frame = dd.from_pandas(pd.DataFrame({"t": [0, 1, 2, 7], "p": [0, 1, 2, 3]}), npartitions=2)
     with pytest.raises(ValueError, match=r"holds label 7 .*within dask dataframe partition 1"):

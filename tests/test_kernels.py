@@ -164,7 +164,10 @@ def test_float_labels_must_be_whole_numbers_in_range(bad, path):
     assert acc.num_samples == 0
 
 
-@pytest.mark.parametrize("path", SERIAL_BY_DEFAULT, indirect=True)
+# uint64 labels: a kernel specialisation of their own (CI only)
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, marks=pytest.mark.slow) for p in ("serial", "threads")], indirect=True
+)
 def test_uint64_labels_above_int64_range_are_rejected(path):
     y_true = np.zeros(600, dtype=np.uint64)
     y_true[300] = np.uint64(2**63 + 1)
