@@ -518,7 +518,14 @@ def test_cluster_has_two_worker_processes(client):
     assert len(set(pids.values())) == 2
 
 
-@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+# The dataframe cases compile read-only kernels in each worker process: CI only (see above).
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(case, id=name, marks=[pytest.mark.slow] if "dataframe" in name else [])
+        for name, case in CASES.items()
+    ],
+)
 def test_local_cluster_equals_in_memory(client, case):
     args, kwargs, expected = case()
     _check(confusion(*args, num_classes=K, scheduler=client, **kwargs), expected)
