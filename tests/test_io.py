@@ -714,3 +714,33 @@ def test_header_names_that_are_not_utf8(tmp_path):
     path.write_bytes(b"y_tr\xd0ue,y_pred\n0,0\n")
     with pytest.raises(InputError, match=r"p\.csv: line 1 is not UTF-8 text \(byte 0xd0"):
         read_confusion(path)
+
+
+def test_a_member_announcing_a_huge_shape_fails_fast_within_one_chunk_of_memory(tmp_path):
+    """A header may claim 10^12 elements over 80 bytes of data: reading stops at the end of
+    the data, having allocated at most one chunk, and says the member is truncated."""
+    import io
+    import tracemalloc
+    import zipfile
+
+    def member(values: np.ndarray, shape: tuple[int, ...]) -> bytes:
+        buffer = io.BytesIO()
+        header = np.lib.format.header_data_from_array_1_0(values)
+        header["shape"] = shape
+        np.lib.format.write_array_header_1_0(buffer, header)
+        buffer.write(values.tobytes())
+        return buffer.getvalue()
+
+    path = tmp_path / "huge.npz"
+    values = np.arange(10, dtype=np.int64) % 3
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("y_true.npy", member(values, (10**12,)))
+        archive.writestr("y_pred.npy", member(values, (10**12,)))
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=r"ends after 10 elements, but its header announces"):
+            read_confusion(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * _io.CHUNK_ROWS * 8  # a few chunks at most, not 8 TB
