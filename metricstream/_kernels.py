@@ -733,8 +733,9 @@ def _row_data(context, builder, row_type, row):
     return array.data, builder.extract_value(array.shape, 0), element, align
 
 
-def _lanes_max(builder, vector):
-    """The maximum of a NaN-free vector's lanes, in lane 0 (a halving tree of compares)."""
+def _lanes_reduce(builder, vector, better):
+    """The lane that wins every ``better(builder, a, b)`` (a vector of i1: take ``a``) of a
+    halving tree of compares, returned from lane 0."""
     width = VECTOR_LANES
     while width > 1:
         width //= 2
@@ -742,8 +743,13 @@ def _lanes_max(builder, vector):
         upper = builder.shuffle_vector(
             vector, vector, ir.Constant(ir.VectorType(_I32, VECTOR_LANES), order)
         )
-        vector = builder.select(builder.fcmp_ordered(">", upper, vector), upper, vector)
+        vector = builder.select(better(builder, upper, vector), upper, vector)
     return builder.extract_element(vector, ir.Constant(_I32, 0))
+
+
+def _lanes_max(builder, vector):
+    """The maximum of a NaN-free float vector's lanes."""
+    return _lanes_reduce(builder, vector, lambda b, x, y: b.fcmp_ordered(">", x, y))
 
 
 def _first_lane(builder, lanes):
@@ -848,16 +854,8 @@ def _first_equal(typingctx, row, start, value):
 
 
 def _lanes_min(builder, vector):
-    """The minimum of an integer vector's lanes (a halving tree of compares)."""
-    width = VECTOR_LANES
-    while width > 1:
-        width //= 2
-        order = [i + width if i < width else i for i in range(VECTOR_LANES)]
-        upper = builder.shuffle_vector(
-            vector, vector, ir.Constant(ir.VectorType(_I32, VECTOR_LANES), order)
-        )
-        vector = builder.select(builder.icmp_signed("<", upper, vector), upper, vector)
-    return builder.extract_element(vector, ir.Constant(_I32, 0))
+    """The minimum of an integer vector's lanes."""
+    return _lanes_reduce(builder, vector, lambda b, x, y: b.icmp_signed("<", x, y))
 
 
 @intrinsic
