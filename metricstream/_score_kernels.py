@@ -95,15 +95,62 @@ _MIN_COMPLEMENT_BITS = 0x33800000
 
 
 @njit(inline="always")
+def key_layout(shift):
+    """The key layout of a ``shift`` code: ``(fine, fine_low, tiny, coarse, coarse_low,
+    offset, base, last)``.
+
+    A code below 32 drops ``shift`` low bits everywhere (``tiny = 0``). A code ``fine + 32 *
+    coarse`` drops ``fine`` bits from ``2**-24`` up and ``coarse`` bits below it, where
+    probabilities are too small to matter: float16 keeps 10 fraction bits, so ``fine = 13``
+    gives every float16 probability (and every bfloat16 one, with ``coarse = 16``) a bin of
+    its own. The magnitude ``t`` of a float32 (its bits) goes to ``g(t) = t >> coarse`` below
+    ``tiny = bits(2**-24)`` and ``offset + ((t - tiny) >> fine)`` from it up; ``base =
+    g(bits(2**-24))`` and ``last`` as in :func:`probability_key_layout`."""
+    code = np.int64(shift)
+    if code < 32:
+        fine = np.uint32(code)
+        coarse = fine
+        tiny = np.uint32(0)
+        offset = np.int64(0)
+    else:
+        fine = np.uint32(code & 31)
+        coarse = np.uint32((code >> 5) & 31)
+        tiny = np.uint32(_MIN_COMPLEMENT_BITS)
+        offset = (np.int64(_MIN_COMPLEMENT_BITS - 1) >> np.int64(coarse)) + 1
+    fine_low = np.uint32((np.uint32(1) << fine) - np.uint32(1))
+    coarse_low = np.uint32((np.uint32(1) << coarse) - np.uint32(1))
+    layout = (fine, fine_low, tiny, coarse, coarse_low, offset, np.int64(0), np.int64(0))
+    base = np.int64(_magnitude_bin(np.uint32(_MIN_COMPLEMENT_BITS), layout))
+    middle = np.int64(_magnitude_bin(np.uint32(_HALF_BITS), layout))
+    return (fine, fine_low, tiny, coarse, coarse_low, offset, base, 2 * middle - base + 2)
+
+
+@njit(inline="always")
 def probability_key_layout(shift):
-    """``(base, last)`` of the probability key with this shift: bins ``0`` (p = 0),
-    ``1 .. M`` (0 < p < 1/2, ``M = bits(1/2) >> shift``), then ``M + 1 .. last`` for
-    ``1 - p`` from 1/2 down to ``2**-24`` (``base = bits(2**-24) >> shift``), ``last`` (p = 1).
-    The number of bins is ``last + 1 = 2 M - base + 3``."""
-    bits = np.int64(shift)
-    middle = np.int64(_HALF_BITS) >> bits
-    base = np.int64(_MIN_COMPLEMENT_BITS) >> bits
-    return base, 2 * middle - base + 2
+    """``(base, last)`` of the probability key of a ``shift`` code (see :func:`key_layout`):
+    bins ``0`` (p = 0), ``1 .. M`` (0 < p < 1/2, ``M = g(bits(1/2))``), then ``M + 1 ..
+    last`` for ``1 - p`` from 1/2 down to ``2**-24`` (``base = g(bits(2**-24))``), ``last``
+    (p = 1). The number of bins is ``last + 1 = 2 M - base + 3``."""
+    layout = key_layout(shift)
+    return layout[6], layout[7]
+
+
+@njit(inline="always")
+def _magnitude_bin(t, layout):
+    """``g(t)`` of :func:`key_layout`: the bin of a non-negative float32's bits ``t``,
+    branch-free (32-bit lanes)."""
+    fine, _, tiny, coarse, _, offset, _, _ = layout
+    below = np.int32(_shift_right32(t, coarse))
+    above = np.int32(offset) + np.int32(_shift_right32(np.uint32(t - tiny), fine))
+    return below if t < tiny else above
+
+
+@njit(inline="always")
+def _magnitude_exact(t, layout):
+    """Whether ``t`` is its bin's own value (the bits :func:`_magnitude_bin` drops are 0)."""
+    _, fine_low, tiny, _, coarse_low, _, _, _ = layout
+    dropped = (t & coarse_low) if t < tiny else (np.uint32(t - tiny) & fine_low)
+    return dropped == 0
 
 
 _NEGATIVE_ZERO = np.uint32(0x80000000)
@@ -197,28 +244,30 @@ def _key_bin(v, shift, low):
 
 
 @njit(inline="always")
-def _probability_bin(v, shift, low, base, last):
+def _probability_bin(v, layout):
     """``(bin, exact)`` of a probability: the key of ``p`` below 1/2, of ``1 - p`` above."""
+    base, last = layout[6], layout[7]
     f = np.float32(v)
     if f < np.float32(0.5):
         if f == 0:
             return np.int64(0), f == v
         u = _float32_bits(f)
-        return np.int64(u >> shift) + 1, (u & low) == 0 and f == v
+        return np.int64(_magnitude_bin(u, layout)) + 1, _magnitude_exact(u, layout) and f == v
     y = np.float32(1.0) - f  # exact (Sterbenz): a multiple of 2**-24
     if y == 0:
         return last, f == v
     u = _float32_bits(y)
-    return last - 1 - np.int64(u >> shift) + base, (u & low) == 0 and f == v
+    bin_ = last - 1 - np.int64(_magnitude_bin(u, layout)) + base
+    return bin_, _magnitude_exact(u, layout) and f == v
 
 
 @njit(inline="always")
-def _bin_of(v, shift, low, base, last, thresholds, logits):
+def _bin_of(v, layout, thresholds, logits):
     if thresholds is not None:
         return _threshold_bin(v, thresholds)
     if logits:
-        return _key_bin(v, shift, low)
-    return _probability_bin(v, shift, low, base, last)
+        return _key_bin(v, layout[0], layout[1])
+    return _probability_bin(v, layout)
 
 
 @njit(inline="always")
@@ -305,19 +354,20 @@ def _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
 
 
 @njit(inline="always")
-def _probability_key(v, shift, low, base, last):
+def _probability_key(v, layout):
     """``(bin, exact)`` as :func:`_probability_bin` for a valid probability, without branches
     (so that a loop of it vectorises)."""
+    base, last = layout[6], layout[7]
     f = np.float32(v)
     u = np.uint32(_float32_bits(f) & np.uint32(0x7FFFFFFF))  # -0.0 counts as +0.0
     y = np.float32(1.0) - f
     uy = _float32_bits(y)
-    lower = np.int32(_shift_right32(u, shift)) + np.int32(u != 0)
-    upper = np.int32(last - 1 + base) - np.int32(_shift_right32(uy, shift))
+    lower = _magnitude_bin(u, layout) + np.int32(u != 0)
+    upper = np.int32(last - 1 + base) - _magnitude_bin(uy, layout)
     upper = np.int32(last) if uy == 0 else upper
     below = f < np.float32(0.5)
     kept = u if below else uy
-    return (lower if below else upper), ((kept & low) == 0) & (f == v)
+    return (lower if below else upper), _magnitude_exact(kept, layout) & (f == v)
 
 
 @njit(inline="always")
@@ -404,9 +454,7 @@ def count_multiclass(
     fine_bins = cal_counts.shape[0]
     has_ignore = (flags & HAS_IGNORE) != 0
     logits = eps is None
-    ushift = np.uint32(shift)
-    low = np.uint32((np.uint32(1) << ushift) - np.uint32(1))
-    base, last = probability_key_layout(shift)
+    layout = key_layout(shift)
     stride = 2 * curves.shape[1]
     hist = curves.reshape(-1)
     ranks_flat = ranks.reshape(-1)
@@ -504,9 +552,9 @@ def count_multiclass(
                     if thresholds is not None:
                         b, exact = _threshold_bin(v, thresholds)
                     elif logits:
-                        b, exact = _logit_key(v, ushift, low)
+                        b, exact = _logit_key(v, layout[0], layout[1])
                     else:
-                        b, exact = _probability_key(v, ushift, low, base, last)
+                        b, exact = _probability_key(v, layout)
                     keys[c, r] = np.int32(2) * np.int32(b) + np.int32(target[r] == np.int32(c))
                     exact_scores += np.int32(exact) & counts[r]
                     ok &= _valid_score(v, logits)  # ignored rows hold 0 here
@@ -683,9 +731,7 @@ def count_elementwise(
     fine_bins = cal_counts.shape[0]
     has_ignore = (flags & HAS_IGNORE) != 0
     logits = eps is None
-    ushift = np.uint32(shift)
-    low = np.uint32((np.uint32(1) << ushift) - np.uint32(1))
-    base, last = probability_key_layout(shift)
+    layout = key_layout(shift)
     brier_sum = 0.0
     log_sum = 0.0
     product = 1.0  # without weights, as in count_multiclass: one log a call
@@ -710,7 +756,7 @@ def count_elementwise(
                     continue
                 yi = 1 if y == 1 else 0
                 v = scores[i, c]
-                b, exact = _bin_of(v, ushift, low, base, last, thresholds, logits)
+                b, exact = _bin_of(v, layout, thresholds, logits)
                 curves[c, b, yi] += w
                 if not exact:
                     inexact[c] += sign
@@ -746,11 +792,9 @@ def count_elementwise(
 @_kernel
 def bin_index(value, shift, thresholds, logits):
     """The bin of one float64 ``value`` (as the counting kernels bin a score)."""
-    ushift = np.uint32(shift)
-    low = np.uint32((np.uint32(1) << ushift) - np.uint32(1))
-    base, last = probability_key_layout(shift)
+    layout = key_layout(shift)
     if thresholds is not None:
         return _threshold_bin(value, thresholds)[0]
     if logits:
-        return _key_bin(value, ushift, low)[0]
-    return _probability_bin(value, ushift, low, base, last)[0]
+        return _key_bin(value, layout[0], layout[1])[0]
+    return _probability_bin(value, layout)[0]

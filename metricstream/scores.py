@@ -72,8 +72,9 @@ class ScoreAccumulator(Accumulator):
     Every score lands in a bin of an order-preserving integer key of its float32 bits (see
     :mod:`metricstream._score_kernels`). Probabilities (the default): ``0`` and ``1`` have bins
     of their own, below 1/2 the bin is the top bits of ``p``, above 1/2 the top bits of
-    ``1 - p``, so that scores near 1 are resolved as finely as scores near 0 (8 significant
-    bits on both sides in 38,147 bins by default). Logits (``logits=True``): the top
+    ``1 - p``, so that scores near 1 are resolved as finely as scores near 0 (by default 11
+    significant bits on both sides from ``2**-24`` up, 8 below, in 60,291 bins: **every float16
+    and bfloat16 probability is counted exactly**). Logits (``logits=True``): the top
     ``log2(bins)`` bits of the sortable float32 key over the whole float range (65,536 bins:
     exactly the bfloat16 values). Either way **every bfloat16 score is counted exactly** and
     every curve and area then equals scikit-learn's (``exact()`` says so per class); other
@@ -83,11 +84,11 @@ class ScoreAccumulator(Accumulator):
     State (memory O(C x bins), whatever the number of samples):
 
     * ``curves`` ``(C, num_bins, 2)``: per class and bin, the negatives and positives
-      (one-vs-rest); ``C x num_bins x 2 x 8`` bytes: 6.1 MB for 10 classes of probabilities
+      (one-vs-rest); ``C x num_bins x 2 x 8`` bytes: 9.6 MB for 10 classes of probabilities
       (10.5 MB of logits). The default budget ``bins`` is 65,536 up to 64 classes, then the
       largest power of two keeping ``C x bins <= 2**22`` (64 MB): 32,768 at 100 classes,
-      4,096 at 1,000 (2,387 probability bins: 4 significant bits); pass ``bins`` to trade
-      memory for resolution;
+      4,096 at 1,000 (3,771 probability bins: 7 significant bits from ``2**-24`` up); pass
+      ``bins`` to trade memory for resolution;
     * ``inexact`` ``(C,)``: scores that were not their bin's own value (0: the class is exact);
     * ``ranks`` ``(2, C, C)`` (multiclass): histograms of the rank of the true class under
       scikit-learn's tie rule and the optimistic one (top-k for every k);
@@ -121,6 +122,11 @@ class ScoreAccumulator(Accumulator):
         class_axis: the axis of the class scores (multiclass and multilabel), 1 by default
             (``(N, C)`` and ``(B, C, H, W)``), -1 for channels-last.
         calibration_bins: ``F``, the number of fine confidence bins.
+        key_shifts: ``(coarse, fine)``, the low bits of a probability's float32 key dropped
+            below ``2**-24`` and from it up; chosen from ``bins`` when None (the finest key
+            that fits, ``coarse = fine + 3``) and recorded in the state, so that a state keeps
+            the layout it was counted in. Equal values drop the same bits everywhere (logits
+            always do: ``32 - log2(bins)``).
 
     Example:
         >>> acc = ScoreAccumulator("binary")
@@ -130,7 +136,10 @@ class ScoreAccumulator(Accumulator):
         0.8333333333333333
     """
 
-    state_format = 1
+    # Format 2 records the key layout (``key_shifts``); format 1 states were counted with
+    # the uniform key of their budget.
+    state_format = 2
+    state_upgrades = {1: lambda state: _with_uniform_key(state)}
 
     def __init__(
         self,
@@ -144,6 +153,7 @@ class ScoreAccumulator(Accumulator):
         ignore_index: int | None = None,
         class_axis: int = 1,
         calibration_bins: int = DEFAULT_CALIBRATION_BINS,
+        key_shifts: Sequence[int] | None = None,
     ) -> None:
         if task not in ("binary", "multiclass", "multilabel"):
             raise ValueError(
@@ -193,12 +203,16 @@ class ScoreAccumulator(Accumulator):
         self._calibration_bins = int(calibration_bins)
         self._thresholds = _check_thresholds(thresholds, bins)
         if self._thresholds is not None:
+            if key_shifts is not None:
+                raise ValueError("`key_shifts` does not apply to explicit `thresholds`.")
             self._bins = None
             num_bins = self._thresholds.shape[0] + 1
-            self._shift = 0
+            self._key_shifts: tuple[int, int] | None = None
         else:
             self._bins = _check_bins(bins, self._num_classes)
-            self._shift, num_bins = _key_layout(self._bins, self._logits)
+            self._key_shifts = _check_key_shifts(key_shifts, self._bins, self._logits)
+            num_bins = _key_bins(self._key_shifts, self._logits)
+        self._shift = _key_code(self._key_shifts)
         self._num_bins = num_bins
         self._bin_values: np.ndarray | None = None
         count = np.float64 if self._weighted else np.int64
@@ -281,6 +295,7 @@ class ScoreAccumulator(Accumulator):
             "ignore_index": self._ignore_index,
             "class_axis": self._class_axis,
             "calibration_bins": self._calibration_bins,
+            "key_shifts": None if self._key_shifts is None else list(self._key_shifts),
         }
 
     @property
@@ -295,7 +310,7 @@ class ScoreAccumulator(Accumulator):
 
     @property
     def num_bins(self) -> int:
-        """Bins per class: ``bins`` for logits, at most ``bins`` for probabilities (38,147 of
+        """Bins per class: ``bins`` for logits, at most ``bins`` for probabilities (60,291 of
         65,536), the number of thresholds + 1 with explicit thresholds."""
         return self._num_bins
 
@@ -307,8 +322,8 @@ class ScoreAccumulator(Accumulator):
         return float(total) if self._weighted else int(total)
 
     def bin_values(self) -> np.ndarray:
-        """The value each bin stands for, ascending: the scores of the bin's 8 (by default)
-        significant bits, rounded toward zero for logits and toward 0 or 1 (whichever is
+        """The value each bin stands for, ascending: the scores of the bin's significant bits
+        (see ``key_shifts``), rounded toward zero for logits and toward 0 or 1 (whichever is
         nearer) for probabilities; NaN for bins no score can reach; ``[-inf, t_1, ..., t_m]``
         with explicit thresholds."""
         if self._bin_values is None:
@@ -817,27 +832,42 @@ class ScoreAccumulator(Accumulator):
         average: CurveAverage = "macro",
         *,
         with_bound: bool = False,
-        within_bins: WithinBins = "tied",
+        within_bins: WithinBins = "auto",
     ) -> float | np.ndarray | Bounded:
         """Average precision, scikit-learn's step sum; ``average`` and ``with_bound`` as
         :meth:`auroc`. See :func:`metricstream.metrics.curves.average_precision`.
 
-        ``within_bins="tied"`` (the default) counts the samples of a bin as tied, which is
-        exact when every bin holds one value (``exact()``) and follows scikit-learn's rule
-        for scores that are equal. ``"spread"`` spreads the positives and negatives of each
-        bin of an inexact class evenly through the bin (p = 0 and p = 1 keep their own bins):
-        closer to the raw scores' value when they are continuous (smooth float32
-        probabilities: AP within about 1e-5 instead of 6e-4), further off when bins hold ties
-        (scores rounded to 2 decimals, float16 scores). The bound is the same either way.
+        Inside a bin of an inexact class the order of the samples is unknown (the bound
+        covers every order); ``within_bins`` picks the value:
+
+        * ``"auto"`` (the default): the bins of a stretch of continuous scores (the bin and
+          at least two of its four nearest bins hold samples:
+          :func:`~metricstream.metrics.curves.continuous_bins`) are spread, the others
+          counted as tied. Continuous scores get the expected step sum of a random order
+          inside each bin, discrete ones (rounded scores, exact 0 and 1) scikit-learn's rule
+          for equal scores. With explicit ``thresholds`` it is ``"tied"``, the rule of
+          torchmetrics' and Keras' binned values;
+        * ``"tied"`` counts the samples of every bin as tied: exact when every bin holds one
+          value (``exact()``), as scikit-learn counts equal scores;
+        * ``"spread"`` spreads the positives and negatives of every bin evenly through it
+          (p = 0 and p = 1 keep their own bins): closest for continuous scores, further off
+          when bins hold repeated values.
+
+        Classes whose every score was its bin's value are exact whatever ``within_bins``.
         """
-        if within_bins not in ("tied", "spread"):
-            raise ValueError(f"`within_bins` must be 'tied' or 'spread', got {within_bins!r}.")
-        spread = None if within_bins == "tied" else self._spread_bins()
+        if within_bins not in ("auto", "tied", "spread"):
+            raise ValueError(
+                f"`within_bins` must be 'auto', 'tied' or 'spread', got {within_bins!r}."
+            )
         average = self._default_average(average)
-        if spread is None:
+        if within_bins == "tied" or (within_bins == "auto" and self._thresholds is not None):
             result = Bounded(*self._view(_ap_view, average))
         else:
             snap = self._snapshot()
+            spread = self._spread_bins()
+            if within_bins == "auto":
+                curves = snap["curves"]
+                spread = spread & _curves.continuous_bins(curves[:, :, 1], curves[:, :, 0])
             result = Bounded(*_ap_view(snap, average, spread))
         return result if with_bound else result.value
 
@@ -1075,19 +1105,85 @@ def _check_bins(bins: int | None, num_classes: int) -> int:
     return int(bins)
 
 
-def _probability_bins(shift: int) -> int:
-    base, top = _k.probability_key_layout(shift)
-    return int(top) + 1
+def _key_code(key_shifts: tuple[int, int] | None) -> int:
+    """The kernels' ``shift`` code of a key layout (see ``_score_kernels.key_layout``)."""
+    if key_shifts is None:
+        return 0
+    coarse, fine = key_shifts
+    return fine if coarse == fine else fine + 32 * coarse
 
 
-def _key_layout(bins: int, logits: bool) -> tuple[int, int]:
-    """``(shift, number of bins)`` of the key for a budget of ``bins`` (a power of two)."""
+def _key_bins(key_shifts: tuple[int, int], logits: bool) -> int:
+    """Bins of a key layout."""
     if logits:
-        return 32 - int(math.log2(bins)), bins
-    shift = 1
-    while _probability_bins(shift) > bins:
-        shift += 1
-    return shift, _probability_bins(shift)
+        return 1 << (32 - key_shifts[1])
+    return int(_k.probability_key_layout(_key_code(key_shifts))[1]) + 1
+
+
+def _default_key_shifts(bins: int, logits: bool) -> tuple[int, int]:
+    """The finest key that fits a budget of ``bins`` (a power of two): logits drop the same
+    bits everywhere; probabilities drop 3 more bits below ``2**-24`` (where they are too
+    small to matter) than above (60,291 bins of 65,536: 11 significant bits, every float16)."""
+    if logits:
+        shift = 32 - int(math.log2(bins))
+        return shift, shift
+    fine = 1
+    while _key_bins((min(fine + 3, 31), fine), False) > bins:
+        fine += 1
+    return min(fine + 3, 31), fine
+
+
+def _check_key_shifts(key_shifts: Any, bins: int, logits: bool) -> tuple[int, int]:
+    if key_shifts is None:
+        return _default_key_shifts(bins, logits)
+    pair = tuple(key_shifts) if isinstance(key_shifts, (list, tuple)) else ()
+    if len(pair) != 2 or not all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v <= 31 for v in pair
+    ):
+        raise ValueError(
+            f"`key_shifts` must be None or two integers (coarse, fine) in [1, 31], got "
+            f"{key_shifts!r}."
+        )
+    coarse, fine = (int(v) for v in pair)
+    if logits and coarse != fine:
+        raise ValueError(f"`key_shifts` of logits must be equal, got {key_shifts!r}.")
+    if coarse < fine:
+        raise ValueError(
+            f"`key_shifts` must not keep more bits below 2**-24 than above, got {key_shifts!r}."
+        )
+    if _key_bins((coarse, fine), logits) > bins:
+        raise ValueError(
+            f"`key_shifts` {key_shifts!r} make {_key_bins((coarse, fine), logits)} bins, more "
+            f"than `bins` = {bins}."
+        )
+    return coarse, fine
+
+
+def _with_uniform_key(state: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 -> 2: the key those states were counted with, the uniform key of their
+    budget (the finest that fits; the same shift for logits)."""
+    config = state["config"]
+    if not isinstance(config, dict):
+        raise ValueError("`state` has no configuration dict.")
+    config = dict(config)
+    bins = config.get("bins")
+    shifts = None
+    if bins is not None:
+        if (
+            isinstance(bins, bool)
+            or not isinstance(bins, (int, np.integer))
+            or not MIN_BINS <= bins <= MAX_BINS
+        ):
+            raise ValueError(f"`state` has a bad 'bins' entry: {bins!r}.")
+        if config.get("logits"):
+            shift = 32 - int(bins).bit_length() + 1
+        else:
+            shift = 1
+            while int(_k.probability_key_layout(shift)[1]) + 1 > bins:
+                shift += 1
+        shifts = [shift, shift]
+    config["key_shifts"] = shifts
+    return {**state, "config": config}
 
 
 def _check_thresholds(thresholds: Any, bins: Any) -> np.ndarray | None:
@@ -1115,12 +1211,18 @@ def _bin_values(shift: int, thresholds: np.ndarray | None, logits: bool) -> np.n
             positive, top & np.uint64(0x7FFFFFFF), (~(top | low)) & np.uint64(0xFFFFFFFF)
         )
         return bits.astype(np.uint32).view(np.float32).astype(np.float64)
-    base, last = (int(v) for v in _k.probability_key_layout(shift))
-    middle = 0x3F000000 >> shift
-    lower = (np.arange(middle, dtype=np.uint64) << np.uint64(shift)).astype(np.uint32)
+    fine, _, tiny, coarse, _, offset, base, last = (int(v) for v in _k.key_layout(shift))
+
+    def smallest(bins: np.ndarray) -> np.ndarray:
+        """The smallest magnitude bits of each bin ``g(t)`` (the inverse of the key)."""
+        below = bins << np.int64(coarse)
+        above = np.int64(tiny) + ((bins - offset) << np.int64(fine))
+        return np.where(bins < offset, below, above).astype(np.uint32)
+
+    middle = (last - 2 + base) // 2  # bins 1 .. middle hold 0 < p < 1/2
+    lower = smallest(np.arange(middle, dtype=np.int64))
     # Upper bins M + 1 .. last - 1 hold 1 - p from 1/2 down to 2**-24.
-    complement_keys = (last - 1 - np.arange(middle + 1, last, dtype=np.int64)) + base
-    upper = (complement_keys.astype(np.uint64) << np.uint64(shift)).astype(np.uint32)
+    upper = smallest(last - 1 - np.arange(middle + 1, last, dtype=np.int64) + base)
     values = np.r_[
         0.0,
         lower.view(np.float32).astype(np.float64),

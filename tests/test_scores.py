@@ -405,11 +405,13 @@ def test_spread_average_precision_is_closer_on_continuous_scores_and_inside_the_
     scores = (1 / (1 + np.exp(-(rng.normal(size=n) + 1.5 * y)))).astype(np.float32)
     acc = ScoreAccumulator("binary").update(y, scores)
     exact = skm.average_precision_score(y, scores)
-    tied = acc.average_precision(with_bound=True)
+    tied = acc.average_precision(with_bound=True, within_bins="tied")
     spread = acc.average_precision(with_bound=True, within_bins="spread")
-    assert (spread.lower, spread.upper) == (tied.lower, tied.upper)
+    auto = acc.average_precision(with_bound=True)  # continuous scores: spread
+    assert (spread.lower, spread.upper) == (tied.lower, tied.upper) == (auto.lower, auto.upper)
     assert tied.lower <= spread.value <= tied.upper
-    assert abs(spread.value - exact) < 1e-5 < abs(tied.value - exact)
+    assert abs(spread.value - exact) < 2e-6 < 1e-5 < abs(tied.value - exact)
+    assert abs(auto.value - exact) < 2e-6
     # Exact classes (every bfloat16 score is a bin value) keep the exact value.
     exact_acc = ScoreAccumulator("binary").update(y, bf16(scores))
     assert exact_acc.average_precision(within_bins="spread") == exact_acc.average_precision()
@@ -422,6 +424,22 @@ def test_spread_average_precision_is_closer_on_continuous_scores_and_inside_the_
     )
     with pytest.raises(ValueError, match="within_bins"):
         acc.average_precision(within_bins="linear")  # type: ignore[arg-type]
+
+
+def test_auto_average_precision_counts_repeated_values_as_ties():
+    # Scores rounded to 2 decimals: each occupied bin holds one repeated value, far from the
+    # next; "spread" would move them apart, "auto" keeps scikit-learn's tie rule.
+    rng = np.random.default_rng(32)
+    y = rng.integers(0, 2, 20_000)
+    scores = np.round(np.clip(rng.normal(0.4 + 0.2 * y, 0.2), 0, 1), 2).astype(np.float32)
+    acc = ScoreAccumulator("binary").update(y, scores)
+    exact = skm.average_precision_score(y, scores)
+    assert not acc.exact()[0]  # 0.01 is no bin value: the class is not exact
+    assert acc.average_precision() == pytest.approx(exact, abs=1e-12)
+    assert abs(acc.average_precision(within_bins="spread") - exact) > 1e-3
+    # The rule reads the histogram only: any batch split or merge order gives the same value.
+    halves = [ScoreAccumulator("binary").update(y[i::2], scores[i::2]) for i in (0, 1)]
+    assert (halves[1] + halves[0]).average_precision() == acc.average_precision()
 
 
 def test_spread_average_precision_multiclass_per_class_and_micro():
@@ -550,7 +568,7 @@ def test_logit_rows_and_targets_are_checked():
 
 # ------------------------------------------------------------------------------ memory, state
 def test_default_memory_shrinks_at_many_classes():
-    assert ScoreAccumulator("multiclass", 10).num_bins == 38147
+    assert ScoreAccumulator("multiclass", 10).num_bins == 60291
     assert ScoreAccumulator("multiclass", 10, logits=True).num_bins == 65536
     big = ScoreAccumulator("multiclass", 1000)
     assert big.num_classes * big.num_bins <= 1 << 22

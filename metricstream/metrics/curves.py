@@ -42,7 +42,7 @@ import numpy as np
 from ..exceptions import UndefinedMetricWarning
 
 CurveAverage = Literal["macro", "weighted", "micro"] | None
-WithinBins = Literal["tied", "spread"]
+WithinBins = Literal["auto", "tied", "spread"]
 Criterion = Literal["f1", "youden"]
 
 _AVERAGES = (None, "macro", "weighted", "micro")
@@ -313,6 +313,30 @@ def _spread_steps(
     return np.where(spread & (k > 0), share, tied_steps)
 
 
+def continuous_bins(positives: object, negatives: object) -> np.ndarray:
+    """Bins that look like a stretch of continuous scores: the bin and at least two of its
+    four nearest bins (two on each side) hold samples.
+
+    Continuous scores fill runs of adjacent bins, each bin holding several distinct values;
+    discrete scores (rounded, or a few exact values such as 0 and 1) leave occupied bins
+    apart, each holding one repeated value. Average precision spreads the samples of the
+    first kind through their bin and counts the second kind as tied (see
+    :func:`average_precision_bounds`). Computed from the histogram alone, so merged and
+    synced states give the same answer as one stream.
+
+    Example:
+        >>> continuous_bins([0, 1, 1, 1, 0, 0, 1, 0], [0, 0, 1, 0, 0, 0, 0, 0]).tolist()
+        [False, True, True, True, False, False, False, False]
+    """
+    pos, neg = _hist(positives, negatives)
+    occupied = (pos + neg) > 0
+    near = np.zeros(occupied.shape, dtype=np.int8)
+    for distance in (1, 2):
+        near[..., distance:] += occupied[..., :-distance]
+        near[..., :-distance] += occupied[..., distance:]
+    return occupied & (near >= 2)
+
+
 def _ap_parts(
     pos: np.ndarray, neg: np.ndarray, exact: np.ndarray, spread: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -325,7 +349,7 @@ def _ap_parts(
     estimate = steps
     if spread is not None:
         exact_rows = exact if pos.ndim == 2 else exact[0]
-        many = np.asarray(spread, dtype=bool)[::-1] & ~np.asarray(exact_rows)[..., None]
+        many = np.asarray(spread, dtype=bool)[..., ::-1] & ~np.asarray(exact_rows)[..., None]
         estimate = _spread_steps(pos_d, neg_d, tps_above, fps_above, tied_steps, many).sum(axis=-1)
     # Best order inside a bin: its positives first, all tied; worst: its negatives first, then
     # each positive alone, sum_{i=1..p} (a + i) / (b + i) >= p - (b - a) * log(1 + p / b) with
@@ -383,7 +407,10 @@ def average_precision_bounds(
         squeeze = True
     mask = None
     if spread is not None:
-        mask = np.broadcast_to(np.asarray(spread, dtype=bool), pos.shape[-1:])
+        mask = np.asarray(spread, dtype=bool)
+        if mask.ndim == 2 and pos.ndim == 1:
+            mask = np.asarray(mask.any(axis=0))  # micro: a bin of the summed histogram
+        mask = np.broadcast_to(mask, pos.shape)
     ap, lower, upper, support = (np.atleast_1d(x) for x in _ap_parts(pos, neg, flags, mask))
     if np.any(support <= 0):
         _warn(

@@ -1,0 +1,121 @@
+"""The key layout of the score histograms: every float16 and bfloat16 probability in a bin of
+its own, ``key_shifts`` recorded in the state, and states of the earlier uniform layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sklearn.metrics as skm
+
+from metricstream.scores import ScoreAccumulator
+
+
+def _float16_probabilities() -> np.ndarray:
+    return np.arange(0x3C01, dtype=np.uint16).view(np.float16)  # every float16 in [0, 1]
+
+
+def test_default_layout_and_memory():
+    acc = ScoreAccumulator("binary")
+    assert acc.config()["key_shifts"] == [16, 13]
+    assert acc.num_bins == 60291
+    values = acc.bin_values()
+    assert values[0] == 0.0 and values[-1] == 1.0 and np.all(np.diff(values) > 0)
+    assert ScoreAccumulator("multiclass", 100).config()["key_shifts"] == [17, 14]
+    assert ScoreAccumulator("multiclass", 1000).num_bins == 3771
+    assert ScoreAccumulator("binary", logits=True).config()["key_shifts"] == [16, 16]
+    assert ScoreAccumulator("binary", thresholds=[0.5]).config()["key_shifts"] is None
+
+
+def test_every_float16_probability_is_its_bins_value():
+    probabilities = _float16_probabilities()
+    acc = ScoreAccumulator("binary")
+    bins = np.array([acc.bin_index(float(p)) for p in probabilities[1:]])
+    assert np.all(np.diff(bins) > 0)  # distinct, in order
+    values = acc.bin_values()
+    np.testing.assert_array_equal(values[bins], probabilities[1:].astype(np.float64))
+
+
+def test_float16_scores_equal_scikit_learn():
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 2, 30_000)
+    # many values near 1 and near 0, where float16 is finest
+    logits = rng.normal(size=30_000) * 4 + 2 * y
+    scores = (1 / (1 + np.exp(-logits))).astype(np.float16)
+    acc = ScoreAccumulator("binary").update(y, scores)
+    assert acc.exact().all()
+    wide = scores.astype(np.float64)
+    assert acc.auroc() == pytest.approx(skm.roc_auc_score(y, wide), abs=1e-12)
+    assert acc.average_precision() == pytest.approx(skm.average_precision_score(y, wide), abs=1e-12)
+
+
+def test_key_shifts_pin_the_layout():
+    acc = ScoreAccumulator("binary", key_shifts=(15, 15))  # the uniform key of format 1
+    assert acc.num_bins == 38147
+    y = np.array([0, 1, 1, 0, 1])
+    scores = np.array([0.1, 0.7, 0.95, 0.3, 0.999], dtype=np.float32)
+    acc.update(y, scores)
+    assert acc.auroc() == skm.roc_auc_score(y, scores)
+    copy = ScoreAccumulator.from_bytes(acc.to_bytes())
+    assert copy.config() == acc.config()
+    with pytest.raises(ValueError, match="different `key_shifts`"):
+        acc.merge(ScoreAccumulator("binary").update(y, scores))  # another layout
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"key_shifts": (13,)}, "two integers"),
+        ({"key_shifts": (16, 0)}, "two integers"),
+        ({"key_shifts": (16, 32)}, "two integers"),
+        ({"key_shifts": (True, 13)}, "two integers"),
+        ({"key_shifts": "16,13"}, "two integers"),
+        ({"key_shifts": (13, 16)}, "not keep more bits"),
+        ({"key_shifts": (16, 13), "bins": 4096}, "more than `bins`"),
+        ({"key_shifts": (17, 16), "logits": True}, "must be equal"),
+        ({"key_shifts": (16, 16), "thresholds": [0.5]}, "does not apply"),
+    ],
+)
+def test_bad_key_shifts_are_rejected(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ScoreAccumulator("binary", **kwargs)
+
+
+def _format1_state(acc: ScoreAccumulator) -> dict:
+    state = acc.state_dict()
+    config = dict(state["config"])
+    del config["key_shifts"]
+    return {**state, "format": 1, "config": config}
+
+
+@pytest.mark.parametrize("logits", [False, True])
+def test_format1_states_load_with_the_uniform_key(logits):
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 3, 500)
+    scores = rng.random((500, 3)).astype(np.float32)
+    if logits:
+        scores = np.log(scores)
+    # what the earlier layout counted: the uniform key of the default budget
+    shift = 16 if logits else 15
+    old = ScoreAccumulator("multiclass", 3, logits=logits, key_shifts=(shift, shift))
+    old.update(y, scores)
+    loaded = ScoreAccumulator.from_state_dict(_format1_state(old))
+    assert loaded.config()["key_shifts"] == [shift, shift]
+    assert loaded.num_bins == old.num_bins
+    np.testing.assert_array_equal(loaded.state_arrays()["curves"], old.state_arrays()["curves"])
+    assert loaded.auroc() == old.auroc()
+    # and it keeps counting in that layout
+    loaded.update(y, scores)
+    assert loaded.state_arrays()["curves"].sum() == 2 * old.state_arrays()["curves"].sum()
+
+
+def test_format1_states_with_bad_budgets_are_rejected():
+    state = _format1_state(ScoreAccumulator("binary", key_shifts=(15, 15)))
+    for bins in (True, 3.5, 0, 1 << 30, "65536"):
+        bad = {**state, "config": {**state["config"], "bins": bins}}
+        with pytest.raises(ValueError):
+            ScoreAccumulator.from_state_dict(bad)
+    # a format 2 state whose recorded layout does not fit its arrays
+    state = ScoreAccumulator("binary").state_dict()
+    bad = {**state, "config": {**state["config"], "key_shifts": [15, 15]}}
+    with pytest.raises(ValueError):
+        ScoreAccumulator.from_state_dict(bad)
