@@ -125,6 +125,40 @@ def key_layout(shift):
     return (fine, fine_low, tiny, coarse, coarse_low, offset, base, 2 * middle - base + 2)
 
 
+# Magnitude bits of |x| = 2**-64, 2**-6, 2**7 and 2**64: the edges of the logit layout's
+# regions (outer, middle, fine, middle, outer).
+_LOGIT_EDGES = (
+    np.uint32(0x1F800000),
+    np.uint32(0x3C800000),
+    np.uint32(0x43000000),
+    np.uint32(0x5F800000),
+)
+
+
+@njit(inline="always")
+def logit_layout(shift):
+    """The key layout of logits for a ``shift`` code: ``(fine, middle, outer, half)``.
+
+    A code below 32 drops ``shift`` low bits of the sortable key everywhere (65,536 bins at
+    16: exactly the bfloat16 values). A code ``fine + 32 * middle + 1024 * outer`` drops
+    ``fine`` bits of the magnitude where logits and log-probabilities live, ``2**-6 <= |x| <
+    2**7``, ``middle`` bits for ``2**-64 <= |x| < 2**-6`` and ``2**7 <= |x| < 2**64``, and
+    ``outer`` bits beyond. Bins ``0 .. half - 1`` hold the negative scores, ``half ..
+    2 half - 1`` zero and the positive ones."""
+    code = np.int64(shift)
+    if code < 32:
+        fine = np.uint32(code)
+        middle = fine
+        outer = fine
+    else:
+        fine = np.uint32(code & 31)
+        middle = np.uint32((code >> 5) & 31)
+        outer = np.uint32((code >> 10) & 31)
+    layout = (fine, middle, outer, np.int64(0))
+    half = np.int64(_logit_magnitude_bin(np.uint32(0x7FFFFFFF), layout)) + 1
+    return (fine, middle, outer, half)
+
+
 @njit(inline="always")
 def probability_key_layout(shift):
     """``(base, last)`` of the probability key of a ``shift`` code (see :func:`key_layout`):
@@ -230,17 +264,10 @@ def _shift_right32(typingctx, value, shift):
 
 
 @njit(inline="always")
-def _key_bin(v, shift, low):
-    """``(bin, exact)`` of any score: the top bits of the order-preserving key."""
-    f = np.float32(v)
-    u = _float32_bits(f)
-    if u == _NEGATIVE_ZERO:  # -0.0 == +0.0: both zeros share one bin
-        u = np.uint32(0)
-    if u & _SIGN:
-        key = ~u
-    else:
-        key = u | _SIGN
-    return np.int64(key >> shift), (u & low) == 0 and f == v
+def _key_bin(v, logit):
+    """``(bin, exact)`` of any score (logits): :func:`_logit_key` with a 64-bit bin."""
+    b, exact = _logit_key(v, logit)
+    return np.int64(b), exact
 
 
 @njit(inline="always")
@@ -262,11 +289,11 @@ def _probability_bin(v, layout):
 
 
 @njit(inline="always")
-def _bin_of(v, layout, thresholds, logits):
+def _bin_of(v, layout, logit, thresholds, logits):
     if thresholds is not None:
         return _threshold_bin(v, thresholds)
     if logits:
-        return _key_bin(v, layout[0], layout[1])
+        return _key_bin(v, logit)
     return _probability_bin(v, layout)
 
 
@@ -371,14 +398,49 @@ def _probability_key(v, layout):
 
 
 @njit(inline="always")
-def _logit_key(v, shift, low):
-    """``(bin, exact)`` as :func:`_key_bin`, without branches."""
+def _logit_magnitude_bin(m, logit):
+    """The bin of a magnitude ``m`` (float32 bits without the sign) under a logit layout:
+    the full bins of each region below ``m`` plus ``m``'s place in its own region (the
+    regions' edges are whole binades, so for one shift everywhere this is ``m >> shift``)."""
+    fine, middle, outer, _ = logit
+    e1, e2, e3, e4 = _LOGIT_EDGES
+    total = _shift_right32(min(m, e1), outer)
+    total += _shift_right32(np.uint32(min(max(m, e1), e2) - e1), middle)
+    total += _shift_right32(np.uint32(min(max(m, e2), e3) - e2), fine)
+    total += _shift_right32(np.uint32(min(max(m, e3), e4) - e3), middle)
+    total += _shift_right32(np.uint32(max(m, e4) - e4), outer)
+    uniform = _shift_right32(m, fine)  # also for shifts above 23, where edges fall inside bins
+    return np.int32(uniform) if fine == outer else np.int32(total)
+
+
+@njit(inline="always")
+def _logit_magnitude_exact(m, logit):
+    """Whether the bits :func:`_logit_magnitude_bin` drops from ``m`` are all 0."""
+    fine, middle, outer, _ = logit
+    e1, e2, e3, e4 = _LOGIT_EDGES
+    one = np.uint32(1)
+    shift = middle if m < e2 else (fine if m < e3 else middle)
+    shift = outer if (m < e1 or m >= e4) else shift
+    edge = np.uint32(0) if m < e1 else (e1 if m < e2 else (e2 if m < e3 else e3))
+    edge = e4 if m >= e4 else edge
+    edge = np.uint32(0) if fine == outer else edge
+    shift = fine if fine == outer else shift
+    return (np.uint32(m - edge) & np.uint32((one << shift) - one)) == 0
+
+
+@njit(inline="always")
+def _logit_key(v, logit):
+    """``(bin, exact)`` of a logit (any score), without branches: negative scores below
+    ``half``, in reverse order of magnitude, then ``+0`` (``-0.0`` counts as ``+0.0``) and the
+    positive scores from ``half`` up (see :func:`logit_layout`)."""
     f = np.float32(v)
     u = _float32_bits(f)
     u = np.uint32(0) if u == _NEGATIVE_ZERO else u
-    negative = np.uint32(np.int32(u) >> np.int32(31))  # all ones for negative scores
-    key = np.uint32(u ^ (negative | _SIGN))
-    return np.int32(_shift_right32(key, shift)), ((u & low) == 0) & (f == v)
+    m = np.uint32(u & np.uint32(0x7FFFFFFF))
+    g = _logit_magnitude_bin(m, logit)
+    half = np.int32(logit[3])
+    b = (half - np.int32(1) - g) if (u & _SIGN) != 0 else (half + g)
+    return b, _logit_magnitude_exact(m, logit) & (f == v)
 
 
 @njit(inline="always")
@@ -455,6 +517,7 @@ def count_multiclass(
     has_ignore = (flags & HAS_IGNORE) != 0
     logits = eps is None
     layout = key_layout(shift)
+    logit = logit_layout(shift)
     stride = 2 * curves.shape[1]
     hist = curves.reshape(-1)
     ranks_flat = ranks.reshape(-1)
@@ -552,7 +615,7 @@ def count_multiclass(
                     if thresholds is not None:
                         b, exact = _threshold_bin(v, thresholds)
                     elif logits:
-                        b, exact = _logit_key(v, layout[0], layout[1])
+                        b, exact = _logit_key(v, logit)
                     else:
                         b, exact = _probability_key(v, layout)
                     keys[c, r] = np.int32(2) * np.int32(b) + np.int32(target[r] == np.int32(c))
@@ -732,6 +795,7 @@ def count_elementwise(
     has_ignore = (flags & HAS_IGNORE) != 0
     logits = eps is None
     layout = key_layout(shift)
+    logit = logit_layout(shift)
     brier_sum = 0.0
     log_sum = 0.0
     product = 1.0  # without weights, as in count_multiclass: one log a call
@@ -756,7 +820,7 @@ def count_elementwise(
                     continue
                 yi = 1 if y == 1 else 0
                 v = scores[i, c]
-                b, exact = _bin_of(v, layout, thresholds, logits)
+                b, exact = _bin_of(v, layout, logit, thresholds, logits)
                 curves[c, b, yi] += w
                 if not exact:
                     inexact[c] += sign
@@ -793,8 +857,9 @@ def count_elementwise(
 def bin_index(value, shift, thresholds, logits):
     """The bin of one float64 ``value`` (as the counting kernels bin a score)."""
     layout = key_layout(shift)
+    logit = logit_layout(shift)
     if thresholds is not None:
         return _threshold_bin(value, thresholds)[0]
     if logits:
-        return _key_bin(value, layout[0], layout[1])[0]
+        return _key_bin(value, logit)[0]
     return _probability_bin(value, layout)[0]

@@ -122,11 +122,12 @@ class ScoreAccumulator(Accumulator):
         class_axis: the axis of the class scores (multiclass and multilabel), 1 by default
             (``(N, C)`` and ``(B, C, H, W)``), -1 for channels-last.
         calibration_bins: ``F``, the number of fine confidence bins.
-        key_shifts: ``(coarse, fine)``, the low bits of a probability's float32 key dropped
-            below ``2**-24`` and from it up; chosen from ``bins`` when None (the finest key
-            that fits, ``coarse = fine + 3``) and recorded in the state, so that a state keeps
-            the layout it was counted in. Equal values drop the same bits everywhere (logits
-            always do: ``32 - log2(bins)``).
+        key_shifts: the low bits of a score's float32 key dropped per region: for
+            probabilities ``(coarse, fine)``, below ``2**-24`` and from it up; for logits
+            ``(outer, middle, fine)``, for ``|x|`` beyond ``2**-64 .. 2**64``, inside it,
+            and in ``2**-6 .. 2**7``. Chosen from ``bins`` when None (the finest that fits)
+            and recorded in the state, so that a state keeps the layout it was counted in;
+            equal values drop the same bits everywhere.
 
     Example:
         >>> acc = ScoreAccumulator("binary")
@@ -207,7 +208,7 @@ class ScoreAccumulator(Accumulator):
                 raise ValueError("`key_shifts` does not apply to explicit `thresholds`.")
             self._bins = None
             num_bins = self._thresholds.shape[0] + 1
-            self._key_shifts: tuple[int, int] | None = None
+            self._key_shifts: tuple[int, ...] | None = None
         else:
             self._bins = _check_bins(bins, self._num_classes)
             self._key_shifts = _check_key_shifts(key_shifts, self._bins, self._logits)
@@ -1105,58 +1106,77 @@ def _check_bins(bins: int | None, num_classes: int) -> int:
     return int(bins)
 
 
-def _key_code(key_shifts: tuple[int, int] | None) -> int:
-    """The kernels' ``shift`` code of a key layout (see ``_score_kernels.key_layout``)."""
+def _key_code(key_shifts: tuple[int, ...] | None) -> int:
+    """The kernels' ``shift`` code of a key layout (see ``_score_kernels.key_layout`` and
+    ``logit_layout``): the shift itself when every region drops the same bits."""
     if key_shifts is None:
         return 0
-    coarse, fine = key_shifts
-    return fine if coarse == fine else fine + 32 * coarse
+    if len(set(key_shifts)) == 1:
+        return key_shifts[0]
+    code = 0
+    for shift in key_shifts:  # (coarse, fine) or (outer, middle, fine): fine in the low bits
+        code = 32 * code + shift
+    return code
 
 
-def _key_bins(key_shifts: tuple[int, int], logits: bool) -> int:
+def _key_bins(key_shifts: tuple[int, ...], logits: bool) -> int:
     """Bins of a key layout."""
+    code = _key_code(key_shifts)
     if logits:
-        return 1 << (32 - key_shifts[1])
-    return int(_k.probability_key_layout(_key_code(key_shifts))[1]) + 1
+        return 2 * int(_k.logit_layout(code)[3])
+    return int(_k.probability_key_layout(code)[1]) + 1
 
 
-def _default_key_shifts(bins: int, logits: bool) -> tuple[int, int]:
-    """The finest key that fits a budget of ``bins`` (a power of two): logits drop the same
-    bits everywhere; probabilities drop 3 more bits below ``2**-24`` (where they are too
-    small to matter) than above (60,291 bins of 65,536: 11 significant bits, every float16)."""
+def _default_key_shifts(bins: int, logits: bool) -> tuple[int, ...]:
+    """The finest key that fits a budget of ``bins`` (a power of two).
+
+    Probabilities drop 3 more bits below ``2**-24`` (too small to matter) than above:
+    60,291 bins of 65,536, 11 significant bits, every float16. Logits keep 11 significant bits
+    for ``2**-6 <= |x| < 2**7``, 8 (bfloat16) up to ``2**-64`` and ``2**64``, and 5 beyond:
+    60,160 bins of 65,536; budgets below 512 drop the same bits everywhere."""
     if logits:
-        shift = 32 - int(math.log2(bins))
-        return shift, shift
+        step = 16 - int(bins).bit_length() + 1
+        shifts = (19 + step, 16 + step, 13 + step)
+        if shifts[0] <= 23 and shifts[2] >= 1 and _key_bins(shifts, True) <= bins:
+            return shifts
+        shift = 32 - int(bins).bit_length() + 1
+        return shift, shift, shift
     fine = 1
     while _key_bins((min(fine + 3, 31), fine), False) > bins:
         fine += 1
     return min(fine + 3, 31), fine
 
 
-def _check_key_shifts(key_shifts: Any, bins: int, logits: bool) -> tuple[int, int]:
+def _check_key_shifts(key_shifts: Any, bins: int, logits: bool) -> tuple[int, ...]:
     if key_shifts is None:
         return _default_key_shifts(bins, logits)
+    size = 3 if logits else 2
+    names = "(outer, middle, fine)" if logits else "(coarse, fine)"
     pair = tuple(key_shifts) if isinstance(key_shifts, (list, tuple)) else ()
-    if len(pair) != 2 or not all(
+    if len(pair) != size or not all(
         isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v <= 31 for v in pair
     ):
         raise ValueError(
-            f"`key_shifts` must be None or two integers (coarse, fine) in [1, 31], got "
-            f"{key_shifts!r}."
+            f"`key_shifts` must be None or {size} integers {names} in [1, 31]"
+            f"{' for logits' if logits else ''}, got {key_shifts!r}."
         )
-    coarse, fine = (int(v) for v in pair)
-    if logits and coarse != fine:
-        raise ValueError(f"`key_shifts` of logits must be equal, got {key_shifts!r}.")
-    if coarse < fine:
+    shifts = tuple(int(v) for v in pair)
+    if any(a < b for a, b in zip(shifts[:-1], shifts[1:], strict=True)):
         raise ValueError(
-            f"`key_shifts` must not keep more bits below 2**-24 than above, got {key_shifts!r}."
+            f"`key_shifts` {names} must not keep more bits in an outer region than in an "
+            f"inner one, got {key_shifts!r}."
         )
-    if _key_bins((coarse, fine), logits) > bins:
+    if logits and len(set(shifts)) > 1 and shifts[0] > 23:
         raise ValueError(
-            f"`key_shifts` {key_shifts!r} make {_key_bins((coarse, fine), logits)} bins, more "
+            f"`key_shifts` of logits must be at most 23 (the regions' edges are whole "
+            f"binades) unless all equal, got {key_shifts!r}."
+        )
+    if _key_bins(shifts, logits) > bins:
+        raise ValueError(
+            f"`key_shifts` {key_shifts!r} make {_key_bins(shifts, logits)} bins, more "
             f"than `bins` = {bins}."
         )
-    return coarse, fine
+    return shifts
 
 
 def _with_uniform_key(state: dict[str, Any]) -> dict[str, Any]:
@@ -1177,11 +1197,12 @@ def _with_uniform_key(state: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"`state` has a bad 'bins' entry: {bins!r}.")
         if config.get("logits"):
             shift = 32 - int(bins).bit_length() + 1
+            shifts = [shift, shift, shift]
         else:
             shift = 1
             while int(_k.probability_key_layout(shift)[1]) + 1 > bins:
                 shift += 1
-        shifts = [shift, shift]
+            shifts = [shift, shift]
     config["key_shifts"] = shifts
     return {**state, "config": config}
 
@@ -1199,18 +1220,29 @@ def _check_thresholds(thresholds: Any, bins: Any) -> np.ndarray | None:
     return array
 
 
+def _logit_bin_values(shift: int) -> np.ndarray:
+    """Each logit bin's value: its magnitude rounded toward zero, with the bin's sign."""
+    fine, middle, outer, half = (int(v) for v in _k.logit_layout(shift))
+    edges = np.array([0, 0x1F800000, 0x3C800000, 0x43000000, 0x5F800000], dtype=np.int64)
+    shifts = np.array([outer, middle, fine, middle, outer], dtype=np.int64)
+    if fine == outer:
+        edges, shifts = edges[:1], shifts[:1]  # one region: edges may fall inside bins
+    # the first bin of each region, then each bin's smallest magnitude
+    firsts = np.r_[0, np.cumsum(np.diff(np.r_[edges, 1 << 31]) >> shifts)[:-1]]
+    bins = np.arange(half, dtype=np.int64)
+    region = np.searchsorted(firsts, bins, side="right") - 1
+    magnitude = (edges[region] + ((bins - firsts[region]) << shifts[region])).astype(np.uint32)
+    with np.errstate(invalid="ignore"):  # bins past infinity hold NaN patterns
+        values = magnitude.view(np.float32).astype(np.float64)
+    return np.r_[-values[::-1], values]
+
+
 def _bin_values(shift: int, thresholds: np.ndarray | None, logits: bool) -> np.ndarray:
     """Each bin's value (see ``ScoreAccumulator.bin_values`` and ``_score_kernels``)."""
     if thresholds is not None:
         return np.r_[-np.inf, thresholds]
     if logits:
-        top = np.arange(1 << (32 - shift), dtype=np.uint64) << np.uint64(shift)
-        low = np.uint64((1 << shift) - 1)
-        positive = top >= np.uint64(0x80000000)
-        bits = np.where(
-            positive, top & np.uint64(0x7FFFFFFF), (~(top | low)) & np.uint64(0xFFFFFFFF)
-        )
-        return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+        return _logit_bin_values(shift)
     fine, _, tiny, coarse, _, offset, base, last = (int(v) for v in _k.key_layout(shift))
 
     def smallest(bins: np.ndarray) -> np.ndarray:

@@ -59,18 +59,14 @@ def test_bound_always_contains_exact(rows):
 
 def test_default_bins_auroc_within_1e5(rows):
     for name, row in rows.items():
-        # logits use the any-range key (8 significant bits): 1.0e-5 on the digits logits
-        tolerance = 1.5e-5 if row["set"].logits else 1e-5
-        assert abs(row["auroc"].value - row["exact"][0]) <= tolerance, name
+        assert abs(row["auroc"].value - row["exact"][0]) <= 1e-5, name
 
 
 def test_default_average_precision_within_1e4(rows):
-    """The default (``within_bins="auto"``): AP within 1e-4 of scikit-learn on every
-    probability set (continuous, rare positives, ties, exact 0/1, 16-bit); the any-range key of
-    logits keeps 8 significant bits, within 2.5e-4 on the 899 digits logits."""
+    """The default (``within_bins="auto"``): AP within 1e-4 of scikit-learn on every set
+    (continuous, rare positives, ties, exact 0/1, logits, log-probabilities, 16-bit)."""
     for name, row in rows.items():
-        tolerance = 2.5e-4 if row["set"].logits else 1e-4
-        assert abs(row["ap"].value - row["exact"][1]) <= tolerance, name
+        assert abs(row["ap"].value - row["exact"][1]) <= 1e-4, name
 
 
 def test_sixteen_bit_scores_are_exact(rows, sets):

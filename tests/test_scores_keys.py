@@ -22,7 +22,14 @@ def test_default_layout_and_memory():
     assert values[0] == 0.0 and values[-1] == 1.0 and np.all(np.diff(values) > 0)
     assert ScoreAccumulator("multiclass", 100).config()["key_shifts"] == [17, 14]
     assert ScoreAccumulator("multiclass", 1000).num_bins == 3771
-    assert ScoreAccumulator("binary", logits=True).config()["key_shifts"] == [16, 16]
+    logits = ScoreAccumulator("binary", logits=True)
+    assert logits.config()["key_shifts"] == [19, 16, 13]
+    assert logits.num_bins == 60160
+    values = logits.bin_values()
+    finite = values[~np.isnan(values)]
+    assert np.all(np.diff(finite) >= 0) and finite[0] == -np.inf and finite[-1] == np.inf
+    # small budgets drop the same bits everywhere
+    assert ScoreAccumulator("binary", logits=True, bins=1024).config()["key_shifts"] == [22] * 3
     assert ScoreAccumulator("binary", thresholds=[0.5]).config()["key_shifts"] is None
 
 
@@ -48,6 +55,36 @@ def test_float16_scores_equal_scikit_learn():
     assert acc.average_precision() == pytest.approx(skm.average_precision_score(y, wide), abs=1e-12)
 
 
+def test_logit_bins_are_in_order_and_exact_on_their_values():
+    acc = ScoreAccumulator("binary", logits=True)
+    rng = np.random.default_rng(7)
+    x = np.concatenate(
+        [
+            rng.normal(size=4000) * 10,
+            rng.normal(size=2000) * 1e-3,
+            rng.normal(size=1000) * 1e-25,
+            rng.normal(size=1000) * 1e25,
+            [0.0, -0.0, np.inf, -np.inf, 2.0**-64, -(2.0**-64), 2.0**-6, 2.0**7, 2.0**64],
+        ]
+    ).astype(np.float32)
+    x.sort()
+    bins = np.array([acc.bin_index(float(v)) for v in x])
+    assert np.all(np.diff(bins) >= 0)
+    values = acc.bin_values()
+    # a score equal to its bin's value is exact, and the bin of that value is the bin
+    on_values = values[bins]
+    assert np.array_equal(np.array([acc.bin_index(v) for v in on_values]), bins)
+    counted = on_values[on_values < np.inf]  # +inf logits are rejected
+    exact = ScoreAccumulator("binary", logits=True).update(
+        (np.arange(counted.size) % 2), counted.astype(np.float32)
+    )
+    assert exact.exact().all()
+    # every float16 logit in the fine region (2**-6 <= |x| < 2**7) has a bin of its own
+    halves = np.arange(0x2400, 0x5800, dtype=np.uint16).view(np.float16).astype(np.float64)
+    fine = np.array([acc.bin_index(v) for v in halves])
+    assert np.all(np.diff(fine) > 0)
+
+
 def test_key_shifts_pin_the_layout():
     acc = ScoreAccumulator("binary", key_shifts=(15, 15))  # the uniform key of format 1
     assert acc.num_bins == 38147
@@ -64,14 +101,16 @@ def test_key_shifts_pin_the_layout():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"key_shifts": (13,)}, "two integers"),
-        ({"key_shifts": (16, 0)}, "two integers"),
-        ({"key_shifts": (16, 32)}, "two integers"),
-        ({"key_shifts": (True, 13)}, "two integers"),
-        ({"key_shifts": "16,13"}, "two integers"),
+        ({"key_shifts": (13,)}, "2 integers"),
+        ({"key_shifts": (16, 0)}, "2 integers"),
+        ({"key_shifts": (16, 32)}, "2 integers"),
+        ({"key_shifts": (True, 13)}, "2 integers"),
+        ({"key_shifts": "16,13"}, "2 integers"),
         ({"key_shifts": (13, 16)}, "not keep more bits"),
         ({"key_shifts": (16, 13), "bins": 4096}, "more than `bins`"),
-        ({"key_shifts": (17, 16), "logits": True}, "must be equal"),
+        ({"key_shifts": (17, 16), "logits": True}, "3 integers"),
+        ({"key_shifts": (13, 16, 19), "logits": True}, "outer region"),
+        ({"key_shifts": (24, 20, 17), "logits": True, "bins": 1 << 20}, "at most 23"),
         ({"key_shifts": (16, 16), "thresholds": [0.5]}, "does not apply"),
     ],
 )
@@ -96,10 +135,10 @@ def test_format1_states_load_with_the_uniform_key(logits):
         scores = np.log(scores)
     # what the earlier layout counted: the uniform key of the default budget
     shift = 16 if logits else 15
-    old = ScoreAccumulator("multiclass", 3, logits=logits, key_shifts=(shift, shift))
+    old = ScoreAccumulator("multiclass", 3, logits=logits, key_shifts=(shift,) * (2 + logits))
     old.update(y, scores)
     loaded = ScoreAccumulator.from_state_dict(_format1_state(old))
-    assert loaded.config()["key_shifts"] == [shift, shift]
+    assert loaded.config()["key_shifts"] == [shift] * (2 + logits)
     assert loaded.num_bins == old.num_bins
     np.testing.assert_array_equal(loaded.state_arrays()["curves"], old.state_arrays()["curves"])
     assert loaded.auroc() == old.auroc()
