@@ -20,7 +20,7 @@ reported (see ``single_calls``: on a loaded shared machine block means measure t
   (``np.max``; target: within 2x);
 * ``memory``: tracemalloc peak while 10^8 scores stream through (O(C x bins), not O(N));
 * ``accuracy``: AUROC and AP of the default bins against scikit-learn's exact values on 12
-  score sets (and AP with ``within_bins="spread"``), beside torchmetrics binned (100 and 1,000
+  score sets (and AP with ``within_bins="tied"``), beside torchmetrics binned (100 and 1,000
   thresholds) and Keras-style 200 thresholds; the reported bound must contain the exact
   value.
 
@@ -206,7 +206,7 @@ def accuracy_rows(sets: list[ScoreSet] | None = None) -> list[dict]:
             warnings.simplefilter("ignore")
             auroc = acc.auroc("macro", with_bound=True)
             ap = acc.average_precision("macro", with_bound=True)
-            spread = acc.average_precision("macro", within_bins="spread")
+            tied = acc.average_precision("macro", within_bins="tied")
         row = {
             "name": s.name,
             "n": len(s.y),
@@ -214,7 +214,7 @@ def accuracy_rows(sets: list[ScoreSet] | None = None) -> list[dict]:
             "exact_ap": exact_ap,
             "auroc_error": abs(auroc.value - exact_auroc),
             "ap_error": abs(ap.value - exact_ap),
-            "ap_spread_error": abs(spread - exact_ap),
+            "ap_tied_error": abs(tied - exact_ap),
             "auroc_bound": (auroc.lower, auroc.upper),
             "ap_bound": (ap.lower, ap.upper),
             "contained": (
@@ -254,9 +254,9 @@ def _e(value: float | None) -> str:
 
 def print_accuracy(rows: list[dict]) -> None:
     print("\n## accuracy: |value - scikit-learn exact| (AUROC / AP, macro for multiclass)")
-    print("   (AP spread: average_precision(within_bins='spread'), same bins)")
+    print("   (AP tied: average_precision(within_bins='tied'), same bins)")
     print(
-        f"{'score set':30} {'n':>7} {'metricstream (default bins)':>29} {'AP spread':>9} "
+        f"{'score set':30} {'n':>7} {'metricstream (default bins)':>29} {'AP tied':>9} "
         f"{'bound ok':>8} {'torchmetrics 100':>17} {'torchmetrics 1000':>18} {'Keras 200':>9}"
     )
     for r in rows:
@@ -266,7 +266,7 @@ def print_accuracy(rows: list[dict]) -> None:
             for k in ("tm100", "tm1000")
         ]
         print(
-            f"{r['name']:30} {r['n']:>7} {ms:>29} {_e(r['ap_spread_error']):>9} "
+            f"{r['name']:30} {r['n']:>7} {ms:>29} {_e(r['ap_tied_error']):>9} "
             f"{'yes' if r['contained'] else 'NO':>8} {tm[0]:>17} {tm[1]:>18} "
             f"{_e(r['keras200']):>9}"
         )

@@ -1,19 +1,23 @@
 """Numba kernels of the score accumulator: arithmetic only.
 
 Every score is reduced to a *bin* by an order-preserving integer key of its float32 value ``f``
-(float64 scores are rounded to float32 first), with ``u`` the bits of a float32 and ``shift``
-the number of low bits dropped:
+(float64 scores are rounded to float32 first), with ``u`` the bits of a float32, ``m`` those of
+its magnitude, and a *layout* that says how many low bits of ``m`` each range of magnitudes
+drops (the ``shift`` code: one number for all, or a few packed, see :func:`key_layout` and
+:func:`logit_layout`). The ranges are whole binades, so a bin never straddles two of them:
 
-* **any range** (logits, log-probabilities; ``eps`` is None): ``key = ~u`` for negative
-  scores, ``u | 0x80000000`` otherwise (``-0.0`` counts as ``+0.0``), whose unsigned order is
-  the numeric order over the whole float range, infinities included; ``bin = key >> shift``.
-  With ``shift = 16`` a bin holds exactly the float32 values that truncate to one bfloat16;
+* **any range** (logits, log-probabilities; ``eps`` is None): negative scores below zero in
+  reverse order of magnitude, then ``+0`` (``-0.0`` counts as ``+0.0``) and the positive
+  scores, infinities included. The default keeps 10 fraction bits (float16's) for ``2**-6 <=
+  |x| < 2**7``, where logits and log-probabilities live, 7 (bfloat16's) out to ``2**-64`` and
+  ``2**64``, and 4 beyond: 60,160 bins. One shift everywhere is the sortable key's top bits
+  (``shift = 16``: exactly the bfloat16 values);
 * **probabilities** in ``[0, 1]``: bin 0 holds ``p = 0``; for ``0 < p < 1/2`` the bin is
-  ``1 + (u(p) >> shift)``; for ``p >= 1/2`` the same key of ``1 - p`` (exact in float32),
-  mirrored, and ``p = 1`` has the last bin. Confident classifiers put their scores near 1, where
-  float32 ``p`` itself is coarse but ``1 - p`` is fine: this resolves ``1 - p`` as finely as
-  ``p`` near 0 (with ``shift = 15``, 8 significant bits on both sides in 38,147 bins, every
-  bfloat16 probability in a bin of its own);
+  ``1 + g(u(p))``; for ``p >= 1/2`` the same key of ``1 - p`` (exact in float32), mirrored, and
+  ``p = 1`` has the last bin. Confident classifiers put their scores near 1, where float32
+  ``p`` itself is coarse but ``1 - p`` is fine: this resolves ``1 - p`` as finely as ``p``
+  near 0. The default keeps 10 fraction bits from ``2**-24`` up and 7 below, in 60,291 bins:
+  every float16 and every bfloat16 probability has a bin of its own;
 * **explicit thresholds** ``t_1 < ... < t_m``: the number of thresholds ``<= score`` (a
   binary search), so bin ``j >= 1`` holds ``t_j <= score < t_{j+1}``.
 

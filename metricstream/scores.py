@@ -74,10 +74,11 @@ class ScoreAccumulator(Accumulator):
     of their own, below 1/2 the bin is the top bits of ``p``, above 1/2 the top bits of
     ``1 - p``, so that scores near 1 are resolved as finely as scores near 0 (by default 11
     significant bits on both sides from ``2**-24`` up, 8 below, in 60,291 bins: **every float16
-    and bfloat16 probability is counted exactly**). Logits (``logits=True``): the top
-    ``log2(bins)`` bits of the sortable float32 key over the whole float range (65,536 bins:
-    exactly the bfloat16 values). Either way **every bfloat16 score is counted exactly** and
-    every curve and area then equals scikit-learn's (``exact()`` says so per class); other
+    and bfloat16 probability is counted exactly**). Logits (``logits=True``): the sortable
+    float32 key over the whole float range, with 11 significant bits for ``2**-6 <= |x| <
+    2**7`` and 8 (bfloat16's) out to ``2**-64`` and ``2**64`` (60,160 bins). Scores that are
+    their bin's value are counted exactly, and every curve and area of a class made only of
+    them equals scikit-learn's (``exact()`` says so per class); other
     scores share bins with their near neighbours, and each area and operating point can report
     an interval guaranteed to contain the value on the raw scores (``with_bound=True``).
 
