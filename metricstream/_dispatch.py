@@ -135,6 +135,15 @@ def small_flags(ignore_index: int | None) -> int:
     return _FAST_FLAGS | (0 if ignore_index is None else _kernels.HAS_IGNORE)
 
 
+def _parallel_rows(size: int, num_classes: int) -> bool:
+    """Whether ``count_batch`` would share ``size`` rows of ``num_classes`` scores (at least
+    ``PARALLEL_MIN_LABELS`` scores) between threads. Batches it counts serially anyway, a few
+    thousand rows of a thousand classes, take the one-call path: measured with the caches cold,
+    as between the steps of a training loop, the general path's Python (a ``Batch``, the checks,
+    Numba's dispatch) cost 20-50 µs of a (256, 1000) float32 update."""
+    return _num_threads > 1 and size >= PARALLEL_MIN_LABELS_PER_CELL * num_classes * num_classes
+
+
 def count_small(
     out: np.ndarray, y_true: Any, y_pred: Any, flags: int, ignore: int, total: float
 ) -> float | None:
@@ -142,8 +151,9 @@ def count_small(
 
     Handles plain arrays and C-contiguous CPU torch tensors: ``y_true`` 1-D integer labels,
     ``y_pred`` integer labels of the same length or C-contiguous float32/float64/float16 (torch:
-    also bfloat16) ``(N, K)`` scores, fewer than ``PARALLEL_MIN_LABELS`` labels (or scores),
-    into an int64 ``out`` whose total (bounded by ``total``, NaN when unknown) stays far
+    also bfloat16) ``(N, K)`` scores, fewer than ``PARALLEL_MIN_LABELS`` labels (scores: or any
+    batch ``count_batch`` would not share between threads, see ``_parallel_rows``), into an int64
+    ``out`` whose total (bounded by ``total``, NaN when unknown) stays far
     from 2^63. ``flags`` holds ``COMMIT``, ``INTEGRAL`` and ``HAS_IGNORE`` as the accumulator
     needs them. Returns the new bound of the total; None (``out`` unchanged) for anything else,
     including input the kernel rejects: ``count_batch`` then finds the same problem and words the
@@ -201,7 +211,7 @@ def count_small(
                 return None
         elif ndim != 2 or shape[0] != size or shape[1] != len(out):
             return None
-        elif size * shape[1] >= PARALLEL_MIN_LABELS:
+        elif size * shape[1] >= PARALLEL_MIN_LABELS and _parallel_rows(size, shape[1]):
             return None
         if total != total:
             total = _kernels.matrix_total(out)
@@ -295,7 +305,7 @@ def count_small(
             return None
     elif ndim != 2 or shape[0] != size or shape[1] != len(out):
         return None
-    elif size * shape[1] >= PARALLEL_MIN_LABELS:
+    elif size * shape[1] >= PARALLEL_MIN_LABELS and _parallel_rows(size, shape[1]):
         return None
     if y_true.flags.num & y_pred.flags.num & _PLAIN != _PLAIN:
         return None

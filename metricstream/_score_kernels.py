@@ -76,7 +76,8 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import carray, njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 OK = 0
@@ -855,6 +856,378 @@ def count_elementwise(
     sums[0] += brier_sum
     sums[1] += log_sum + _log_of_product(product, exponent, sign)
     return OK, 0, stop
+
+
+# ---------------------------------------------------------------- rows of at most 16 classes
+# A row of at most ROW_LANES probabilities is one vector register: read with a masked load
+# (nothing past the row is read), its keys, exactness, rank counts, maximum and Brier terms are
+# computed lane-parallel in LLVM vector operations (which Numba's loops do not produce for short
+# rows), without the block being copied class by class first.
+ROW_LANES = 16
+_I1 = ir.IntType(1)
+_I16 = ir.IntType(16)
+_I32 = ir.IntType(32)
+_F32 = ir.FloatType()
+_F64 = ir.DoubleType()
+# The int64 ``table`` of :func:`count_small_rows`: addresses of the state arrays and scratch,
+# then the fixed settings (one array argument instead of twelve: Numba unboxes an array
+# argument in about 45 ns).
+TABLE_CURVES = 0
+TABLE_INEXACT = 1
+TABLE_RANKS = 2
+TABLE_CALIBRATION = 3
+TABLE_CONFIDENCE = 4
+TABLE_LOSSES = 5
+TABLE_SCRATCH = 6
+TABLE_BINS = 7
+TABLE_FINE_BINS = 8
+TABLE_SHIFT = 9
+TABLE_FLAGS = 10
+TABLE_IGNORE = 11
+TABLE_SIZE = 12
+# Rows of a block of count_small_rows, and its int32 scratch: the keys of the block (ROW_LANES a
+# row), the exact scores of each class (ROW_LANES int16), and the block's scores with each true
+# score set to 0 (C a row, float32 or float64), summed as squares for the Brier score.
+ROW_BLOCK = 128
+SCRATCH_KEYS = 0
+SCRATCH_EXACT = ROW_LANES * ROW_BLOCK
+SCRATCH_REST = SCRATCH_EXACT + ROW_LANES // 2
+SCRATCH_SIZE = SCRATCH_REST + 2 * ROW_LANES * ROW_BLOCK
+
+
+def _vector(element):
+    return ir.VectorType(element, ROW_LANES)
+
+
+def _splat(builder, value):
+    vector = _vector(value.type)
+    one = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(one, one, ir.Constant(_vector(_I32), [0] * ROW_LANES))
+
+
+def _declare(builder, name, return_type, argument_types):
+    function = builder.module.globals.get(name)
+    if function is None:
+        function = ir.Function(builder.module, ir.FunctionType(return_type, argument_types), name)
+    return function
+
+
+def _masked_load(builder, pointer, mask, passthru, align):
+    """The lanes of ``mask`` from ``pointer``, the others ``passthru`` (their memory unread)."""
+    vector = passthru.type
+    suffix = f"v{ROW_LANES}{'f32' if vector.element == _F32 else 'f64'}"
+    load = _declare(
+        builder,
+        f"llvm.masked.load.{suffix}.p0{suffix}",
+        vector,
+        [vector.as_pointer(), _I32, mask.type, vector],
+    )
+    address = builder.bitcast(pointer, vector.as_pointer())
+    return builder.call(load, [address, ir.Constant(_I32, align), mask, passthru])
+
+
+def _count_lanes(builder, lanes):
+    """The number of true lanes of a vector of i1, as an int32."""
+    count = _declare(builder, "llvm.ctpop.i16", _I16, [_I16])
+    return builder.zext(builder.call(count, [builder.bitcast(lanes, _I16)]), _I32)
+
+
+def _reduce_lanes(builder, vector, combine):
+    """``combine`` of all lanes by a halving tree, from lane 0."""
+    width = ROW_LANES
+    while width > 1:
+        width //= 2
+        order = [i + width if i < width else i for i in range(ROW_LANES)]
+        upper = builder.shuffle_vector(vector, vector, ir.Constant(_vector(_I32), order))
+        vector = combine(upper, vector)
+    return builder.extract_element(vector, ir.Constant(_I32, 0))
+
+
+def _vector_at(context, builder, array_type, array, offset, element):
+    """A pointer to a vector of ``element`` at ``array.data + offset`` elements."""
+    data = context.make_array(array_type)(context, builder, value=array).data
+    return builder.bitcast(builder.gep(data, [offset]), _vector(element).as_pointer())
+
+
+def _masked_store(builder, value, pointer, mask, align):
+    """Stores the lanes of ``mask`` at ``pointer`` (the other lanes' memory is not written)."""
+    vector = value.type
+    suffix = f"v{ROW_LANES}{'f32' if vector.element == _F32 else 'f64'}"
+    store = _declare(
+        builder,
+        f"llvm.masked.store.{suffix}.p0{suffix}",
+        ir.VoidType(),
+        [vector, vector.as_pointer(), _I32, mask.type],
+    )
+    address = builder.bitcast(pointer, vector.as_pointer())
+    builder.call(store, [value, address, ir.Constant(_I32, align), mask])
+
+
+def _scores_type(scores):
+    return (
+        isinstance(scores, types.Array)
+        and scores.ndim == 2
+        and scores.layout == "C"
+        and scores.dtype in (types.float32, types.float64)
+    )
+
+
+@intrinsic
+def _probability_row(typingctx, scores, row, target, shift, low, base, last, scratch, at):
+    """One row of ``(N, C)`` probabilities, ``C <= ROW_LANES``, valid, with true class
+    ``target``, the ``at``-th counted row of its block: stores ``2 * bin + [c == target]`` of
+    each class at ``scratch[SCRATCH_KEYS + ROW_LANES * at:]`` (lanes past ``C`` undefined), adds
+    the exact scores to the int16 counts at ``scratch[SCRATCH_EXACT:]`` and stores the row with
+    its true score set to 0 at score ``C * at`` of ``scratch[SCRATCH_REST:]``. Returns
+    ``(greater, before, after, top, true)``: the classes scored above the true score, equal to it
+    before and after ``target``, the largest score and the true score (float64)."""
+    if not _scores_type(scores):
+        return None
+    result = types.Tuple((types.int32, types.int32, types.int32, types.float64, types.float64))
+    signature = result(scores, row, target, shift, low, base, last, scratch, at)
+
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        array = context.make_array(kinds[0])(context, builder, value=args[0])
+        element = context.get_data_type(kinds[0].dtype)
+        align = context.get_abi_sizeof(element) if kinds[0].aligned else 1
+        classes = cgutils.unpack_tuple(builder, array.shape, 2)[1]
+        i = context.cast(builder, args[1], kinds[1], types.intp)
+        pointer = builder.gep(array.data, [builder.mul(i, classes)])
+        t = builder.trunc(context.cast(builder, args[2], kinds[2], types.intp), _I32)
+        bits = _splat(builder, context.cast(builder, args[3], kinds[3], types.uint32))
+        low_bits = _splat(builder, context.cast(builder, args[4], kinds[4], types.uint32))
+        base_bin = builder.trunc(context.cast(builder, args[5], kinds[5], types.int64), _I32)
+        last_bin = builder.trunc(context.cast(builder, args[6], kinds[6], types.int64), _I32)
+        k = context.cast(builder, args[8], kinds[8], types.intp)
+        data = context.make_array(kinds[7])(context, builder, value=args[7]).data
+        ints = _vector(_I32)
+        iota = ir.Constant(ints, list(range(ROW_LANES)))
+        zero = ir.Constant(ints, [0] * ROW_LANES)
+        inside = builder.icmp_signed("<", iota, _splat(builder, builder.trunc(classes, _I32)))
+        # Lanes past the row read as 0: a valid probability, never counted.
+        floats = _vector(element)
+        nothing = ir.Constant(floats, [0.0] * ROW_LANES)
+        v = _masked_load(builder, pointer, inside, nothing, align)
+        f = v if element == _F32 else builder.fptrunc(v, _vector(_F32))
+        # The probability key (see _probability_key): of p below 1/2, of 1 - p above.
+        u = builder.and_(builder.bitcast(f, ints), _splat(builder, ir.Constant(_I32, 0x7FFFFFFF)))
+        y = builder.fsub(ir.Constant(_vector(_F32), [1.0] * ROW_LANES), f)
+        uy = builder.bitcast(y, ints)
+        lower = builder.add(
+            builder.lshr(u, bits), builder.zext(builder.icmp_unsigned("!=", u, zero), ints)
+        )
+        top_upper = builder.sub(builder.add(last_bin, base_bin), ir.Constant(_I32, 1))
+        upper = builder.sub(_splat(builder, top_upper), builder.lshr(uy, bits))
+        upper = builder.select(
+            builder.icmp_unsigned("==", uy, zero), _splat(builder, last_bin), upper
+        )
+        below = builder.fcmp_ordered("<", f, ir.Constant(_vector(_F32), [0.5] * ROW_LANES))
+        bins = builder.select(below, lower, upper)
+        is_true = builder.icmp_signed("==", iota, _splat(builder, t))
+        key = builder.add(builder.add(bins, bins), builder.zext(is_true, ints))
+        offset = builder.add(
+            ir.Constant(k.type, SCRATCH_KEYS), builder.mul(k, ir.Constant(k.type, ROW_LANES))
+        )
+        builder.store(key, builder.bitcast(builder.gep(data, [offset]), ints.as_pointer()), align=4)
+        kept = builder.select(below, u, uy)
+        exact = builder.icmp_unsigned("==", builder.and_(kept, low_bits), zero)
+        if element != _F32:  # a float64 score is exact only if it was a float32
+            exact = builder.and_(
+                exact, builder.fcmp_ordered("==", builder.fpext(f, _vector(_F64)), v)
+            )
+        shorts = _vector(_I16)
+        counts = builder.bitcast(
+            builder.gep(data, [ir.Constant(k.type, SCRATCH_EXACT)]), shorts.as_pointer()
+        )
+        builder.store(
+            builder.add(builder.load(counts, align=4), builder.zext(exact, shorts)), counts, align=4
+        )
+        rest = builder.bitcast(
+            builder.gep(data, [ir.Constant(k.type, SCRATCH_REST)]), element.as_pointer()
+        )
+        rest = builder.gep(rest, [builder.mul(k, classes)])
+        _masked_store(builder, builder.select(is_true, nothing, v), rest, inside, align)
+        # The true score read from memory, not from the vector (no store-to-load stall).
+        true = builder.load(builder.gep(pointer, [t]))
+        level = _splat(builder, true)
+        above = builder.and_(builder.fcmp_ordered(">", v, level), inside)
+        equal = builder.and_(builder.fcmp_ordered("==", v, level), inside)
+        before = builder.and_(equal, builder.icmp_signed("<", iota, _splat(builder, t)))
+        after = builder.and_(equal, builder.icmp_signed(">", iota, _splat(builder, t)))
+        greater = _count_lanes(builder, above)
+        # The largest score is the true score unless some score is above it.
+        with builder.if_else(builder.icmp_signed("==", greater, ir.Constant(_I32, 0))) as (
+            when_top,
+            otherwise,
+        ):
+            with when_top:
+                from_true = builder.block
+            with otherwise:
+                largest = _reduce_lanes(
+                    builder, v, lambda a, b: builder.select(builder.fcmp_ordered(">", a, b), a, b)
+                )
+                from_max = builder.block
+        top = builder.phi(element)
+        top.add_incoming(true, from_true)
+        top.add_incoming(largest, from_max)
+        if element != _F64:
+            top = builder.fpext(top, _F64)
+            true = builder.fpext(true, _F64)
+        return context.make_tuple(
+            builder,
+            signature.return_type,
+            [greater, _count_lanes(builder, before), _count_lanes(builder, after), top, true],
+        )
+
+    return signature, codegen
+
+
+@intrinsic
+def _rest_squares(typingctx, scratch, count, scores):
+    """The sum of the squares (float64) of the first ``count`` scores at
+    ``scratch[SCRATCH_REST:]`` (of the dtype of ``scores``), in vector partial sums."""
+    if not _scores_type(scores):
+        return None
+    signature = types.float64(scratch, count, scores)
+
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        element = context.get_data_type(kinds[2].dtype)
+        data = context.make_array(kinds[0])(context, builder, value=args[0]).data
+        n = context.cast(builder, args[1], kinds[1], types.intp)
+        start = builder.bitcast(
+            builder.gep(data, [ir.Constant(n.type, SCRATCH_REST)]), element.as_pointer()
+        )
+        floats = _vector(element)
+        wide = _vector(_F64)
+        total = cgutils.alloca_once_value(builder, ir.Constant(wide, [0.0] * ROW_LANES))
+
+        def add(v):
+            x = v if element == _F64 else builder.fpext(v, wide)
+            builder.store(builder.fadd(builder.load(total), builder.fmul(x, x)), total)
+
+        width = ir.Constant(n.type, ROW_LANES)
+        whole = builder.udiv(n, width)
+        with cgutils.for_range(builder, whole) as loop:
+            at = builder.gep(start, [builder.mul(loop.index, width)])
+            add(builder.load(builder.bitcast(at, floats.as_pointer()), align=4))
+        done = builder.mul(whole, width)
+        iota = ir.Constant(_vector(_I32), list(range(ROW_LANES)))
+        rest = builder.trunc(builder.sub(n, done), _I32)
+        mask = builder.icmp_signed("<", iota, _splat(builder, rest))
+        add(
+            _masked_load(
+                builder, builder.gep(start, [done]), mask, ir.Constant(floats, [0.0] * 16), 4
+            )
+        )
+        return _reduce_lanes(builder, builder.load(total), builder.fadd)
+
+    return signature, codegen
+
+
+@intrinsic
+def _pointer_to(typingctx, address, dtype):
+    """A pointer to ``dtype`` (a scalar class such as ``np.int64``) elements at the integer
+    ``address``."""
+    if not isinstance(address, types.Integer) or not isinstance(dtype, types.NumberClass):
+        return None
+    signature = types.CPointer(dtype.instance_type)(address, dtype)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return signature, codegen
+
+
+@njit(inline="always")
+def _probabilities_look_valid(flat):
+    """Branch-free: every score in ``[0, 1]`` (vectorised)."""
+    ok = True
+    for j in range(flat.shape[0]):
+        v = flat[j]
+        ok &= (v >= 0) & (v <= 1)
+    return ok
+
+
+@_kernel
+def count_small_rows(labels, scores, table, eps):
+    """Count a multiclass batch of probabilities with at most ``ROW_LANES`` classes, unweighted,
+    into the state arrays at the addresses of ``table`` (int64, ``TABLE_*`` positions; the
+    caller keeps them alive and holds the accumulator's lock, which guards the scratch).
+
+    Counts as :func:`count_multiclass` with ``sign`` 1. Every row is validated before any is
+    counted: returns 0, or ``status + 8 * position`` of the first bad element (nothing
+    counted). One pass row by row over blocks of ``BLOCK_ROWS`` rows (a row's keys and
+    statistics from one vector, see :func:`_probability_row`), then the block's histogram
+    increments class by class.
+    """
+    rows = labels.shape[0]
+    num_classes = scores.shape[1]
+    num_bins = table[TABLE_BINS]
+    fine_bins = table[TABLE_FINE_BINS]
+    shift = table[TABLE_SHIFT]
+    has_ignore = (table[TABLE_FLAGS] & HAS_IGNORE) != 0
+    ignore_index = table[TABLE_IGNORE]
+    ok = _labels_look_valid(labels, 0, rows, num_classes, has_ignore, ignore_index)
+    ok &= _probabilities_look_valid(scores.reshape(-1))
+    if not ok:
+        for i in range(rows):
+            status, position = _check_row(labels, scores, i, has_ignore, ignore_index, False)
+            if status != OK:
+                return status + 8 * position
+    stride = 2 * num_bins
+    hist = carray(_pointer_to(table[TABLE_CURVES], np.int64), num_classes * stride)
+    inexact = carray(_pointer_to(table[TABLE_INEXACT], np.int64), num_classes)
+    ranks = carray(_pointer_to(table[TABLE_RANKS], np.int64), 2 * num_classes * num_classes)
+    cal_counts = carray(_pointer_to(table[TABLE_CALIBRATION], np.int64), 2 * fine_bins)
+    cal_conf = carray(_pointer_to(table[TABLE_CONFIDENCE], np.float64), fine_bins)
+    sums = carray(_pointer_to(table[TABLE_LOSSES], np.float64), 2)
+    scratch = carray(_pointer_to(table[TABLE_SCRATCH], np.int32), SCRATCH_SIZE)
+    exact = carray(_pointer_to(table[TABLE_SCRATCH] + 4 * SCRATCH_EXACT, np.int16), ROW_LANES)
+    ushift = np.uint32(shift)
+    low = np.uint32((np.uint32(1) << ushift) - np.uint32(1))
+    base, last = probability_key_layout(shift)
+    optimistic = num_classes * num_classes
+    product = 1.0
+    exponent = 0
+    brier = 0.0
+    for lo in range(0, rows, ROW_BLOCK):
+        n = 0
+        exact[:] = 0
+        for i in range(lo, min(lo + ROW_BLOCK, rows)):
+            t = labels[i]
+            if has_ignore and t == ignore_index:
+                continue
+            ti = np.intp(t)
+            g, before, after, top, true = _probability_row(
+                scores, i, ti, ushift, low, base, last, scratch, n
+            )
+            n += 1
+            row = ti * num_classes + g
+            ranks[np.uint64(row + after)] += 1
+            ranks[np.uint64(optimistic + row)] += 1
+            f = np.uint64(_fine_bin(top, fine_bins))
+            cal_counts[2 * f] += 1
+            cal_counts[2 * f + 1] += np.int64((g == 0) & (before == 0))
+            cal_conf[f] += top
+            miss = 1.0 - true
+            brier += miss * miss
+            # The log loss as in count_multiclass: one log a call.
+            product *= min(max(true, eps), 1.0 - eps)
+            if product < _TINY:  # scaled by a power of two: exact
+                product *= _HUGE
+                exponent -= _HUGE_EXPONENT
+        # Histograms class by class: one class's bins at a time stay in cache.
+        for c in range(num_classes):
+            offset = c * stride
+            for r in range(n):
+                hist[np.uint64(offset + scratch[SCRATCH_KEYS + ROW_LANES * r + c])] += 1
+            inexact[c] += n - exact[c]
+        brier += _rest_squares(scratch, n * num_classes, scores)
+    sums[0] += brier
+    sums[1] += _log_of_product(product, exponent, 1)
+    return 0
 
 
 @_kernel

@@ -308,6 +308,43 @@ def test_kernel_contract_sign_and_dry_run():
     assert out.sum() == 4
 
 
+@pytest.mark.parametrize("what", ["label", "nan"])
+def test_rows_kernel_counts_whole_tiles_before_a_late_error(what):
+    # Rows are counted a tile of ``COUNT_TILE`` at a time: an error after the first tile leaves
+    # exactly the rows below ``counted`` counted, and undoing that prefix restores zero.
+    rng = np.random.default_rng(11)
+    size = 2 * _kernels.COUNT_TILE + 300
+    bad = _kernels.COUNT_TILE + 500
+    scores = rng.normal(size=(size, 7)).astype(np.float32)
+    y_true = rng.integers(0, 7, size)
+    if what == "label":
+        y_true[bad] = 7
+    else:
+        scores[bad, 3] = np.nan
+    out = np.zeros((7, 7), dtype=np.int64)
+    flags = _kernels.COMMIT
+    status, position, counted = _kernels.count_argmax_rows(
+        y_true, scores, None, out, 0, size, 1, flags, 0, np.inf
+    )
+    if what == "label":
+        assert (status, position) == (_kernels.BAD_TRUE, bad)
+    else:
+        assert (status, position) == (_kernels.BAD_SCORE, bad * 7 + 3)
+    assert _kernels.COUNT_TILE <= counted <= bad
+    expected = expected_matrix(y_true[:counted], np.argmax(scores[:counted], axis=1), 7)
+    np.testing.assert_array_equal(out, expected)
+    _kernels.count_argmax_rows(y_true, scores, None, out, 0, counted, -1, flags, 0, np.inf)
+    assert not out.any()
+    # Without the bad row, the whole call counts every row, across tiles.
+    status, position, counted = _kernels.count_argmax_rows(
+        y_true, scores, None, out, 0, bad, 1, flags, 0, np.inf
+    )
+    assert (status, position, counted) == (_kernels.OK, bad, bad)
+    np.testing.assert_array_equal(
+        out, expected_matrix(y_true[:bad], np.argmax(scores[:bad], axis=1), 7)
+    )
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     size=st.integers(0, 1300),

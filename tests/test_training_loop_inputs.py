@@ -311,6 +311,31 @@ def test_binary_small_path_equals_the_general_path_and_fails_cleanly(ignore_inde
     assert full.matrix[0, 0] == 2**63 - 128
 
 
+@pytest.mark.parametrize("column", [False, True], ids=["(N,) small path", "(N, 1) general"])
+def test_threshold_counts_blocks_by_sums_and_undoes_counted_blocks(column):
+    # Unweighted binary blocks are counted from sums (pairs, true labels, predictions and
+    # their products); ignored pairs add nothing, and an error in a later block undoes the
+    # blocks already counted.
+    y_true, scores = threshold_inputs(np.float32, 1100)
+    y_true[RNG.random(1100) < 0.2] = -1
+    scores[40:50] = -0.0
+    shape = (-1, 1) if column else (-1,)
+    acc = ConfusionAccumulator(2, ignore_index=-1, threshold=0.5)
+    acc.update(y_true, scores.reshape(shape))
+    keep = y_true != -1
+    expected = confusion_matrix(y_true[keep], (scores[keep] >= 0.5).astype(int), labels=[0, 1])
+    np.testing.assert_array_equal(acc.matrix, expected)
+    bad_labels = y_true.copy()
+    bad_labels[900] = 2  # in the fourth block of 256
+    with pytest.raises(ValueError, match=r"`y_true` holds label 2 at position 900"):
+        acc.update(bad_labels, scores.reshape(shape))
+    bad_scores = scores.copy()
+    bad_scores[1050] = np.nan
+    with pytest.raises(ValueError, match=r"holds NaN at position \(?1050"):
+        acc.update(y_true, bad_scores.reshape(shape))
+    np.testing.assert_array_equal(acc.matrix, expected)
+
+
 def test_threshold_argument_errors():
     with pytest.raises(ValueError, match="`threshold` is NaN"):
         prepare_batch([0], np.array([0.3]), None, 2, 1, threshold=float("nan"))
