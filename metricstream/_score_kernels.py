@@ -973,7 +973,7 @@ def _scores_type(scores):
 
 
 @intrinsic
-def _probability_row(typingctx, scores, row, target, shift, low, base, last, scratch, at):
+def _probability_row(typingctx, scores, row, target, layout, scratch, at):
     """One row of ``(N, C)`` probabilities, ``C <= ROW_LANES``, valid, with true class
     ``target``, the ``at``-th counted row of its block: stores ``2 * bin + [c == target]`` of
     each class at ``scratch[SCRATCH_KEYS + ROW_LANES * at:]`` (lanes past ``C`` undefined), adds
@@ -984,7 +984,7 @@ def _probability_row(typingctx, scores, row, target, shift, low, base, last, scr
     if not _scores_type(scores):
         return None
     result = types.Tuple((types.int32, types.int32, types.int32, types.float64, types.float64))
-    signature = result(scores, row, target, shift, low, base, last, scratch, at)
+    signature = result(scores, row, target, layout, scratch, at)
 
     def codegen(context, builder, signature, args):
         kinds = signature.args
@@ -995,12 +995,13 @@ def _probability_row(typingctx, scores, row, target, shift, low, base, last, scr
         i = context.cast(builder, args[1], kinds[1], types.intp)
         pointer = builder.gep(array.data, [builder.mul(i, classes)])
         t = builder.trunc(context.cast(builder, args[2], kinds[2], types.intp), _I32)
-        bits = _splat(builder, context.cast(builder, args[3], kinds[3], types.uint32))
-        low_bits = _splat(builder, context.cast(builder, args[4], kinds[4], types.uint32))
-        base_bin = builder.trunc(context.cast(builder, args[5], kinds[5], types.int64), _I32)
-        last_bin = builder.trunc(context.cast(builder, args[6], kinds[6], types.int64), _I32)
-        k = context.cast(builder, args[8], kinds[8], types.intp)
-        data = context.make_array(kinds[7])(context, builder, value=args[7]).data
+        # The key layout (see key_layout), each part splat over the lanes as 32 bits.
+        parts = [builder.extract_value(args[3], j) for j in range(8)]
+        fine, fine_low, tiny, coarse, coarse_low, first, base_bin, last_bin = (
+            builder.trunc(part, _I32) if part.type != _I32 else part for part in parts
+        )
+        k = context.cast(builder, args[5], kinds[5], types.intp)
+        data = context.make_array(kinds[4])(context, builder, value=args[4]).data
         ints = _vector(_I32)
         iota = ir.Constant(ints, list(range(ROW_LANES)))
         zero = ir.Constant(ints, [0] * ROW_LANES)
@@ -1014,11 +1015,19 @@ def _probability_row(typingctx, scores, row, target, shift, low, base, last, scr
         u = builder.and_(builder.bitcast(f, ints), _splat(builder, ir.Constant(_I32, 0x7FFFFFFF)))
         y = builder.fsub(ir.Constant(_vector(_F32), [1.0] * ROW_LANES), f)
         uy = builder.bitcast(y, ints)
+        tiny_lanes = _splat(builder, tiny)
+
+        def magnitude_bin(t: ir.Value) -> ir.Value:  # _magnitude_bin, lane by lane
+            below_tiny = builder.icmp_unsigned("<", t, tiny_lanes)
+            above = builder.lshr(builder.sub(t, tiny_lanes), _splat(builder, fine))
+            above = builder.add(above, _splat(builder, first))
+            return builder.select(below_tiny, builder.lshr(t, _splat(builder, coarse)), above)
+
         lower = builder.add(
-            builder.lshr(u, bits), builder.zext(builder.icmp_unsigned("!=", u, zero), ints)
+            magnitude_bin(u), builder.zext(builder.icmp_unsigned("!=", u, zero), ints)
         )
         top_upper = builder.sub(builder.add(last_bin, base_bin), ir.Constant(_I32, 1))
-        upper = builder.sub(_splat(builder, top_upper), builder.lshr(uy, bits))
+        upper = builder.sub(_splat(builder, top_upper), magnitude_bin(uy))
         upper = builder.select(
             builder.icmp_unsigned("==", uy, zero), _splat(builder, last_bin), upper
         )
@@ -1031,7 +1040,12 @@ def _probability_row(typingctx, scores, row, target, shift, low, base, last, scr
         )
         builder.store(key, builder.bitcast(builder.gep(data, [offset]), ints.as_pointer()), align=4)
         kept = builder.select(below, u, uy)
-        exact = builder.icmp_unsigned("==", builder.and_(kept, low_bits), zero)
+        dropped = builder.select(  # _magnitude_exact, lane by lane
+            builder.icmp_unsigned("<", kept, tiny_lanes),
+            builder.and_(kept, _splat(builder, coarse_low)),
+            builder.and_(builder.sub(kept, tiny_lanes), _splat(builder, fine_low)),
+        )
+        exact = builder.icmp_unsigned("==", dropped, zero)
         if element != _F32:  # a float64 score is exact only if it was a float32
             exact = builder.and_(
                 exact, builder.fcmp_ordered("==", builder.fpext(f, _vector(_F64)), v)
@@ -1185,9 +1199,7 @@ def count_small_rows(labels, scores, table, eps):
     sums = carray(_pointer_to(table[TABLE_LOSSES], np.float64), 2)
     scratch = carray(_pointer_to(table[TABLE_SCRATCH], np.int32), SCRATCH_SIZE)
     exact = carray(_pointer_to(table[TABLE_SCRATCH] + 4 * SCRATCH_EXACT, np.int16), ROW_LANES)
-    ushift = np.uint32(shift)
-    low = np.uint32((np.uint32(1) << ushift) - np.uint32(1))
-    base, last = probability_key_layout(shift)
+    layout = key_layout(shift)
     optimistic = num_classes * num_classes
     product = 1.0
     exponent = 0
@@ -1200,9 +1212,7 @@ def count_small_rows(labels, scores, table, eps):
             if has_ignore and t == ignore_index:
                 continue
             ti = np.intp(t)
-            g, before, after, top, true = _probability_row(
-                scores, i, ti, ushift, low, base, last, scratch, n
-            )
+            g, before, after, top, true = _probability_row(scores, i, ti, layout, scratch, n)
             n += 1
             row = ti * num_classes + g
             ranks[np.uint64(row + after)] += 1

@@ -158,3 +158,26 @@ def test_format1_states_with_bad_budgets_are_rejected():
     bad = {**state, "config": {**state["config"], "key_shifts": [15, 15]}}
     with pytest.raises(ValueError):
         ScoreAccumulator.from_state_dict(bad)
+
+
+def _expected_curves(acc: ScoreAccumulator, y: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """The histograms counted score by score through ``bin_index``."""
+    expected = np.zeros((scores.shape[1], acc.num_bins, 2), dtype=np.int64)
+    for row, label in zip(scores, y, strict=True):
+        for c, value in enumerate(row):
+            expected[c, acc.bin_index(float(value)), int(c == label)] += 1
+    return expected
+
+
+@pytest.mark.parametrize("rows", [256, 5000])  # the small-batch row path, then the general one
+def test_every_path_bins_as_bin_index(rows):
+    rng = np.random.default_rng(8)
+    y = rng.integers(0, 4, rows)
+    # probabilities near 0 (some below 2**-24), near 1, and on either side of 1/2
+    scores = rng.random((rows, 4)) ** rng.choice([1.0, 8.0, 40.0], size=(rows, 4))
+    scores[::7, 1] = 1.0 - scores[::7, 1] * 1e-6
+    scores[::5, 2] = 0.5
+    scores[::11, 3] = 2.0**-30
+    scores = scores.astype(np.float32)
+    acc = ScoreAccumulator("multiclass", 4).update(y, scores)
+    np.testing.assert_array_equal(acc.state_arrays()["curves"], _expected_curves(acc, y, scores))
