@@ -127,15 +127,21 @@ COUNT_TILE = 1024
 # float16/bfloat16 rows of calls with more scores than this (512 KiB of float32, beyond a
 # training loop's cache-resident batch) are reduced through a copied tile of keys.
 IN_PLACE_SCORES = 1 << 17
-# float32/float64 rows of score arrays larger than this (4 MiB of float32; the whole array, not
-# one thread's chunk of it) come from memory, and rows of at least LONG_ROW_SCORES scores: they
+# float32/float64 rows of score arrays larger than this (256 KiB of float32; the whole array,
+# not one thread's chunk of it) are taken to come from memory, as do rows of at least
+# LONG_ROW_SCORES scores: they
 # are reduced in one pass with no early exit (see ``_long_row_argmax``); a mispredicted exit per
 # row stalls the stream of rows from memory. Measured per call on one core (CPU time, medians,
 # load ~2.5), one pass against the max-reduction then the first equal vector: float32
 # (256, 1000) 22 -> 18 µs, (4096, 1000) 549 -> 344 µs, (4096, 500) 264 -> 169 µs, (20000, 100)
 # 323 -> 327 µs; float64 (4096, 1000) 1089 -> 839 µs, (50000, 64) 1255 -> 918 µs. Narrower rows
-# in the cache keep the early exit: float32 (1024, 100) 11 vs 15 µs in one pass.
-STREAMING_SCORES = 1 << 20
+# in the cache keep the early exit: float32 (1024, 100) 11 vs 15 µs in one pass. The bound was
+# 4 MiB, but between the steps of a training loop (or of the benchmark's sweep) an array of a
+# few hundred KiB has left the 1 MiB L2 cache: lowered to 256 KiB, kernel alone with the caches
+# flushed before each call (load ~6), float32 (4096, 100) 200 -> 132 µs (np.argmax 286 µs),
+# (1024, 100) 87 -> 71 µs (np.argmax 107 µs); whole update in the sweep (1024, 100) 49 -> 38 µs
+# against 88 µs for `np.argmax` + update.
+STREAMING_SCORES = 1 << 16
 LONG_ROW_SCORES = 256
 
 # Limits of a matrix's total (see ``_dispatch``): int64 below 2^63 with a 2^-16 margin that

@@ -884,7 +884,10 @@ TABLE_FINE_BINS = 8
 TABLE_SHIFT = 9
 TABLE_FLAGS = 10
 TABLE_IGNORE = 11
-TABLE_SIZE = 12
+TABLE_CLASSES = 12
+TABLE_SIZE = 13
+# count_small_rows' answer when the arrays are not contiguous, aligned and of matching shapes.
+NOT_TAKEN = -1
 # Rows of a block of count_small_rows, and its int32 scratch: the keys of the block (ROW_LANES a
 # row), the exact scores of each class (ROW_LANES int16), and the block's scores with each true
 # score set to 0 (C a row, float32 or float64), summed as squares for the Brier score.
@@ -1142,11 +1145,17 @@ def _rest_squares(typingctx, scratch, count, scores):
 
 @intrinsic
 def _pointer_to(typingctx, address, dtype):
-    """A pointer to ``dtype`` (a scalar class such as ``np.int64``) elements at the integer
-    ``address``."""
-    if not isinstance(address, types.Integer) or not isinstance(dtype, types.NumberClass):
+    """A pointer to ``dtype`` (a scalar class such as ``np.int64``, or an array's dtype)
+    elements at the integer ``address``."""
+    if not isinstance(address, types.Integer):
         return None
-    signature = types.CPointer(dtype.instance_type)(address, dtype)
+    if isinstance(dtype, types.NumberClass):
+        element = dtype.instance_type
+    elif isinstance(dtype, types.DType):
+        element = dtype.dtype
+    else:
+        return None
+    signature = types.CPointer(element)(address, dtype)
 
     def codegen(context, builder, signature, args):
         return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
@@ -1165,19 +1174,34 @@ def _probabilities_look_valid(flat):
 
 
 @_kernel
-def count_small_rows(labels, scores, table, eps):
+def count_small_rows(y_true, y_pred, table, eps):
     """Count a multiclass batch of probabilities with at most ``ROW_LANES`` classes, unweighted,
     into the state arrays at the addresses of ``table`` (int64, ``TABLE_*`` positions; the
     caller keeps them alive and holds the accumulator's lock, which guards the scratch).
 
-    Counts as :func:`count_multiclass` with ``sign`` 1. Every row is validated before any is
-    counted: returns 0, or ``status + 8 * position`` of the first bad element (nothing
-    counted). One pass row by row over blocks of ``BLOCK_ROWS`` rows (a row's keys and
-    statistics from one vector, see :func:`_probability_row`), then the block's histogram
-    increments class by class.
+    ``y_true`` ``(N,)`` and ``y_pred`` ``(N, C)`` may be any arrays of the compiled dtypes
+    (see :func:`small_rows_for`): returns ``NOT_TAKEN`` unless they are contiguous, aligned and
+    ``C`` is the table's number of classes. Counts as :func:`count_multiclass` with ``sign``
+    1. Every row is validated before any is counted: returns 0, or ``status + 8 * position``
+    of the first bad element (nothing counted). Rows go through in blocks of ``ROW_BLOCK``: one
+    pass row by row (a row's keys and statistics from one vector, see
+    :func:`_probability_row`), then the block's histogram increments class by class.
     """
-    rows = labels.shape[0]
-    num_classes = scores.shape[1]
+    rows = y_true.shape[0]
+    num_classes = y_pred.shape[1]
+    if (
+        y_pred.shape[0] != rows
+        or num_classes != table[TABLE_CLASSES]
+        or (rows > 1 and y_true.strides[0] != y_true.itemsize)
+        or y_pred.strides[1] != y_pred.itemsize
+        or (rows > 1 and y_pred.strides[0] != num_classes * y_pred.itemsize)
+        or y_true.ctypes.data % y_true.itemsize != 0
+        or y_pred.ctypes.data % y_pred.itemsize != 0
+    ):
+        return NOT_TAKEN
+    # The same memory as C-contiguous arrays (the loops below index without strides).
+    labels = carray(_pointer_to(y_true.ctypes.data, y_true.dtype), rows)
+    scores = carray(_pointer_to(y_pred.ctypes.data, y_pred.dtype), (rows, num_classes))
     num_bins = table[TABLE_BINS]
     fine_bins = table[TABLE_FINE_BINS]
     shift = table[TABLE_SHIFT]
@@ -1238,6 +1262,22 @@ def count_small_rows(labels, scores, table, eps):
     sums[0] += brier
     sums[1] += _log_of_product(product, exponent, 1)
     return 0
+
+
+def small_rows_for(labels, scores):
+    """The machine code of :func:`count_small_rows` for labels and scores of these numpy
+    dtypes (any layout, read-only or not), callable directly: the caller checks the dtypes and
+    that ``y_true`` has one dimension and ``y_pred`` two (the machine code checks the rest)."""
+    compile_signature = getattr(count_small_rows, "compile", None)
+    if compile_signature is None:  # NUMBA_DISABLE_JIT
+        return count_small_rows
+    from numba import from_dtype
+
+    def any_array(dtype, ndim):
+        return types.Array(from_dtype(dtype), ndim, "A", readonly=True, aligned=False)
+
+    table = types.Array(types.int64, 1, "C")
+    return compile_signature((any_array(labels, 1), any_array(scores, 2), table, types.float64))
 
 
 @_kernel

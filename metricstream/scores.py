@@ -262,12 +262,14 @@ class ScoreAccumulator(Accumulator):
             routes,
         )
 
-    def _make_row_args(self) -> tuple[Any, ...] | None:
-        """``(state, table, scratch, routes)`` of the row kernel (:func:`count_small_rows`):
-        unweighted multiclass probabilities on key bins with at most ``ROW_LANES`` classes
-        (None otherwise). ``table`` holds the addresses of the state arrays, which live as long
-        as the accumulator and are only written in place, and of ``scratch``, which the kernel
-        uses while the lock is held."""
+    def _make_row_args(self) -> list[Any] | None:
+        """``[state, table, scratch, routes, last]`` of the row kernel
+        (:func:`count_small_rows`): unweighted multiclass probabilities on key bins with at
+        most ``ROW_LANES`` classes (None otherwise). ``table`` holds the addresses of the state
+        arrays, which live as long as the accumulator and are only written in place, and of
+        ``scratch``, which the kernel uses while the lock is held; ``routes`` maps (label dtype,
+        score dtype) to ``(labels, scores, kernel, eps)`` (None: not this kernel), ``last`` is
+        the route of the last call."""
         if (
             self._task != "multiclass"
             or self._weighted
@@ -296,43 +298,41 @@ class ScoreAccumulator(Accumulator):
         table[_k.TABLE_SHIFT] = self._shift
         table[_k.TABLE_FLAGS] = _k.HAS_IGNORE if self._ignore_index is not None else 0
         table[_k.TABLE_IGNORE] = -1 if self._ignore_index is None else self._ignore_index
-        routes: dict[tuple[np.dtype, np.dtype], tuple[Any, float] | None] = {}
-        return (a, table, scratch, routes)
+        table[_k.TABLE_CLASSES] = self._num_classes
+        routes: dict[tuple[np.dtype, np.dtype], tuple[Any, ...] | None] = {}
+        return [a, table, scratch, routes, (None, None, None, None)]
 
-    def _row_route(self, labels: np.dtype, scores: np.dtype) -> tuple[Any, float] | None:
-        """``(kernel, eps)`` of the row kernel for native integer labels and float32/float64
-        scores, C-contiguous, aligned and writeable (None: another kernel), cached: the
-        compiled machine code, called without Numba's dispatch."""
+    def _row_route(self, labels: np.dtype, scores: np.dtype) -> tuple[Any, ...] | None:
+        """``(labels, scores, kernel, eps)`` of the row kernel for these dtypes (None: another
+        kernel), cached, and remembered as the last route."""
         row_args = self._row_args
         assert row_args is not None
-        route = None
-        if labels.kind in "iu" and labels.isnative and scores in _EPS:
-            args = (np.zeros(1, labels), np.zeros((1, 1), scores), row_args[1], _EPS[scores])
-            route = (_k.compiled_for(_k.count_small_rows, args), _EPS[scores])
-        row_args[3][(labels, scores)] = route
+        key = (labels, scores)
+        if key in row_args[3]:
+            route = row_args[3][key]
+        else:
+            route = None
+            if labels.kind in "iu" and labels.isnative and scores in _EPS:
+                kernel = _k.small_rows_for(labels, scores)
+                route = (labels, scores, kernel, _EPS[scores])
+            row_args[3][key] = route
+        if route is not None:
+            row_args[4] = route
         return route
 
-    def _count_rows(self, y_true: np.ndarray, y_pred: np.ndarray) -> int | None:
-        """Count ``(N,)`` labels and ``(N, C)`` scores with the row kernel (lock held): its
-        code (0, or the first bad element, nothing counted), or None when the kernel does not
-        take these arrays."""
+    def _count_rows(self, y_true: np.ndarray, y_pred: np.ndarray) -> int:
+        """Count ``(N,)`` labels and ``(N, C)`` scores with the row kernel (lock held): 0, the
+        first bad element (nothing counted), or ``NOT_TAKEN`` when the kernel does not take
+        these arrays."""
         row_args = self._row_args
         if row_args is None or row_args[0] is not self._arrays:
-            return None
-        route = row_args[3].get((y_true.dtype, y_pred.dtype), _UNSUPPORTED)
-        if route is _UNSUPPORTED:
-            route = self._row_route(y_true.dtype, y_pred.dtype)
-        if (
-            route is None
-            or y_true.ndim != 1
-            or y_pred.ndim != 2
-            or y_pred.shape != (y_true.shape[0], self._num_classes)
-            or not y_pred.flags.carray
-            or not y_true.flags.carray
-        ):
-            return None
-        kernel, eps = route
-        return int(kernel(y_true, y_pred, row_args[1], eps))
+            return _k.NOT_TAKEN
+        if y_true.ndim != 1 or y_pred.ndim != 2:
+            return _k.NOT_TAKEN
+        route = self._row_route(y_true.dtype, y_pred.dtype)
+        if route is None:
+            return _k.NOT_TAKEN
+        return int(route[2](y_true, y_pred, row_args[1], route[3]))
 
     def _route(
         self, y_true: np.ndarray, y_pred: np.ndarray, fast: tuple[Any, ...]
@@ -451,33 +451,26 @@ class ScoreAccumulator(Accumulator):
             and weights is None
             and type(y_pred) is np.ndarray
             and type(y_true) is np.ndarray
+            and y_pred.ndim == 2
+            and y_true.ndim == 1
         ):
-            # At most ROW_LANES classes of probabilities: the row kernel, which validates the
-            # whole batch before it counts any of it (any number of rows).
-            route = row_args[3].get((y_true.dtype, y_pred.dtype), _UNSUPPORTED)
-            if route is _UNSUPPORTED:
+            # At most ROW_LANES classes of probabilities: the row kernel, which checks the
+            # layout and shapes itself and validates the whole batch before it counts any of it.
+            route = row_args[4]
+            if route[0] is not y_true.dtype or route[1] is not y_pred.dtype:
                 route = self._row_route(y_true.dtype, y_pred.dtype)
-            if (
-                route is not None
-                and y_true.ndim == 1
-                and y_pred.ndim == 2
-                and y_pred.shape[1] == self._num_classes
-                and 0 < y_pred.shape[0] == y_true.shape[0]
-                and y_pred.flags.carray  # C-contiguous, aligned, writeable: the route's types
-                and y_true.flags.carray
-                and row_args[0] is self._arrays
-            ):
-                kernel, eps = route
+            if route is not None and row_args[0] is self._arrays:
                 lock = self._lock
                 lock.acquire()  # (a `with` block costs 0.14 us more)
                 try:
-                    code = kernel(y_true, y_pred, row_args[1], eps)
+                    code = route[2](y_true, y_pred, row_args[1], route[3])
                     if code == 0:
                         self._changed()
                         return self
                 finally:
                     lock.release()
-                raise self._row_error(code, y_true, y_pred)
+                if code > 0:
+                    raise self._row_error(code, y_true, y_pred)
         fast = self._fast_args
         if (
             fast is None
@@ -731,10 +724,10 @@ class ScoreAccumulator(Accumulator):
                 )
         if batch.weights is None and arrays is self._arrays:
             code = self._count_rows(batch.y, batch.scores)
-            if code is not None:
-                if code != 0:
-                    raise self._error(code & 7, code >> 3, batch)
+            if code == 0:
                 return
+            if code > 0:
+                raise self._error(code & 7, code >> 3, batch)
         # Rows are validated a chunk at a time before they are counted. A failure after the
         # first chunk is undone: integer counts by counting the same rows with sign -1 (exact),
         # the float sums from a copy taken before (weighted accumulators validate everything

@@ -793,3 +793,70 @@ def test_scores_of_ignored_rows_are_not_read():
             np.testing.assert_array_equal(
                 with_nan.state_arrays()[name], clean.state_arrays()[name], err_msg=name
             )
+
+
+def _row_kernel_cases(classes: int, n: int, dtype) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(classes)
+    dirichlet = rng.dirichlet(np.full(classes, 0.1), n)
+    zeros = np.where(rng.random((n, classes)) < 0.3, -0.0, rng.random((n, classes)) ** 8)
+    return {
+        "uniform": rng.random((n, classes)).astype(dtype),
+        "ties, exact 0 and 1": (rng.integers(0, 4, (n, classes)) / 3).astype(dtype),
+        "confident": dirichlet.astype(dtype),
+        "-0.0 and tiny": zeros.astype(dtype),
+        "bfloat16": bf16(dirichlet).astype(dtype),
+    }
+
+
+@pytest.mark.parametrize("classes", [2, 10, 16])
+@pytest.mark.parametrize("dtype", SCORE_DTYPES)
+def test_row_kernel_equals_block_kernel(classes, dtype):
+    """Unweighted probabilities of at most 16 classes are counted row by row (one vector a
+    row); with weights the same rows go through the block kernel: the same counts bit for bit
+    and the same float sums to rounding, on ties, exact 0 and 1, -0.0, ignored rows (whose
+    scores are NaN) and batches of several blocks."""
+    n = 700
+    y = np.random.default_rng(1).integers(0, classes, n)
+    y[::9] = -100
+    for name, scores in _row_kernel_cases(classes, n, dtype).items():
+        scores[::9] = np.nan
+        rows = feed(ScoreAccumulator("multiclass", classes, ignore_index=-100), y, scores)
+        block = feed(
+            ScoreAccumulator("multiclass", classes, ignore_index=-100), y, scores, np.ones(n)
+        )
+        mine, theirs = rows.state_arrays(), block.state_arrays()
+        for array in ("curves", "inexact", "ranks", "calibration"):
+            np.testing.assert_array_equal(mine[array], theirs[array], err_msg=f"{name}: {array}")
+        for array in ("confidence", "losses"):
+            np.testing.assert_allclose(mine[array], theirs[array], rtol=1e-12, err_msg=name)
+
+
+def test_row_kernel_reads_any_layout():
+    """Strided, Fortran-ordered and read-only arrays count as their contiguous copies."""
+    y, _, probabilities = multiclass_data(21, n=300, classes=10)
+    expected = state_bytes(ScoreAccumulator("multiclass", 10).update(y, probabilities))
+    wide = np.repeat(probabilities, 2, axis=1)
+    frozen = probabilities.copy()
+    frozen.flags.writeable = False
+    frozen_labels = y.copy()
+    frozen_labels.flags.writeable = False
+    for labels, scores in (
+        (np.repeat(y, 2)[::2], wide[:, ::2]),
+        (y, np.asfortranarray(probabilities)),
+        (frozen_labels, frozen),
+    ):
+        acc = ScoreAccumulator("multiclass", 10).update(labels, scores)
+        assert state_bytes(acc) == expected
+
+
+@pytest.mark.slow  # misaligned arrays compile kernel specialisations of their own
+def test_row_kernel_leaves_misaligned_arrays_to_the_general_path():
+    y, _, probabilities = multiclass_data(22, n=300, classes=10)
+    expected = ScoreAccumulator("multiclass", 10).update(y, probabilities).state_arrays()
+    buffer = np.zeros(probabilities.nbytes + 1, np.uint8)
+    buffer[1:] = probabilities.view(np.uint8).reshape(-1)
+    shifted = np.frombuffer(buffer.data, np.float32, offset=1).reshape(300, 10)
+    assert not shifted.flags.aligned
+    mine = ScoreAccumulator("multiclass", 10).update(y, shifted).state_arrays()
+    for name, array in expected.items():
+        np.testing.assert_allclose(mine[name], array, rtol=1e-12, err_msg=name)

@@ -81,6 +81,20 @@ def test_merge_in_any_order(stream, random):
 
 
 @SETTINGS
+@given(streams())
+def test_unweighted_rows_in_any_split_equal_weights_of_one(stream):
+    """Without weights, at most 16 classes of probabilities are counted row by row; with
+    weights of one, by the block kernel: the same state."""
+    classes, y, scores, _, cuts = stream
+    ones = ScoreAccumulator("multiclass", classes, bins=256).update(y, scores, np.ones(len(y)))
+    split = ScoreAccumulator("multiclass", classes, bins=256)
+    edges = [0, *cuts, len(y)]
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        split.update(y[lo:hi], scores[lo:hi])
+    _assert_same(ones, split)
+
+
+@SETTINGS
 @given(st.integers(0, 2**32 - 1), st.integers(20, 300), st.sampled_from([16, 64, 1024]))
 def test_auroc_and_ap_bounds_contain_exact(seed, n, bins):
     rng = np.random.default_rng(seed)
