@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import populate_array
@@ -138,6 +139,159 @@ def _positive_bits(typingctx, array, start, threshold):
         else:
             positive = builder.icmp_unsigned("!=", values, ir.Constant(vector, None))
         return builder.bitcast(positive, ir.IntType(64))
+
+    return signature, codegen
+
+
+def _fused_rows_codegen(context, builder, signature, args, rows):
+    """The code of :func:`_fused_row` (``rows`` 1) and :func:`_fused_row_pair` (2)."""
+    t_type, p_type = signature.args[0], signature.args[1]
+    lanes_type = signature.args[-1]
+    i8 = ir.IntType(8)
+    i32 = ir.IntType(32)
+    i64 = ir.IntType(64)
+    bytes64 = ir.VectorType(i8, 64)
+    zero = ir.Constant(bytes64, None)
+    one = ir.Constant(bytes64, [ir.Constant(i8, 1)] * 64)
+    two = ir.Constant(bytes64, [ir.Constant(i8, 2)] * 64)
+    splat_mask = ir.Constant(ir.VectorType(i32, 64), [ir.Constant(i32, 0)] * 64)
+
+    def splat(value, vector):
+        first = builder.insert_element(
+            ir.Constant(vector, ir.Undefined), value, splat_mask.constant[0]
+        )
+        return builder.shuffle_vector(first, ir.Constant(vector, ir.Undefined), splat_mask)
+
+    t_data = context.make_array(t_type)(context, builder, value=args[0]).data
+    p_data = context.make_array(p_type)(context, builder, value=args[1]).data
+    lane_data = context.make_array(lanes_type)(context, builder, value=args[-1]).data
+    starts = [
+        context.cast(builder, args[2 + r], signature.args[2 + r], types.intp) for r in range(rows)
+    ]
+    count = context.cast(builder, args[2 + rows], signature.args[2 + rows], types.intp)
+    rest = context.cast(builder, args[3 + rows], signature.args[3 + rows], types.intp)
+    stride = builder.mul(count, ir.Constant(count.type, 64))
+    iota = ir.Constant(bytes64, [ir.Constant(i8, k) for k in range(64)])
+    rest_mask = builder.icmp_unsigned("<", iota, splat(builder.trunc(rest, i8), bytes64))
+    if isinstance(p_type.dtype, types.Float):
+        score_vector = ir.VectorType(context.get_value_type(p_type.dtype), 64)
+        limit = context.cast(builder, args[4 + rows], signature.args[4 + rows], p_type.dtype)
+        splat_limit = splat(limit, score_vector)
+    # per row: TP, AP, PP byte vectors; then the ORed validity bytes
+    sums = [cgutils.alloca_once_value(builder, zero) for _ in range(3 * rows + 1)]
+    last = builder.sub(count, ir.Constant(count.type, 1))
+
+    def indicator(data, dtype, offset):
+        vector = ir.VectorType(context.get_value_type(dtype), 64)
+        pointer = builder.bitcast(builder.gep(data, [offset]), vector.as_pointer())
+        values = builder.load(pointer, align=1)
+        if dtype.bitwidth == 8:
+            return values, values
+        above = builder.icmp_unsigned(
+            ">", values, ir.Constant(vector, [ir.Constant(vector.element, 1)] * 64)
+        )
+        return builder.trunc(values, bytes64), builder.select(above, two, zero)
+
+    def chunk(c, mask):
+        chunk_offset = builder.mul(c, ir.Constant(c.type, 64))
+        lane_sums = [zero, zero, zero]
+        bad = builder.load(sums[-1])
+        for r in range(rows):
+            offset = builder.add(starts[r], chunk_offset)
+            t, t_bad = indicator(t_data, t_type.dtype, offset)
+            if isinstance(p_type.dtype, types.Float):
+                pointer = builder.bitcast(builder.gep(p_data, [offset]), score_vector.as_pointer())
+                scores = builder.load(pointer, align=1)
+                p = builder.zext(builder.fcmp_ordered(">=", scores, splat_limit), bytes64)
+                p_bad = builder.select(builder.fcmp_unordered("uno", scores, scores), two, zero)
+            else:
+                p, p_bad = indicator(p_data, p_type.dtype, offset)
+            row_bad = builder.or_(t_bad, p_bad)
+            if mask is not None:
+                t = builder.select(mask, t, zero)
+                p = builder.select(mask, p, zero)
+                row_bad = builder.select(mask, row_bad, zero)
+            bad = builder.or_(bad, row_bad)
+            x = builder.and_(t, p)
+            for k, value in enumerate((x, t, p)):
+                slot = sums[3 * r + k]
+                builder.store(builder.add(builder.load(slot), value), slot)
+                lane_sums[k] = builder.add(lane_sums[k], value)
+        builder.store(bad, sums[-1])
+        for k, value in enumerate(lane_sums):
+            where = builder.add(chunk_offset, builder.mul(stride, ir.Constant(stride.type, k)))
+            pointer = builder.bitcast(builder.gep(lane_data, [where]), bytes64.as_pointer())
+            builder.store(builder.add(builder.load(pointer, align=1), value), pointer, align=1)
+
+    # the whole chunks, then the last one masked
+    with cgutils.for_range(builder, last) as loop:
+        chunk(loop.index, None)
+    chunk(last, rest_mask)
+    # zero-extended to 64 bits, so that x86 reduces each with one ``vpsadbw``
+    wide = ir.VectorType(i64, 64)
+    reduce_add = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(i64, [wide]), "llvm.vector.reduce.add.v64i64"
+    )
+    results = [
+        builder.call(reduce_add, [builder.zext(builder.load(slot), wide)]) for slot in sums[:-1]
+    ]
+    above = builder.icmp_unsigned(">", builder.load(sums[-1]), one)
+    any_above = builder.icmp_unsigned("!=", builder.bitcast(above, i64), ir.Constant(i64, 0))
+    results.append(builder.select(any_above, ir.Constant(i64, 2), ir.Constant(i64, 0)))
+    return context.make_tuple(builder, signature.return_type, results)
+
+
+def _fused_types_ok(flat_t, flat_p, lanes):
+    return (
+        isinstance(flat_t, types.Array)
+        and isinstance(flat_p, types.Array)
+        and isinstance(lanes, types.Array)
+        and flat_t.ndim == 1
+        and flat_p.ndim == 1
+        and isinstance(flat_t.dtype, types.Integer)
+        and isinstance(flat_p.dtype, (types.Integer, types.Float))
+        and lanes.dtype == types.uint8
+    )
+
+
+@intrinsic
+def _fused_row(typingctx, flat_t, flat_p, start, chunks, rest, threshold, lanes):
+    """One row of ``chunks`` chunks of 64 entries from ``start`` (the last holding ``rest``
+    entries of the row; it reads past them, into the next row): returns ``(TP_s, AP_s, PP_s,
+    bad)`` and adds the row's 0/1 values into the uint8 column lanes ``lanes`` (TP, AP, PP,
+    ``64 chunks`` each). ``bad`` is above 1 when an entry is invalid (a truth or an indicator
+    above 1, a NaN score); the sums and lanes then mean nothing.
+
+    The row sums live in three 64-lane byte vectors (registers), reduced once per row: one
+    read of the data serves the column counts and the row sums (measured 1.5x faster than a
+    pass for each at L = 1000). Each lane of a row sum holds at most ``chunks`` (at most
+    255) ones."""
+    if not _fused_types_ok(flat_t, flat_p, lanes):
+        return None
+    signature = types.UniTuple(types.int64, 4)(
+        flat_t, flat_p, start, chunks, rest, threshold, lanes
+    )
+
+    def codegen(context, builder, signature, args):
+        return _fused_rows_codegen(context, builder, signature, args, 1)
+
+    return signature, codegen
+
+
+@intrinsic
+def _fused_row_pair(typingctx, flat_t, flat_p, start, start2, chunks, rest, threshold, lanes):
+    """:func:`_fused_row` for the rows at ``start`` and ``start2``: ``(TP, AP, PP of the
+    first, the same of the second, bad)``; their sum is added into the lanes with one store
+    (the lanes' loads and stores, not the arithmetic, bound the loop: measured 1.6x faster at
+    L = 1000 than a row at a time)."""
+    if not _fused_types_ok(flat_t, flat_p, lanes):
+        return None
+    signature = types.UniTuple(types.int64, 7)(
+        flat_t, flat_p, start, start2, chunks, rest, threshold, lanes
+    )
+
+    def codegen(context, builder, signature, args):
+        return _fused_rows_codegen(context, builder, signature, args, 2)
 
     return signature, codegen
 
@@ -353,13 +507,14 @@ def _sweep(joint, side, layout, num_betas, by_pred, hist):
 
 
 @njit(inline="always")
-def _flush(acc, num_labels, width, cols):
-    """Add the uint8 super-row lanes ``acc`` (TP, AP, PP, ``width`` each) into the column
-    counts ``cols`` (TP, AP, PP, L each) and zero them."""
+def _flush(acc, num_labels, width, span, cols):
+    """Add the uint8 lanes ``acc`` (TP, AP, PP, ``width`` each, of which the first ``span``
+    hold ``span / L`` rows of L labels) into the column counts ``cols`` (TP, AP, PP, L each)
+    and zero them."""
     out_tp = cols[:num_labels]
     out_t = cols[num_labels : 2 * num_labels]
     out_p = cols[2 * num_labels : 3 * num_labels]
-    for q in range(0, width, num_labels):
+    for q in range(0, span, num_labels):
         lanes_tp = acc[q : q + num_labels]
         lanes_t = acc[width + q : width + q + num_labels]
         lanes_p = acc[2 * width + q : 2 * width + q + num_labels]
@@ -1000,9 +1155,20 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     ):
         return NOT_PLAIN
     commit = mode != 0
+    # Rows of 64 to 16,320 labels are read once, row by row (:func:`_fused_row`): column
+    # counts into uint8 lanes (one per label, flushed every 255 rows), row sums in registers.
+    # Narrower rows are read twice: pass 1 over super-rows, pass 2 row by row.
+    fused = CHUNK <= num_labels <= 255 * CHUNK
     k_rows = _super_rows(num_labels)
     width = k_rows * num_labels
+    span = width
     num_super = n // k_rows
+    chunks = (num_labels + CHUNK - 1) // CHUNK
+    if fused:
+        k_rows = 1
+        span = num_labels
+        width = chunks * CHUNK
+        num_super = 0
     if commit and per_sample[ROWS] > _INT64_MAX // num_labels - n - 1:
         # Every count is at most L times the number of samples (see _check_headroom).
         return OVERFLOW
@@ -1027,6 +1193,11 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     # the whole batch was found valid; the per-sample statistics when pass 2 runs after that.
     direct_cols = not commit or (single and num_super + k_rows <= 255)
     direct_hist = not commit or single
+    if fused:
+        # pass 2 commits group by group: straight into the state for one group only (the
+        # remaining rows are validated before a flush of the lanes)
+        direct_cols = direct_hist = not commit or (single and n <= _SUM_ROWS)
+    validated = False
     # The joint (AP_s, PP_s) histogram: one scatter per sample instead of five (each cell is
     # ``(samples << 32) + sum of TP_s``), swept into the histograms at the end; worth its
     # (L + 1)² cells when they are few beside the samples.
@@ -1062,6 +1233,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     # scalar loop.
     full = num_labels // CHUNK
     rest = num_labels - full * CHUNK
+    full_chunks = (chunks - 1) * CHUNK
     row_bits = (np.uint64(1) << np.uint64(rest)) - np.uint64(1)
     safe = n
     if rest:
@@ -1084,11 +1256,11 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         stop = min(n, block + block_rows)
         # ---- pass 1: column counts and validity bits, super-row by super-row
         first_super = block // k_rows
-        supers = stop // k_rows - first_super
+        supers = 0 if fused else stop // k_rows - first_super
         bad = np.uint8(0)
         for q in range(0, supers, group):
             if pending > 253:
-                _flush(acc, num_labels, width, cols)
+                _flush(acc, num_labels, width, span, cols)
                 pending = 0
             s = first_super + q
             count = min(group, supers - q)
@@ -1101,9 +1273,9 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         # the rows after the last whole super-row (last block only), into the lanes of the
         # first row of a super-row
         if pending > 255 - k_rows:
-            _flush(acc, num_labels, width, cols)
+            _flush(acc, num_labels, width, span, cols)
             pending = 0
-        for i in range(max(block, num_super * k_rows), stop):
+        for i in range(stop if fused else max(block, num_super * k_rows), stop):
             for j in range(num_labels):
                 tk = y_true[i, j]
                 pv = y_pred[i, j]
@@ -1124,7 +1296,80 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         for group_start in range(block, stop, _SUM_ROWS):
             group_stop = min(stop, group_start + _SUM_ROWS)
             vector_stop = max(group_start, min(group_stop, safe))
-            if num_labels < CHUNK:
+            if fused:
+                i = group_start
+                while i < group_stop:
+                    if pending >= 254:
+                        if direct_cols and commit and not validated:
+                            # the lanes go into the state: the rest of the batch first
+                            status, row = _first_bad_row(y_true[i:], y_pred[i:])
+                            if status != OK:
+                                return status_code(status, i + row)
+                            validated = True
+                        _flush(acc, num_labels, width, span, cols)
+                        pending = 0
+                    r = i - group_start
+                    if i + 1 < vector_stop:
+                        # two rows at a time: one lane store for both
+                        tp0, ap0, pp0, tp1, ap1, pp1, bad_bits = _fused_row_pair(
+                            flat_t,
+                            flat_p,
+                            i * num_labels,
+                            (i + 1) * num_labels,
+                            chunks,
+                            num_labels - full_chunks,
+                            threshold,
+                            acc,
+                        )
+                        if bad_bits > 1:
+                            status, row = _first_bad_row(y_true[i:], y_pred[i:])
+                            return status_code(status, i + row)
+                        sum_tp[r] = tp0
+                        sum_ap[r] = ap0
+                        sum_pp[r] = pp0
+                        sum_tp[r + 1] = tp1
+                        sum_ap[r + 1] = ap1
+                        sum_pp[r + 1] = pp1
+                        pending += 2
+                        i += 2
+                        continue
+                    if i < vector_stop:
+                        tps, aps, pps, bad_bits = _fused_row(
+                            flat_t,
+                            flat_p,
+                            i * num_labels,
+                            chunks,
+                            num_labels - full_chunks,
+                            threshold,
+                            acc,
+                        )
+                    else:
+                        # the last rows, whose last chunk would read past the batch
+                        tps = np.int64(0)
+                        aps = np.int64(0)
+                        pps = np.int64(0)
+                        bad_bits = np.int64(0)
+                        for j in range(num_labels):
+                            tk = y_true[i, j]
+                            pv = y_pred[i, j]
+                            pk = np.uint8(_native_positive(pv, threshold))
+                            bad_bits |= np.int64(_true_bits(tk) | _pred_valid(pv))
+                            t8 = np.uint8(tk)
+                            acc[j] = np.uint8(acc[j] + np.uint8(t8 & pk))
+                            acc[width + j] = np.uint8(acc[width + j] + t8)
+                            acc[2 * width + j] = np.uint8(acc[2 * width + j] + pk)
+                            tps += np.int64(t8 & pk)
+                            aps += np.int64(t8)
+                            pps += np.int64(pk)
+                    if bad_bits > 1:
+                        status, row = _first_bad_row(y_true[i:], y_pred[i:])
+                        return status_code(status, i + row)
+                    sum_tp[r] = tps
+                    sum_ap[r] = aps
+                    sum_pp[r] = pps
+                    pending += 1
+                    i += 1
+            elif num_labels < CHUNK:
                 for i in range(group_start, vector_stop):
                     mt = _positive_bits(flat_t, i * num_labels, threshold) & row_bits
                     mp = _positive_bits(flat_p, i * num_labels, threshold) & row_bits
@@ -1155,7 +1400,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
                     sum_ap[r] = aps
                     sum_pp[r] = pps
             # the last rows, whose masked chunk would read past the batch: a scalar loop
-            for i in range(vector_stop, group_stop):
+            for i in range(group_stop if fused else vector_stop, group_stop):
                 tps = np.int64(0)
                 aps = np.int64(0)
                 pps = np.int64(0)
@@ -1207,7 +1452,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         if use_joint and (stop - swept >= sweep_rows or stop == n):
             _sweep(joint, side, layout, num_betas, by_pred, hist)
             swept = stop
-    _flush(acc, num_labels, width, cols)
+    _flush(acc, num_labels, width, span, cols)
     hist[ROWS] += n
     hist[JUDGED] += n
     hist[EXACT] += exact
