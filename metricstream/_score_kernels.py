@@ -775,13 +775,11 @@ TABLE_SIZE = 13
 # count_small_rows' answer when the arrays are not contiguous, aligned and of matching shapes.
 NOT_TAKEN = -1
 # Rows of a block of count_small_rows, and its int32 scratch: the keys of the block (ROW_LANES a
-# row), the exact scores of each class (ROW_LANES int16), and the block's scores with each true
-# score set to 0 (C a row, float32 or float64), summed as squares for the Brier score.
+# row), then the exact scores of each class (ROW_LANES int16).
 ROW_BLOCK = 128
 SCRATCH_KEYS = 0
 SCRATCH_EXACT = ROW_LANES * ROW_BLOCK
-SCRATCH_REST = SCRATCH_EXACT + ROW_LANES // 2
-SCRATCH_SIZE = SCRATCH_REST + 2 * ROW_LANES * ROW_BLOCK
+SCRATCH_SIZE = SCRATCH_EXACT + ROW_LANES // 2
 
 
 def _vector(element):
@@ -838,20 +836,6 @@ def _vector_at(context, builder, array_type, array, offset, element):
     return builder.bitcast(builder.gep(data, [offset]), _vector(element).as_pointer())
 
 
-def _masked_store(builder, value, pointer, mask, align):
-    """Stores the lanes of ``mask`` at ``pointer`` (the other lanes' memory is not written)."""
-    vector = value.type
-    suffix = f"v{ROW_LANES}{'f32' if vector.element == _F32 else 'f64'}"
-    store = _declare(
-        builder,
-        f"llvm.masked.store.{suffix}.p0{suffix}",
-        ir.VoidType(),
-        [vector, vector.as_pointer(), _I32, mask.type],
-    )
-    address = builder.bitcast(pointer, vector.as_pointer())
-    builder.call(store, [value, address, ir.Constant(_I32, align), mask])
-
-
 def _scores_type(scores):
     return (
         isinstance(scores, types.Array)
@@ -865,14 +849,14 @@ def _scores_type(scores):
 def _probability_row(typingctx, scores, row, target, shift, low, base, last, scratch, at):
     """One row of ``(N, C)`` probabilities, ``C <= ROW_LANES``, valid, with true class
     ``target``, the ``at``-th counted row of its block: stores ``2 * bin + [c == target]`` of
-    each class at ``scratch[SCRATCH_KEYS + ROW_LANES * at:]`` (lanes past ``C`` undefined), adds
-    the exact scores to the int16 counts at ``scratch[SCRATCH_EXACT:]`` and stores the row with
-    its true score set to 0 at score ``C * at`` of ``scratch[SCRATCH_REST:]``. Returns
-    ``(greater, before, after, top, true)``: the classes scored above the true score, equal to it
-    before and after ``target``, the largest score and the true score (float64)."""
+    each class at ``scratch[SCRATCH_KEYS + ROW_LANES * at:]`` (lanes past ``C`` undefined) and
+    adds the exact scores to the int16 counts at ``scratch[SCRATCH_EXACT:]``. Returns
+    ``(greater, before, after, top, true, square)``: the classes scored above the true score,
+    equal to it before and after ``target``, the largest score, the true score and the sum of
+    the squares of the other scores (float64, the squares of float32 scores exact)."""
     if not _scores_type(scores):
         return None
-    result = types.Tuple((types.int32, types.int32, types.int32, types.float64, types.float64))
+    result = types.Tuple((types.int32,) * 3 + (types.float64,) * 3)
     signature = result(scores, row, target, shift, low, base, last, scratch, at)
 
     def codegen(context, builder, signature, args):
@@ -932,11 +916,6 @@ def _probability_row(typingctx, scores, row, target, shift, low, base, last, scr
         builder.store(
             builder.add(builder.load(counts, align=4), builder.zext(exact, shorts)), counts, align=4
         )
-        rest = builder.bitcast(
-            builder.gep(data, [ir.Constant(k.type, SCRATCH_REST)]), element.as_pointer()
-        )
-        rest = builder.gep(rest, [builder.mul(k, classes)])
-        _masked_store(builder, builder.select(is_true, nothing, v), rest, inside, align)
         # The true score read from memory, not from the vector (no store-to-load stall).
         true = builder.load(builder.gep(pointer, [t]))
         level = _splat(builder, true)
@@ -960,57 +939,15 @@ def _probability_row(typingctx, scores, row, target, shift, low, base, last, scr
         top = builder.phi(element)
         top.add_incoming(true, from_true)
         top.add_incoming(largest, from_max)
+        # The squared errors of the other classes (the true one's is added by the caller).
+        rest = builder.select(is_true, nothing, v)
+        rest = rest if element == _F64 else builder.fpext(rest, _vector(_F64))
+        square = _reduce_lanes(builder, builder.fmul(rest, rest), builder.fadd)
         if element != _F64:
             top = builder.fpext(top, _F64)
             true = builder.fpext(true, _F64)
-        return context.make_tuple(
-            builder,
-            signature.return_type,
-            [greater, _count_lanes(builder, before), _count_lanes(builder, after), top, true],
-        )
-
-    return signature, codegen
-
-
-@intrinsic
-def _rest_squares(typingctx, scratch, count, scores):
-    """The sum of the squares (float64) of the first ``count`` scores at
-    ``scratch[SCRATCH_REST:]`` (of the dtype of ``scores``), in vector partial sums."""
-    if not _scores_type(scores):
-        return None
-    signature = types.float64(scratch, count, scores)
-
-    def codegen(context, builder, signature, args):
-        kinds = signature.args
-        element = context.get_data_type(kinds[2].dtype)
-        data = context.make_array(kinds[0])(context, builder, value=args[0]).data
-        n = context.cast(builder, args[1], kinds[1], types.intp)
-        start = builder.bitcast(
-            builder.gep(data, [ir.Constant(n.type, SCRATCH_REST)]), element.as_pointer()
-        )
-        floats = _vector(element)
-        wide = _vector(_F64)
-        total = cgutils.alloca_once_value(builder, ir.Constant(wide, [0.0] * ROW_LANES))
-
-        def add(v):
-            x = v if element == _F64 else builder.fpext(v, wide)
-            builder.store(builder.fadd(builder.load(total), builder.fmul(x, x)), total)
-
-        width = ir.Constant(n.type, ROW_LANES)
-        whole = builder.udiv(n, width)
-        with cgutils.for_range(builder, whole) as loop:
-            at = builder.gep(start, [builder.mul(loop.index, width)])
-            add(builder.load(builder.bitcast(at, floats.as_pointer()), align=4))
-        done = builder.mul(whole, width)
-        iota = ir.Constant(_vector(_I32), list(range(ROW_LANES)))
-        rest = builder.trunc(builder.sub(n, done), _I32)
-        mask = builder.icmp_signed("<", iota, _splat(builder, rest))
-        add(
-            _masked_load(
-                builder, builder.gep(start, [done]), mask, ir.Constant(floats, [0.0] * 16), 4
-            )
-        )
-        return _reduce_lanes(builder, builder.load(total), builder.fadd)
+        counts = [greater, _count_lanes(builder, before), _count_lanes(builder, after)]
+        return context.make_tuple(builder, signature.return_type, [*counts, top, true, square])
 
     return signature, codegen
 
@@ -1110,7 +1047,7 @@ def count_small_rows(y_true, y_pred, table, eps):
             if has_ignore and t == ignore_index:
                 continue
             ti = np.intp(t)
-            g, before, after, top, true = _probability_row(
+            g, before, after, top, true, square = _probability_row(
                 scores, i, ti, ushift, low, base, last, scratch, n
             )
             n += 1
@@ -1122,7 +1059,7 @@ def count_small_rows(y_true, y_pred, table, eps):
             cal_counts[2 * f + 1] += np.int64((g == 0) & (before == 0))
             cal_conf[f] += top
             miss = 1.0 - true
-            brier += miss * miss
+            brier += miss * miss + square
             # The log loss as in count_multiclass: one log a call.
             product *= min(max(true, eps), 1.0 - eps)
             if product < _TINY:  # scaled by a power of two: exact
@@ -1134,7 +1071,6 @@ def count_small_rows(y_true, y_pred, table, eps):
             for r in range(n):
                 hist[np.uint64(offset + scratch[SCRATCH_KEYS + ROW_LANES * r + c])] += 1
             inexact[c] += n - exact[c]
-        brier += _rest_squares(scratch, n * num_classes, scores)
     sums[0] += brier
     sums[1] += _log_of_product(product, exponent, 1)
     return 0
