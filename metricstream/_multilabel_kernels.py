@@ -465,48 +465,6 @@ def _take(s, g, count):
 
 
 @njit(inline="always")
-def _sweep(joint, side, layout, num_betas, by_pred, hist):
-    """Add the joint (AP_s, PP_s) histogram into ``hist`` and zero it. Each cell holds
-    ``(samples << 32) + sum of TP_s`` (the caller sweeps before the sums reach 2**32), so the
-    sums over a row or a column of cells unpack the same way. ``by_pred`` is a zeroed buffer of
-    ``side`` int64, left zeroed. (Slices everywhere: their indices are known not to be
-    negative, so the loops vectorise.)"""
-    low = _PACKED_ONE - 1
-    for b in range(num_betas):
-        a_beta = layout[6 + 3 * b]
-        b_beta = layout[7 + 3 * b]
-        for a in range(side):
-            cells = joint[a * side : (a + 1) * side]
-            base = layout[8 + 3 * b] + a_beta * a
-            if b_beta == 1:
-                out = hist[base : base + side]
-                for p in range(side):
-                    out[p] += cells[p] & low
-            else:
-                for p in range(side):
-                    hist[np.uint64(base + b_beta * p)] += cells[p] & low
-    card_true = hist[layout[0] : layout[0] + side]
-    card_pred = hist[layout[1] : layout[1] + side]
-    sum_by_pred = hist[layout[2] : layout[2] + side]
-    sum_by_true = hist[layout[3] : layout[3] + side]
-    for a in range(side):
-        cells = joint[a * side : (a + 1) * side]
-        total = np.int64(0)
-        for p in range(side):
-            v = cells[p]
-            total += v
-            by_pred[p] += v
-            cells[p] = 0
-        card_true[a] += total >> 32
-        sum_by_true[a] += total & low
-    for p in range(side):
-        v = by_pred[p]
-        card_pred[p] += v >> 32
-        sum_by_pred[p] += v & low
-        by_pred[p] = 0
-
-
-@njit(inline="always")
 def _flush(acc, num_labels, width, span, cols):
     """Add the uint8 lanes ``acc`` (TP, AP, PP, ``width`` each, of which the first ``span``
     hold ``span / L`` rows of L labels) into the column counts ``cols`` (TP, AP, PP, L each)
@@ -1047,18 +1005,20 @@ def count_sets(
 #   of a loop of L iterations per row (which for L = 20 never reaches the vector body); two
 #   super-rows are summed before they are added into the lanes (half the stores: measured
 #   1.4x faster at L = 1000), and the validity bits are ORed into a register;
-# * row sums ``(TP_s, AP_s, PP_s)``: each row is read in chunks of 64 entries, each compared
-#   with zero (or, for scores, with the threshold) into a 64-bit mask (:func:`_positive_bits`),
-#   the last chunk of a row masked (it reads into the next row, never past the batch: the last
-#   rows take a scalar loop); the sums are popcounts of the masks (measured 1.2x faster than
-#   uint8 lane reductions at L = 20). Scores are compared again there rather than copied as
-#   0/1 bytes in pass 1 (measured: 1.1x faster at 256×1000);
-# * per-sample statistics: scattered into the histograms; for long batches of few labels
-#   through a joint (AP_s, PP_s) histogram, one scatter per sample instead of five, swept at
-#   the end ((L + 1)² cells; measured 1.15x faster on 10^6×100 with its sweep).
+# * rows of 64 labels or more: read once, two rows at a time, by :func:`_fused_row_pair`
+#   (column lanes of one uint8 per label, flushed every 254 rows; row sums in byte vectors);
+# * row sums ``(TP_s, AP_s, PP_s)`` of shorter rows: each row is read in chunks of 64 entries,
+#   each compared with zero (or, for scores, with the threshold) into a 64-bit mask
+#   (:func:`_positive_bits`), the last chunk of a row masked (it reads into the next row,
+#   never past the batch: the last rows take a scalar loop); the sums are popcounts of the
+#   masks (measured 1.2x faster than uint8 lane reductions at L = 20). Scores are compared
+#   again there rather than copied as 0/1 bytes in pass 1;
+# * per-sample statistics: scattered into the histograms (a joint (AP_s, PP_s) histogram,
+#   one scatter per sample instead of five plus a sweep of its cells, was measured slower at
+#   256×20 and at 10^6×100).
 #
 # A batch that stays in cache is one block, counted straight into the state once it is found
-# valid (no O(L) local buffers to zero and add: measured 1.15x faster at 256×1000); a longer
+# valid (no O(L) local buffers to zero and add); a longer
 # batch is counted into local buffers (O(L)) added into the state when the whole batch was
 # found valid.
 CHUNK = 64
@@ -1075,8 +1035,6 @@ _BLOCK_BYTES = 1 << 16
 _CACHED_BYTES = 1 << 21
 # Rows whose sums are computed before their statistics are scattered.
 _SUM_ROWS = 256
-# One sample in a cell of the joint histogram (the low 32 bits sum TP_s).
-_PACKED_ONE = 1 << 32
 
 
 @njit(inline="always")
@@ -1198,22 +1156,15 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         # remaining rows are validated before a flush of the lanes)
         direct_cols = direct_hist = not commit or (single and n <= _SUM_ROWS)
     validated = False
-    # The joint (AP_s, PP_s) histogram: one scatter per sample instead of five (each cell is
-    # ``(samples << 32) + sum of TP_s``), swept into the histograms at the end; worth its
-    # (L + 1)² cells when they are few beside the samples.
-    side = num_labels + 1
-    cells = side * side
-    use_joint = cells <= 1 << 14 and 4 * cells <= n
-    # One zeroed allocation (each costs about 0.1 µs of a 2 µs call on 256×20): the uint8 lanes
-    # of pass 1 (TP, AP, PP; flushed every 255 super-rows), then the int64 local column counts,
-    # local histograms, joint histogram and its sweep buffer, as needed.
+    # One allocation (each costs about 0.1 µs of a 2 µs call on 256×20): the uint8 lanes (TP,
+    # AP, PP; flushed every 255 super-rows or 254 rows), the row sums of a group of rows, then
+    # the int64 local column counts and histograms, as needed.
     lanes = 3 * width
     local_cols = 0 if direct_cols else 3 * num_labels
     local_hist = 0 if direct_hist else per_sample.shape[0]
-    joint_size = cells + side if use_joint else 0
     start = (lanes + 7) // 8 * 8
     sum_rows = min(n, _SUM_ROWS)
-    scratch = np.empty(start + 8 * (3 * sum_rows + local_cols + local_hist + joint_size), np.uint8)
+    scratch = np.empty(start + 8 * (3 * sum_rows + local_cols + local_hist), np.uint8)
     acc = scratch[:lanes]
     acc[:] = 0
     all_wide = scratch[start:].view(np.int64)
@@ -1224,8 +1175,6 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     wide[:] = 0
     cols = _flat(labels) if direct_cols else wide[:local_cols]
     hist = per_sample if direct_hist else wide[local_cols : local_cols + local_hist]
-    joint = wide[local_cols + local_hist : local_cols + local_hist + cells * use_joint]
-    by_pred = wide[local_cols + local_hist + cells * use_joint :]
     flat_t = _flat(y_true)
     flat_p = _flat(y_pred)
     # Pass 2 reads each row in chunks of 64 entries as 64-bit masks, the last chunk masked
@@ -1246,9 +1195,6 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     by_union = layout[4]
     f1_only = num_betas == 1 and layout[6] == 1 and layout[7] == 1
     by_f1 = layout[8]
-    # sweep the joint histogram before a cell's sum of TP_s could reach 2**32
-    sweep_rows = (1 << 31) // side
-    swept = 0
     exact = 0
     neither = 0
     pending = 0
@@ -1415,43 +1361,24 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
                 sum_ap[r] = aps
                 sum_pp[r] = pps
             rows = group_stop - group_start
-            if use_joint:
-                # one scatter into the joint histogram instead of five, swept below
-                for r in range(rows):
-                    tps = sum_tp[r]
-                    aps = sum_ap[r]
-                    pps = sum_pp[r]
-                    union = aps + pps - tps
-                    exact += (tps == aps) & (tps == pps)
-                    neither += union == 0
-                    hist[np.uint64(by_union + union)] += tps
-                    joint[np.uint64(aps * side + pps)] += _PACKED_ONE + tps
-            else:
-                for r in range(rows):
-                    tps = sum_tp[r]
-                    aps = sum_ap[r]
-                    pps = sum_pp[r]
-                    union = aps + pps - tps
-                    exact += (tps == aps) & (tps == pps)
-                    neither += union == 0
-                    hist[np.uint64(card_true + aps)] += 1
-                    hist[np.uint64(card_pred + pps)] += 1
-                    hist[np.uint64(by_pred_at + pps)] += tps
-                    hist[np.uint64(by_true + aps)] += tps
-                    hist[np.uint64(by_union + union)] += tps
-                    if f1_only:
-                        hist[np.uint64(by_f1 + aps + pps)] += tps
-                    else:
-                        for b in range(num_betas):
-                            key = (
-                                layout[8 + 3 * b]
-                                + layout[6 + 3 * b] * aps
-                                + layout[7 + 3 * b] * pps
-                            )
-                            hist[np.uint64(key)] += tps
-        if use_joint and (stop - swept >= sweep_rows or stop == n):
-            _sweep(joint, side, layout, num_betas, by_pred, hist)
-            swept = stop
+            for r in range(rows):
+                tps = sum_tp[r]
+                aps = sum_ap[r]
+                pps = sum_pp[r]
+                union = aps + pps - tps
+                exact += (tps == aps) & (tps == pps)
+                neither += union == 0
+                hist[np.uint64(card_true + aps)] += 1
+                hist[np.uint64(card_pred + pps)] += 1
+                hist[np.uint64(by_pred_at + pps)] += tps
+                hist[np.uint64(by_true + aps)] += tps
+                hist[np.uint64(by_union + union)] += tps
+                if f1_only:
+                    hist[np.uint64(by_f1 + aps + pps)] += tps
+                else:
+                    for b in range(num_betas):
+                        key = layout[8 + 3 * b] + layout[6 + 3 * b] * aps + layout[7 + 3 * b] * pps
+                        hist[np.uint64(key)] += tps
     _flush(acc, num_labels, width, span, cols)
     hist[ROWS] += n
     hist[JUDGED] += n
