@@ -116,6 +116,9 @@ _HUGE = 2.0**_HUGE_EXPONENT
 _TINY = 2.0**-_HUGE_EXPONENT
 # Rows of a block counted class by class (its scratch stays in L1 at 10 classes).
 BLOCK_ROWS = 256
+# Histograms of more bytes than this are prefetched PREFETCH_CLASSES classes ahead.
+PREFETCH_BYTES = 1 << 23
+PREFETCH_CLASSES = 2
 
 
 def _kernel(function):
@@ -410,6 +413,7 @@ def count_multiclass(
     base, last = probability_key_layout(shift)
     stride = 2 * curves.shape[1]
     hist = curves.reshape(-1)
+    prefetch = hist.nbytes > PREFETCH_BYTES
     ranks_flat = ranks.reshape(-1)
     optimistic = num_classes * num_classes
     block = max(1, min(BLOCK_ROWS, chunk, stop - start))
@@ -550,8 +554,17 @@ def count_multiclass(
             for c in range(num_classes):
                 inexact[c] += sign * (counted - exact_count[c])
                 offset = c * stride
-                for r in range(n):
-                    hist[np.uint64(offset + keys[c, r])] += row_weight[r]
+                if prefetch and c + PREFETCH_CLASSES < num_classes:
+                    # Histograms far larger than the caches: the cells of the class two ahead
+                    # are fetched meanwhile (256 x 1000, state evicted between updates: 1.1 ->
+                    # 0.8-0.85 ms; with the state in cache 5% slower, hence only here).
+                    ahead = offset + PREFETCH_CLASSES * stride
+                    for r in range(n):
+                        _prefetch(hist, np.uint64(ahead + keys[c + PREFETCH_CLASSES, r]))
+                        hist[np.uint64(offset + keys[c, r])] += row_weight[r]
+                else:
+                    for r in range(n):
+                        hist[np.uint64(offset + keys[c, r])] += row_weight[r]
             if logits:
                 for r in range(n):
                     ti = target[r]
@@ -797,6 +810,27 @@ def _declare(builder, name, return_type, argument_types):
     if function is None:
         function = ir.Function(builder.module, ir.FunctionType(return_type, argument_types), name)
     return function
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):
+    """Prefetch ``array[index]`` (for writing, into all cache levels); no effect otherwise."""
+    if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+        return None
+    signature = types.void(array, index)
+
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        data = context.make_array(kinds[0])(context, builder, value=args[0]).data
+        i = context.cast(builder, args[1], kinds[1], types.intp)
+        byte = ir.IntType(8).as_pointer()
+        fetch = _declare(builder, "llvm.prefetch.p0i8", ir.VoidType(), [byte, _I32, _I32, _I32])
+        address = builder.bitcast(builder.gep(data, [i]), byte)
+        write, locality, data_cache = (ir.Constant(_I32, value) for value in (1, 3, 1))
+        builder.call(fetch, [address, write, locality, data_cache])
+        return context.get_dummy_value()
+
+    return signature, codegen
 
 
 def _masked_load(builder, pointer, mask, passthru, align):
