@@ -179,12 +179,31 @@ def _fused_rows_codegen(context, builder, signature, args, rows):
         splat_limit = splat(limit, score_vector)
     # per row: TP, AP, PP byte vectors; then the ORed validity bytes
     sums = [cgutils.alloca_once_value(builder, zero) for _ in range(3 * rows + 1)]
+    nan_slot = cgutils.alloca_once_value(builder, ir.Constant(i64, 0))
     last = builder.sub(count, ir.Constant(count.type, 1))
 
-    def indicator(data, dtype, offset):
-        vector = ir.VectorType(context.get_value_type(dtype), 64)
+    def load(data, vector, offset, mask):
+        """64 entries from ``offset``; with a ``mask`` (a single row's last chunk) only the
+        lanes of the mask are read (a masked load: no read past the row), the others 0."""
         pointer = builder.bitcast(builder.gep(data, [offset]), vector.as_pointer())
-        values = builder.load(pointer, align=1)
+        if mask is None or rows != 1:
+            return builder.load(pointer, align=1)
+        suffix = "i8" if vector.element == i8 else str(vector.element).replace("float", "f32")
+        suffix = suffix.replace("double", "f64")
+        if suffix not in ("i8", "f32", "f64"):
+            suffix = "i" + str(vector.element.width)
+        masked_load = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(vector, [vector.as_pointer(), i32, mask.type, vector]),
+            f"llvm.masked.load.v64{suffix}.p0",
+        )
+        return builder.call(
+            masked_load, [pointer, ir.Constant(i32, 1), mask, ir.Constant(vector, None)]
+        )
+
+    def indicator(data, dtype, offset, mask):
+        vector = ir.VectorType(context.get_value_type(dtype), 64)
+        values = load(data, vector, offset, mask)
         if dtype.bitwidth == 8:
             return values, values
         above = builder.icmp_unsigned(
@@ -196,17 +215,18 @@ def _fused_rows_codegen(context, builder, signature, args, rows):
         chunk_offset = builder.mul(c, ir.Constant(c.type, 64))
         lane_sums = [zero, zero, zero]
         bad = builder.load(sums[-1])
+        scores_of_rows = []
         for r in range(rows):
             offset = builder.add(starts[r], chunk_offset)
-            t, t_bad = indicator(t_data, t_type.dtype, offset)
+            t, t_bad = indicator(t_data, t_type.dtype, offset, mask)
             if isinstance(p_type.dtype, types.Float):
-                pointer = builder.bitcast(builder.gep(p_data, [offset]), score_vector.as_pointer())
-                scores = builder.load(pointer, align=1)
+                scores = load(p_data, score_vector, offset, mask)
                 p = builder.zext(builder.fcmp_ordered(">=", scores, splat_limit), bytes64)
-                p_bad = builder.select(builder.fcmp_unordered("uno", scores, scores), two, zero)
+                scores_of_rows.append(scores)
+                row_bad = t_bad
             else:
-                p, p_bad = indicator(p_data, p_type.dtype, offset)
-            row_bad = builder.or_(t_bad, p_bad)
+                p, p_bad = indicator(p_data, p_type.dtype, offset, mask)
+                row_bad = builder.or_(t_bad, p_bad)
             if mask is not None:
                 t = builder.select(mask, t, zero)
                 p = builder.select(mask, p, zero)
@@ -218,6 +238,13 @@ def _fused_rows_codegen(context, builder, signature, args, rows):
                 builder.store(builder.add(builder.load(slot), value), slot)
                 lane_sums[k] = builder.add(lane_sums[k], value)
         builder.store(bad, sums[-1])
+        if scores_of_rows:
+            # NaN scores: one unordered comparison for the chunks of both rows
+            nan = builder.fcmp_unordered("uno", scores_of_rows[0], scores_of_rows[-1])
+            if mask is not None:
+                nan = builder.and_(nan, mask)
+            nan_bits = builder.bitcast(nan, i64)
+            builder.store(builder.or_(builder.load(nan_slot), nan_bits), nan_slot)
         for k, value in enumerate(lane_sums):
             where = builder.add(chunk_offset, builder.mul(stride, ir.Constant(stride.type, k)))
             pointer = builder.bitcast(builder.gep(lane_data, [where]), bytes64.as_pointer())
@@ -236,7 +263,8 @@ def _fused_rows_codegen(context, builder, signature, args, rows):
         builder.call(reduce_add, [builder.zext(builder.load(slot), wide)]) for slot in sums[:-1]
     ]
     above = builder.icmp_unsigned(">", builder.load(sums[-1]), one)
-    any_above = builder.icmp_unsigned("!=", builder.bitcast(above, i64), ir.Constant(i64, 0))
+    flags = builder.or_(builder.bitcast(above, i64), builder.load(nan_slot))
+    any_above = builder.icmp_unsigned("!=", flags, ir.Constant(i64, 0))
     results.append(builder.select(any_above, ir.Constant(i64, 2), ir.Constant(i64, 0)))
     return context.make_tuple(builder, signature.return_type, results)
 
@@ -1279,34 +1307,16 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
                         pending += 2
                         i += 2
                         continue
-                    if i < vector_stop:
-                        tps, aps, pps, bad_bits = _fused_row(
-                            flat_t,
-                            flat_p,
-                            i * num_labels,
-                            chunks,
-                            num_labels - full_chunks,
-                            threshold,
-                            acc,
-                        )
-                    else:
-                        # the last rows, whose last chunk would read past the batch
-                        tps = np.int64(0)
-                        aps = np.int64(0)
-                        pps = np.int64(0)
-                        bad_bits = np.int64(0)
-                        for j in range(num_labels):
-                            tk = y_true[i, j]
-                            pv = y_pred[i, j]
-                            pk = np.uint8(_native_positive(pv, threshold))
-                            bad_bits |= np.int64(_true_bits(tk) | _pred_valid(pv))
-                            t8 = np.uint8(tk)
-                            acc[j] = np.uint8(acc[j] + np.uint8(t8 & pk))
-                            acc[width + j] = np.uint8(acc[width + j] + t8)
-                            acc[2 * width + j] = np.uint8(acc[2 * width + j] + pk)
-                            tps += np.int64(t8 & pk)
-                            aps += np.int64(t8)
-                            pps += np.int64(pk)
+                    # a row alone: its last chunk is a masked load (no read past the batch)
+                    tps, aps, pps, bad_bits = _fused_row(
+                        flat_t,
+                        flat_p,
+                        i * num_labels,
+                        chunks,
+                        num_labels - full_chunks,
+                        threshold,
+                        acc,
+                    )
                     if bad_bits > 1:
                         status, row = _first_bad_row(y_true[i:], y_pred[i:])
                         return status_code(status, i + row)
