@@ -34,6 +34,19 @@ validation loop over a cache-resident chunk is faster than checks inside the cou
 before ``counted_until`` were counted and the caller undoes them (see
 :mod:`metricstream.scores`); with ``chunk >= stop - start`` nothing was counted.
 
+Unweighted multiclass probabilities of at most ``ROW_LANES`` (16) classes on key bins take
+:func:`count_small_rows` instead: a row is one vector register (a masked load, nothing past the
+row read), and its keys, exactness, rank counts, maximum and squared errors are computed
+lane-parallel in LLVM vector operations (:func:`_probability_row`); the block's histogram
+increments then go class by class. The whole batch is validated (flat, vectorised) before any of
+it is counted, so a failure needs no undo, whatever the batch size. The state arrays are reached
+through one int64 table of addresses (one array argument instead of twelve). Measured, one call
+with 256 x 10 float32 probabilities, the kernel alone: 7.8 us for the block kernel, 4.1-4.3 us
+(10^6 x 10: 31-32 -> 22-26 ms). Measured and not kept: prefetching each row's histogram cells
+in the row pass (5.8 us); the calibration counts deferred to a loop of their own, blocks of 64 or
+256 rows (no faster); the squared errors summed in a flat pass over a scratch copy (0.1 us
+slower than in the row's vector).
+
 The multiclass kernel counts a block of at most ``BLOCK_ROWS`` rows in passes, each a plain
 loop: branch-free flat checks of the labels and scores; per row the true class, weight and true
 score; the block copied class by class (``(C, rows)``); class by class over the rows (loops the
