@@ -8,8 +8,9 @@ Run from the repository root (torch/torchmetrics and scikit-learn for the compar
 
 Cases (times are medians of interleaved rounds, ratios from the same run):
 
-Single updates are timed call by call, the candidates taking turns, and the median call is
-reported (see ``single_calls``: on a loaded shared machine block means measure the scheduler).
+Updates are timed in CPU time, ten calls a sample (one call a sample would add the clock's own
+0.6 us), the candidates taking turns, and the median sample is reported (see ``single_calls``:
+on a loaded shared machine means over long blocks measure the scheduler).
 
 * ``update``: one update of 256x10 float32 probabilities (every state at once: ROC/PR
   histograms, top-k ranks, calibration, Brier and log loss) against torchmetrics'
@@ -313,7 +314,10 @@ def bench_update(classes: int, repeats: int) -> dict[str, float]:
         candidates["torchmetrics MulticlassCalibrationError"] = lambda: calibration.update(ts, ty)
     with torch.inference_mode():
         if classes <= 100:
-            result = single_calls(candidates, calls=200 * repeats)
+            result = single_calls(candidates, calls=200 * repeats, per_sample=10)
+            result["metricstream update, one call a sample"] = single_calls(
+                {"one": candidates["metricstream update (all views)"]}, calls=100 * repeats
+            )["one"]
             result["metricstream update, cold cache"] = cold_update(
                 lambda: acc.update(y, scores), calls=20 * repeats
             )
@@ -330,15 +334,19 @@ def single_calls(
     calls: int,
     block: int = 100,
     clock: Callable[[], float] = time.thread_time,
+    per_sample: int = 1,
 ) -> dict[str, float]:
-    """Median seconds of single calls, each candidate called ``block`` times in a row, the
-    candidates taking turns block by block.
+    """Median seconds of a call, each candidate called ``block`` times in a row, the
+    candidates taking turns block by block; each sample times ``per_sample`` calls in a row.
 
     On this shared machine (load average 7-9 on 2 cores) a process is descheduled for
     milliseconds now and then: the mean over a block of 15 us calls came out 57 us while
     the median single call was 15 us (p99 35 us), and a 1.5 ms call measured 4-12 ms of wall
     time. So calls are timed in CPU time of the calling thread (``time.thread_time``; torch
-    runs on one thread here) and the median is reported: it measures the work.
+    runs on one thread here) and the median is reported: it measures the work. Reading that
+    clock costs about 0.3 us (a system call): a sample of one call of a few microseconds
+    includes about 0.6 us of clock (see :func:`clock_cost`), so short calls are timed
+    ``per_sample`` at a time.
     Calls in a row keep each candidate's state in cache, as in a loop that only updates
     metrics; a training step between updates evicts it (see ``cold`` in the output).
     """
@@ -347,11 +355,22 @@ def single_calls(
         function()
     for _ in range(max(1, calls // block)):
         for name, function in candidates.items():
-            for _ in range(block):
+            for _ in range(max(1, block // per_sample)):
                 start = clock()
-                function()
-                samples[name].append(clock() - start)
+                for _ in range(per_sample):
+                    function()
+                samples[name].append((clock() - start) / per_sample)
     return {name: float(np.median(values)) for name, values in samples.items()}
+
+
+def clock_cost(samples: int = 20_000) -> float:
+    """Median seconds a one-call sample of a call that does nothing measures (the clock)."""
+    clock = time.thread_time
+    times = []
+    for _ in range(samples):
+        start = clock()
+        times.append(clock() - start)
+    return float(np.median(times))
 
 
 def cold_update(update: Callable[[], object], calls: int = 200) -> float:
@@ -414,6 +433,7 @@ def main(argv: list[str] | None = None) -> None:
     cases = args.only or ["update", "update_k1000", "large", "memory", "accuracy"]
     repeats = 5 if args.quick else 15
     print(f"load average: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"clock (time.thread_time) read twice: {clock_cost() * 1e6:.2f} us")
     if "update" in cases:
         times = bench_update(10, repeats)
         _print_times(

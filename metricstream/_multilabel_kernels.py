@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import populate_array
@@ -138,6 +139,187 @@ def _positive_bits(typingctx, array, start, threshold):
         else:
             positive = builder.icmp_unsigned("!=", values, ir.Constant(vector, None))
         return builder.bitcast(positive, ir.IntType(64))
+
+    return signature, codegen
+
+
+def _fused_rows_codegen(context, builder, signature, args, rows):
+    """The code of :func:`_fused_row` (``rows`` 1) and :func:`_fused_row_pair` (2)."""
+    t_type, p_type = signature.args[0], signature.args[1]
+    lanes_type = signature.args[-1]
+    i8 = ir.IntType(8)
+    i32 = ir.IntType(32)
+    i64 = ir.IntType(64)
+    bytes64 = ir.VectorType(i8, 64)
+    zero = ir.Constant(bytes64, None)
+    one = ir.Constant(bytes64, [ir.Constant(i8, 1)] * 64)
+    two = ir.Constant(bytes64, [ir.Constant(i8, 2)] * 64)
+    splat_mask = ir.Constant(ir.VectorType(i32, 64), [ir.Constant(i32, 0)] * 64)
+
+    def splat(value, vector):
+        first = builder.insert_element(
+            ir.Constant(vector, ir.Undefined), value, splat_mask.constant[0]
+        )
+        return builder.shuffle_vector(first, ir.Constant(vector, ir.Undefined), splat_mask)
+
+    t_data = context.make_array(t_type)(context, builder, value=args[0]).data
+    p_data = context.make_array(p_type)(context, builder, value=args[1]).data
+    lane_data = context.make_array(lanes_type)(context, builder, value=args[-1]).data
+    starts = [
+        context.cast(builder, args[2 + r], signature.args[2 + r], types.intp) for r in range(rows)
+    ]
+    count = context.cast(builder, args[2 + rows], signature.args[2 + rows], types.intp)
+    rest = context.cast(builder, args[3 + rows], signature.args[3 + rows], types.intp)
+    stride = builder.mul(count, ir.Constant(count.type, 64))
+    iota = ir.Constant(bytes64, [ir.Constant(i8, k) for k in range(64)])
+    rest_mask = builder.icmp_unsigned("<", iota, splat(builder.trunc(rest, i8), bytes64))
+    if isinstance(p_type.dtype, types.Float):
+        score_vector = ir.VectorType(context.get_value_type(p_type.dtype), 64)
+        limit = context.cast(builder, args[4 + rows], signature.args[4 + rows], p_type.dtype)
+        splat_limit = splat(limit, score_vector)
+    # per row: TP, AP, PP byte vectors; then the ORed validity bytes
+    sums = [cgutils.alloca_once_value(builder, zero) for _ in range(3 * rows + 1)]
+    nan_slot = cgutils.alloca_once_value(builder, ir.Constant(i64, 0))
+    last = builder.sub(count, ir.Constant(count.type, 1))
+
+    def load(data, vector, offset, mask):
+        """64 entries from ``offset``; with a ``mask`` (a single row's last chunk) only the
+        lanes of the mask are read (a masked load: no read past the row), the others 0."""
+        pointer = builder.bitcast(builder.gep(data, [offset]), vector.as_pointer())
+        if mask is None or rows != 1:
+            return builder.load(pointer, align=1)
+        suffix = "i8" if vector.element == i8 else str(vector.element).replace("float", "f32")
+        suffix = suffix.replace("double", "f64")
+        if suffix not in ("i8", "f32", "f64"):
+            suffix = "i" + str(vector.element.width)
+        masked_load = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(vector, [vector.as_pointer(), i32, mask.type, vector]),
+            f"llvm.masked.load.v64{suffix}.p0",
+        )
+        return builder.call(
+            masked_load, [pointer, ir.Constant(i32, 1), mask, ir.Constant(vector, None)]
+        )
+
+    def indicator(data, dtype, offset, mask):
+        vector = ir.VectorType(context.get_value_type(dtype), 64)
+        values = load(data, vector, offset, mask)
+        if dtype.bitwidth == 8:
+            return values, values
+        above = builder.icmp_unsigned(
+            ">", values, ir.Constant(vector, [ir.Constant(vector.element, 1)] * 64)
+        )
+        return builder.trunc(values, bytes64), builder.select(above, two, zero)
+
+    def chunk(c, mask):
+        chunk_offset = builder.mul(c, ir.Constant(c.type, 64))
+        lane_sums = [zero, zero, zero]
+        bad = builder.load(sums[-1])
+        scores_of_rows = []
+        for r in range(rows):
+            offset = builder.add(starts[r], chunk_offset)
+            t, t_bad = indicator(t_data, t_type.dtype, offset, mask)
+            if isinstance(p_type.dtype, types.Float):
+                scores = load(p_data, score_vector, offset, mask)
+                p = builder.zext(builder.fcmp_ordered(">=", scores, splat_limit), bytes64)
+                scores_of_rows.append(scores)
+                row_bad = t_bad
+            else:
+                p, p_bad = indicator(p_data, p_type.dtype, offset, mask)
+                row_bad = builder.or_(t_bad, p_bad)
+            if mask is not None:
+                t = builder.select(mask, t, zero)
+                p = builder.select(mask, p, zero)
+                row_bad = builder.select(mask, row_bad, zero)
+            bad = builder.or_(bad, row_bad)
+            x = builder.and_(t, p)
+            for k, value in enumerate((x, t, p)):
+                slot = sums[3 * r + k]
+                builder.store(builder.add(builder.load(slot), value), slot)
+                lane_sums[k] = builder.add(lane_sums[k], value)
+        builder.store(bad, sums[-1])
+        if scores_of_rows:
+            # NaN scores: one unordered comparison for the chunks of both rows
+            nan = builder.fcmp_unordered("uno", scores_of_rows[0], scores_of_rows[-1])
+            if mask is not None:
+                nan = builder.and_(nan, mask)
+            nan_bits = builder.bitcast(nan, i64)
+            builder.store(builder.or_(builder.load(nan_slot), nan_bits), nan_slot)
+        for k, value in enumerate(lane_sums):
+            where = builder.add(chunk_offset, builder.mul(stride, ir.Constant(stride.type, k)))
+            pointer = builder.bitcast(builder.gep(lane_data, [where]), bytes64.as_pointer())
+            builder.store(builder.add(builder.load(pointer, align=1), value), pointer, align=1)
+
+    # the whole chunks, then the last one masked
+    with cgutils.for_range(builder, last) as loop:
+        chunk(loop.index, None)
+    chunk(last, rest_mask)
+    # zero-extended to 64 bits, so that x86 reduces each with one ``vpsadbw``
+    wide = ir.VectorType(i64, 64)
+    reduce_add = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(i64, [wide]), "llvm.vector.reduce.add.v64i64"
+    )
+    results = [
+        builder.call(reduce_add, [builder.zext(builder.load(slot), wide)]) for slot in sums[:-1]
+    ]
+    above = builder.icmp_unsigned(">", builder.load(sums[-1]), one)
+    flags = builder.or_(builder.bitcast(above, i64), builder.load(nan_slot))
+    any_above = builder.icmp_unsigned("!=", flags, ir.Constant(i64, 0))
+    results.append(builder.select(any_above, ir.Constant(i64, 2), ir.Constant(i64, 0)))
+    return context.make_tuple(builder, signature.return_type, results)
+
+
+def _fused_types_ok(flat_t, flat_p, lanes):
+    return (
+        isinstance(flat_t, types.Array)
+        and isinstance(flat_p, types.Array)
+        and isinstance(lanes, types.Array)
+        and flat_t.ndim == 1
+        and flat_p.ndim == 1
+        and isinstance(flat_t.dtype, types.Integer)
+        and isinstance(flat_p.dtype, (types.Integer, types.Float))
+        and lanes.dtype == types.uint8
+    )
+
+
+@intrinsic
+def _fused_row(typingctx, flat_t, flat_p, start, chunks, rest, threshold, lanes):
+    """One row of ``chunks`` chunks of 64 entries from ``start`` (the last holding ``rest``
+    entries of the row; it reads past them, into the next row): returns ``(TP_s, AP_s, PP_s,
+    bad)`` and adds the row's 0/1 values into the uint8 column lanes ``lanes`` (TP, AP, PP,
+    ``64 chunks`` each). ``bad`` is above 1 when an entry is invalid (a truth or an indicator
+    above 1, a NaN score); the sums and lanes then mean nothing.
+
+    The row sums live in three 64-lane byte vectors (registers), reduced once per row: one
+    read of the data serves the column counts and the row sums (measured 1.5x faster than a
+    pass for each at L = 1000). Each lane of a row sum holds at most ``chunks`` (at most
+    255) ones."""
+    if not _fused_types_ok(flat_t, flat_p, lanes):
+        return None
+    signature = types.UniTuple(types.int64, 4)(
+        flat_t, flat_p, start, chunks, rest, threshold, lanes
+    )
+
+    def codegen(context, builder, signature, args):
+        return _fused_rows_codegen(context, builder, signature, args, 1)
+
+    return signature, codegen
+
+
+@intrinsic
+def _fused_row_pair(typingctx, flat_t, flat_p, start, start2, chunks, rest, threshold, lanes):
+    """:func:`_fused_row` for the rows at ``start`` and ``start2``: ``(TP, AP, PP of the
+    first, the same of the second, bad)``; their sum is added into the lanes with one store
+    (the lanes' loads and stores, not the arithmetic, bound the loop: measured 1.6x faster at
+    L = 1000 than a row at a time)."""
+    if not _fused_types_ok(flat_t, flat_p, lanes):
+        return None
+    signature = types.UniTuple(types.int64, 7)(
+        flat_t, flat_p, start, start2, chunks, rest, threshold, lanes
+    )
+
+    def codegen(context, builder, signature, args):
+        return _fused_rows_codegen(context, builder, signature, args, 2)
 
     return signature, codegen
 
@@ -311,55 +493,14 @@ def _take(s, g, count):
 
 
 @njit(inline="always")
-def _sweep(joint, side, layout, num_betas, by_pred, hist):
-    """Add the joint (AP_s, PP_s) histogram into ``hist`` and zero it. Each cell holds
-    ``(samples << 32) + sum of TP_s`` (the caller sweeps before the sums reach 2**32), so the
-    sums over a row or a column of cells unpack the same way. ``by_pred`` is a zeroed buffer of
-    ``side`` int64, left zeroed. (Slices everywhere: their indices are known not to be
-    negative, so the loops vectorise.)"""
-    low = _PACKED_ONE - 1
-    for b in range(num_betas):
-        a_beta = layout[6 + 3 * b]
-        b_beta = layout[7 + 3 * b]
-        for a in range(side):
-            cells = joint[a * side : (a + 1) * side]
-            base = layout[8 + 3 * b] + a_beta * a
-            if b_beta == 1:
-                out = hist[base : base + side]
-                for p in range(side):
-                    out[p] += cells[p] & low
-            else:
-                for p in range(side):
-                    hist[np.uint64(base + b_beta * p)] += cells[p] & low
-    card_true = hist[layout[0] : layout[0] + side]
-    card_pred = hist[layout[1] : layout[1] + side]
-    sum_by_pred = hist[layout[2] : layout[2] + side]
-    sum_by_true = hist[layout[3] : layout[3] + side]
-    for a in range(side):
-        cells = joint[a * side : (a + 1) * side]
-        total = np.int64(0)
-        for p in range(side):
-            v = cells[p]
-            total += v
-            by_pred[p] += v
-            cells[p] = 0
-        card_true[a] += total >> 32
-        sum_by_true[a] += total & low
-    for p in range(side):
-        v = by_pred[p]
-        card_pred[p] += v >> 32
-        sum_by_pred[p] += v & low
-        by_pred[p] = 0
-
-
-@njit(inline="always")
-def _flush(acc, num_labels, width, cols):
-    """Add the uint8 super-row lanes ``acc`` (TP, AP, PP, ``width`` each) into the column
-    counts ``cols`` (TP, AP, PP, L each) and zero them."""
+def _flush(acc, num_labels, width, span, cols):
+    """Add the uint8 lanes ``acc`` (TP, AP, PP, ``width`` each, of which the first ``span``
+    hold ``span / L`` rows of L labels) into the column counts ``cols`` (TP, AP, PP, L each)
+    and zero them."""
     out_tp = cols[:num_labels]
     out_t = cols[num_labels : 2 * num_labels]
     out_p = cols[2 * num_labels : 3 * num_labels]
-    for q in range(0, width, num_labels):
+    for q in range(0, span, num_labels):
         lanes_tp = acc[q : q + num_labels]
         lanes_t = acc[width + q : width + q + num_labels]
         lanes_p = acc[2 * width + q : 2 * width + q + num_labels]
@@ -892,18 +1033,20 @@ def count_sets(
 #   of a loop of L iterations per row (which for L = 20 never reaches the vector body); two
 #   super-rows are summed before they are added into the lanes (half the stores: measured
 #   1.4x faster at L = 1000), and the validity bits are ORed into a register;
-# * row sums ``(TP_s, AP_s, PP_s)``: each row is read in chunks of 64 entries, each compared
-#   with zero (or, for scores, with the threshold) into a 64-bit mask (:func:`_positive_bits`),
-#   the last chunk of a row masked (it reads into the next row, never past the batch: the last
-#   rows take a scalar loop); the sums are popcounts of the masks (measured 1.2x faster than
-#   uint8 lane reductions at L = 20). Scores are compared again there rather than copied as
-#   0/1 bytes in pass 1 (measured: 1.1x faster at 256×1000);
-# * per-sample statistics: scattered into the histograms; for long batches of few labels
-#   through a joint (AP_s, PP_s) histogram, one scatter per sample instead of five, swept at
-#   the end ((L + 1)² cells; measured 1.15x faster on 10^6×100 with its sweep).
+# * rows of 64 labels or more: read once, two rows at a time, by :func:`_fused_row_pair`
+#   (column lanes of one uint8 per label, flushed every 254 rows; row sums in byte vectors);
+# * row sums ``(TP_s, AP_s, PP_s)`` of shorter rows: each row is read in chunks of 64 entries,
+#   each compared with zero (or, for scores, with the threshold) into a 64-bit mask
+#   (:func:`_positive_bits`), the last chunk of a row masked (it reads into the next row,
+#   never past the batch: the last rows take a scalar loop); the sums are popcounts of the
+#   masks (measured 1.2x faster than uint8 lane reductions at L = 20). Scores are compared
+#   again there rather than copied as 0/1 bytes in pass 1;
+# * per-sample statistics: scattered into the histograms (a joint (AP_s, PP_s) histogram,
+#   one scatter per sample instead of five plus a sweep of its cells, was measured slower at
+#   256×20 and at 10^6×100).
 #
 # A batch that stays in cache is one block, counted straight into the state once it is found
-# valid (no O(L) local buffers to zero and add: measured 1.15x faster at 256×1000); a longer
+# valid (no O(L) local buffers to zero and add); a longer
 # batch is counted into local buffers (O(L)) added into the state when the whole batch was
 # found valid.
 CHUNK = 64
@@ -920,8 +1063,6 @@ _BLOCK_BYTES = 1 << 16
 _CACHED_BYTES = 1 << 21
 # Rows whose sums are computed before their statistics are scattered.
 _SUM_ROWS = 256
-# One sample in a cell of the joint histogram (the low 32 bits sum TP_s).
-_PACKED_ONE = 1 << 32
 
 
 @njit(inline="always")
@@ -1000,9 +1141,20 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     ):
         return NOT_PLAIN
     commit = mode != 0
+    # Rows of 64 to 16,320 labels are read once, row by row (:func:`_fused_row`): column
+    # counts into uint8 lanes (one per label, flushed every 255 rows), row sums in registers.
+    # Narrower rows are read twice: pass 1 over super-rows, pass 2 row by row.
+    fused = CHUNK <= num_labels <= 255 * CHUNK
     k_rows = _super_rows(num_labels)
     width = k_rows * num_labels
+    span = width
     num_super = n // k_rows
+    chunks = (num_labels + CHUNK - 1) // CHUNK
+    if fused:
+        k_rows = 1
+        span = num_labels
+        width = chunks * CHUNK
+        num_super = 0
     if commit and per_sample[ROWS] > _INT64_MAX // num_labels - n - 1:
         # Every count is at most L times the number of samples (see _check_headroom).
         return OVERFLOW
@@ -1027,22 +1179,20 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     # the whole batch was found valid; the per-sample statistics when pass 2 runs after that.
     direct_cols = not commit or (single and num_super + k_rows <= 255)
     direct_hist = not commit or single
-    # The joint (AP_s, PP_s) histogram: one scatter per sample instead of five (each cell is
-    # ``(samples << 32) + sum of TP_s``), swept into the histograms at the end; worth its
-    # (L + 1)² cells when they are few beside the samples.
-    side = num_labels + 1
-    cells = side * side
-    use_joint = cells <= 1 << 14 and 4 * cells <= n
-    # One zeroed allocation (each costs about 0.1 µs of a 2 µs call on 256×20): the uint8 lanes
-    # of pass 1 (TP, AP, PP; flushed every 255 super-rows), then the int64 local column counts,
-    # local histograms, joint histogram and its sweep buffer, as needed.
+    if fused:
+        # pass 2 commits group by group: straight into the state for one group only (the
+        # remaining rows are validated before a flush of the lanes)
+        direct_cols = direct_hist = not commit or (single and n <= _SUM_ROWS)
+    validated = False
+    # One allocation (each costs about 0.1 µs of a 2 µs call on 256×20): the uint8 lanes (TP,
+    # AP, PP; flushed every 255 super-rows or 254 rows), the row sums of a group of rows, then
+    # the int64 local column counts and histograms, as needed.
     lanes = 3 * width
     local_cols = 0 if direct_cols else 3 * num_labels
     local_hist = 0 if direct_hist else per_sample.shape[0]
-    joint_size = cells + side if use_joint else 0
     start = (lanes + 7) // 8 * 8
     sum_rows = min(n, _SUM_ROWS)
-    scratch = np.empty(start + 8 * (3 * sum_rows + local_cols + local_hist + joint_size), np.uint8)
+    scratch = np.empty(start + 8 * (3 * sum_rows + local_cols + local_hist), np.uint8)
     acc = scratch[:lanes]
     acc[:] = 0
     all_wide = scratch[start:].view(np.int64)
@@ -1053,8 +1203,6 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     wide[:] = 0
     cols = _flat(labels) if direct_cols else wide[:local_cols]
     hist = per_sample if direct_hist else wide[local_cols : local_cols + local_hist]
-    joint = wide[local_cols + local_hist : local_cols + local_hist + cells * use_joint]
-    by_pred = wide[local_cols + local_hist + cells * use_joint :]
     flat_t = _flat(y_true)
     flat_p = _flat(y_pred)
     # Pass 2 reads each row in chunks of 64 entries as 64-bit masks, the last chunk masked
@@ -1062,6 +1210,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     # scalar loop.
     full = num_labels // CHUNK
     rest = num_labels - full * CHUNK
+    full_chunks = (chunks - 1) * CHUNK
     row_bits = (np.uint64(1) << np.uint64(rest)) - np.uint64(1)
     safe = n
     if rest:
@@ -1074,9 +1223,6 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     by_union = layout[4]
     f1_only = num_betas == 1 and layout[6] == 1 and layout[7] == 1
     by_f1 = layout[8]
-    # sweep the joint histogram before a cell's sum of TP_s could reach 2**32
-    sweep_rows = (1 << 31) // side
-    swept = 0
     exact = 0
     neither = 0
     pending = 0
@@ -1084,11 +1230,11 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         stop = min(n, block + block_rows)
         # ---- pass 1: column counts and validity bits, super-row by super-row
         first_super = block // k_rows
-        supers = stop // k_rows - first_super
+        supers = 0 if fused else stop // k_rows - first_super
         bad = np.uint8(0)
         for q in range(0, supers, group):
             if pending > 253:
-                _flush(acc, num_labels, width, cols)
+                _flush(acc, num_labels, width, span, cols)
                 pending = 0
             s = first_super + q
             count = min(group, supers - q)
@@ -1101,9 +1247,9 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         # the rows after the last whole super-row (last block only), into the lanes of the
         # first row of a super-row
         if pending > 255 - k_rows:
-            _flush(acc, num_labels, width, cols)
+            _flush(acc, num_labels, width, span, cols)
             pending = 0
-        for i in range(max(block, num_super * k_rows), stop):
+        for i in range(stop if fused else max(block, num_super * k_rows), stop):
             for j in range(num_labels):
                 tk = y_true[i, j]
                 pv = y_pred[i, j]
@@ -1124,7 +1270,62 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         for group_start in range(block, stop, _SUM_ROWS):
             group_stop = min(stop, group_start + _SUM_ROWS)
             vector_stop = max(group_start, min(group_stop, safe))
-            if num_labels < CHUNK:
+            if fused:
+                i = group_start
+                while i < group_stop:
+                    if pending >= 254:
+                        if direct_cols and commit and not validated:
+                            # the lanes go into the state: the rest of the batch first
+                            status, row = _first_bad_row(y_true[i:], y_pred[i:])
+                            if status != OK:
+                                return status_code(status, i + row)
+                            validated = True
+                        _flush(acc, num_labels, width, span, cols)
+                        pending = 0
+                    r = i - group_start
+                    if i + 1 < vector_stop:
+                        # two rows at a time: one lane store for both
+                        tp0, ap0, pp0, tp1, ap1, pp1, bad_bits = _fused_row_pair(
+                            flat_t,
+                            flat_p,
+                            i * num_labels,
+                            (i + 1) * num_labels,
+                            chunks,
+                            num_labels - full_chunks,
+                            threshold,
+                            acc,
+                        )
+                        if bad_bits > 1:
+                            status, row = _first_bad_row(y_true[i:], y_pred[i:])
+                            return status_code(status, i + row)
+                        sum_tp[r] = tp0
+                        sum_ap[r] = ap0
+                        sum_pp[r] = pp0
+                        sum_tp[r + 1] = tp1
+                        sum_ap[r + 1] = ap1
+                        sum_pp[r + 1] = pp1
+                        pending += 2
+                        i += 2
+                        continue
+                    # a row alone: its last chunk is a masked load (no read past the batch)
+                    tps, aps, pps, bad_bits = _fused_row(
+                        flat_t,
+                        flat_p,
+                        i * num_labels,
+                        chunks,
+                        num_labels - full_chunks,
+                        threshold,
+                        acc,
+                    )
+                    if bad_bits > 1:
+                        status, row = _first_bad_row(y_true[i:], y_pred[i:])
+                        return status_code(status, i + row)
+                    sum_tp[r] = tps
+                    sum_ap[r] = aps
+                    sum_pp[r] = pps
+                    pending += 1
+                    i += 1
+            elif num_labels < CHUNK:
                 for i in range(group_start, vector_stop):
                     mt = _positive_bits(flat_t, i * num_labels, threshold) & row_bits
                     mp = _positive_bits(flat_p, i * num_labels, threshold) & row_bits
@@ -1155,7 +1356,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
                     sum_ap[r] = aps
                     sum_pp[r] = pps
             # the last rows, whose masked chunk would read past the batch: a scalar loop
-            for i in range(vector_stop, group_stop):
+            for i in range(group_stop if fused else vector_stop, group_stop):
                 tps = np.int64(0)
                 aps = np.int64(0)
                 pps = np.int64(0)
@@ -1170,44 +1371,25 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
                 sum_ap[r] = aps
                 sum_pp[r] = pps
             rows = group_stop - group_start
-            if use_joint:
-                # one scatter into the joint histogram instead of five, swept below
-                for r in range(rows):
-                    tps = sum_tp[r]
-                    aps = sum_ap[r]
-                    pps = sum_pp[r]
-                    union = aps + pps - tps
-                    exact += (tps == aps) & (tps == pps)
-                    neither += union == 0
-                    hist[np.uint64(by_union + union)] += tps
-                    joint[np.uint64(aps * side + pps)] += _PACKED_ONE + tps
-            else:
-                for r in range(rows):
-                    tps = sum_tp[r]
-                    aps = sum_ap[r]
-                    pps = sum_pp[r]
-                    union = aps + pps - tps
-                    exact += (tps == aps) & (tps == pps)
-                    neither += union == 0
-                    hist[np.uint64(card_true + aps)] += 1
-                    hist[np.uint64(card_pred + pps)] += 1
-                    hist[np.uint64(by_pred_at + pps)] += tps
-                    hist[np.uint64(by_true + aps)] += tps
-                    hist[np.uint64(by_union + union)] += tps
-                    if f1_only:
-                        hist[np.uint64(by_f1 + aps + pps)] += tps
-                    else:
-                        for b in range(num_betas):
-                            key = (
-                                layout[8 + 3 * b]
-                                + layout[6 + 3 * b] * aps
-                                + layout[7 + 3 * b] * pps
-                            )
-                            hist[np.uint64(key)] += tps
-        if use_joint and (stop - swept >= sweep_rows or stop == n):
-            _sweep(joint, side, layout, num_betas, by_pred, hist)
-            swept = stop
-    _flush(acc, num_labels, width, cols)
+            for r in range(rows):
+                tps = sum_tp[r]
+                aps = sum_ap[r]
+                pps = sum_pp[r]
+                union = aps + pps - tps
+                exact += (tps == aps) & (tps == pps)
+                neither += union == 0
+                hist[np.uint64(card_true + aps)] += 1
+                hist[np.uint64(card_pred + pps)] += 1
+                hist[np.uint64(by_pred_at + pps)] += tps
+                hist[np.uint64(by_true + aps)] += tps
+                hist[np.uint64(by_union + union)] += tps
+                if f1_only:
+                    hist[np.uint64(by_f1 + aps + pps)] += tps
+                else:
+                    for b in range(num_betas):
+                        key = layout[8 + 3 * b] + layout[6 + 3 * b] * aps + layout[7 + 3 * b] * pps
+                        hist[np.uint64(key)] += tps
+    _flush(acc, num_labels, width, span, cols)
     hist[ROWS] += n
     hist[JUDGED] += n
     hist[EXACT] += exact

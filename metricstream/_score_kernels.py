@@ -38,6 +38,19 @@ validation loop over a cache-resident chunk is faster than checks inside the cou
 before ``counted_until`` were counted and the caller undoes them (see
 :mod:`metricstream.scores`); with ``chunk >= stop - start`` nothing was counted.
 
+Unweighted multiclass probabilities of at most ``ROW_LANES`` (16) classes on key bins take
+:func:`count_small_rows` instead: a row is one vector register (a masked load, nothing past the
+row read), and its keys, exactness, rank counts, maximum and squared errors are computed
+lane-parallel in LLVM vector operations (:func:`_probability_row`); the block's histogram
+increments then go class by class. The whole batch is validated (flat, vectorised) before any of
+it is counted, so a failure needs no undo, whatever the batch size. The state arrays are reached
+through one int64 table of addresses (one array argument instead of twelve). Measured, one call
+with 256 x 10 float32 probabilities, the kernel alone: 7.8 us for the block kernel, 4.1-4.3 us
+(10^6 x 10: 31-32 -> 22-26 ms). Measured and not kept: prefetching each row's histogram cells
+in the row pass (5.8 us); the calibration counts deferred to a loop of their own, blocks of 64 or
+256 rows (no faster); the squared errors summed in a flat pass over a scratch copy (0.1 us
+slower than in the row's vector).
+
 The multiclass kernel counts a block of at most ``BLOCK_ROWS`` rows in passes, each a plain
 loop: branch-free flat checks of the labels and scores; per row the true class, weight and true
 score; the block copied class by class (``(C, rows)``); class by class over the rows (loops the
@@ -201,6 +214,9 @@ _HUGE = 2.0**_HUGE_EXPONENT
 _TINY = 2.0**-_HUGE_EXPONENT
 # Rows of a block counted class by class (its scratch stays in L1 at 10 classes).
 BLOCK_ROWS = 256
+# Histograms of more bytes than this are prefetched PREFETCH_CLASSES classes ahead.
+PREFETCH_BYTES = 1 << 23
+PREFETCH_CLASSES = 2
 
 
 def _kernel(function):
@@ -525,6 +541,7 @@ def count_multiclass(
     logit = logit_layout(shift)
     stride = 2 * curves.shape[1]
     hist = curves.reshape(-1)
+    prefetch = hist.nbytes > PREFETCH_BYTES
     ranks_flat = ranks.reshape(-1)
     optimistic = num_classes * num_classes
     block = max(1, min(BLOCK_ROWS, chunk, stop - start))
@@ -665,8 +682,17 @@ def count_multiclass(
             for c in range(num_classes):
                 inexact[c] += sign * (counted - exact_count[c])
                 offset = c * stride
-                for r in range(n):
-                    hist[np.uint64(offset + keys[c, r])] += row_weight[r]
+                if prefetch and c + PREFETCH_CLASSES < num_classes:
+                    # Histograms far larger than the caches: the cells of the class two ahead
+                    # are fetched meanwhile (256 x 1000, state evicted between updates: 1.1 ->
+                    # 0.8-0.85 ms; with the state in cache 5% slower, hence only here).
+                    ahead = offset + PREFETCH_CLASSES * stride
+                    for r in range(n):
+                        _prefetch(hist, np.uint64(ahead + keys[c + PREFETCH_CLASSES, r]))
+                        hist[np.uint64(offset + keys[c, r])] += row_weight[r]
+                else:
+                    for r in range(n):
+                        hist[np.uint64(offset + keys[c, r])] += row_weight[r]
             if logits:
                 for r in range(n):
                     ti = target[r]
@@ -889,13 +915,11 @@ TABLE_SIZE = 13
 # count_small_rows' answer when the arrays are not contiguous, aligned and of matching shapes.
 NOT_TAKEN = -1
 # Rows of a block of count_small_rows, and its int32 scratch: the keys of the block (ROW_LANES a
-# row), the exact scores of each class (ROW_LANES int16), and the block's scores with each true
-# score set to 0 (C a row, float32 or float64), summed as squares for the Brier score.
+# row), then the exact scores of each class (ROW_LANES int16).
 ROW_BLOCK = 128
 SCRATCH_KEYS = 0
 SCRATCH_EXACT = ROW_LANES * ROW_BLOCK
-SCRATCH_REST = SCRATCH_EXACT + ROW_LANES // 2
-SCRATCH_SIZE = SCRATCH_REST + 2 * ROW_LANES * ROW_BLOCK
+SCRATCH_SIZE = SCRATCH_EXACT + ROW_LANES // 2
 
 
 def _vector(element):
@@ -913,6 +937,27 @@ def _declare(builder, name, return_type, argument_types):
     if function is None:
         function = ir.Function(builder.module, ir.FunctionType(return_type, argument_types), name)
     return function
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):
+    """Prefetch ``array[index]`` (for writing, into all cache levels); no effect otherwise."""
+    if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+        return None
+    signature = types.void(array, index)
+
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        data = context.make_array(kinds[0])(context, builder, value=args[0]).data
+        i = context.cast(builder, args[1], kinds[1], types.intp)
+        byte = ir.IntType(8).as_pointer()
+        fetch = _declare(builder, "llvm.prefetch.p0i8", ir.VoidType(), [byte, _I32, _I32, _I32])
+        address = builder.bitcast(builder.gep(data, [i]), byte)
+        write, locality, data_cache = (ir.Constant(_I32, value) for value in (1, 3, 1))
+        builder.call(fetch, [address, write, locality, data_cache])
+        return context.get_dummy_value()
+
+    return signature, codegen
 
 
 def _masked_load(builder, pointer, mask, passthru, align):
@@ -952,20 +997,6 @@ def _vector_at(context, builder, array_type, array, offset, element):
     return builder.bitcast(builder.gep(data, [offset]), _vector(element).as_pointer())
 
 
-def _masked_store(builder, value, pointer, mask, align):
-    """Stores the lanes of ``mask`` at ``pointer`` (the other lanes' memory is not written)."""
-    vector = value.type
-    suffix = f"v{ROW_LANES}{'f32' if vector.element == _F32 else 'f64'}"
-    store = _declare(
-        builder,
-        f"llvm.masked.store.{suffix}.p0{suffix}",
-        ir.VoidType(),
-        [vector, vector.as_pointer(), _I32, mask.type],
-    )
-    address = builder.bitcast(pointer, vector.as_pointer())
-    builder.call(store, [value, address, ir.Constant(_I32, align), mask])
-
-
 def _scores_type(scores):
     return (
         isinstance(scores, types.Array)
@@ -979,14 +1010,14 @@ def _scores_type(scores):
 def _probability_row(typingctx, scores, row, target, layout, scratch, at):
     """One row of ``(N, C)`` probabilities, ``C <= ROW_LANES``, valid, with true class
     ``target``, the ``at``-th counted row of its block: stores ``2 * bin + [c == target]`` of
-    each class at ``scratch[SCRATCH_KEYS + ROW_LANES * at:]`` (lanes past ``C`` undefined), adds
-    the exact scores to the int16 counts at ``scratch[SCRATCH_EXACT:]`` and stores the row with
-    its true score set to 0 at score ``C * at`` of ``scratch[SCRATCH_REST:]``. Returns
-    ``(greater, before, after, top, true)``: the classes scored above the true score, equal to it
-    before and after ``target``, the largest score and the true score (float64)."""
+    each class at ``scratch[SCRATCH_KEYS + ROW_LANES * at:]`` (lanes past ``C`` undefined) and
+    adds the exact scores to the int16 counts at ``scratch[SCRATCH_EXACT:]``. Returns
+    ``(greater, before, after, top, true, square)``: the classes scored above the true score,
+    equal to it before and after ``target``, the largest score, the true score and the sum of
+    the squares of the other scores (float64, the squares of float32 scores exact)."""
     if not _scores_type(scores):
         return None
-    result = types.Tuple((types.int32, types.int32, types.int32, types.float64, types.float64))
+    result = types.Tuple((types.int32,) * 3 + (types.float64,) * 3)
     signature = result(scores, row, target, layout, scratch, at)
 
     def codegen(context, builder, signature, args):
@@ -1060,11 +1091,6 @@ def _probability_row(typingctx, scores, row, target, layout, scratch, at):
         builder.store(
             builder.add(builder.load(counts, align=4), builder.zext(exact, shorts)), counts, align=4
         )
-        rest = builder.bitcast(
-            builder.gep(data, [ir.Constant(k.type, SCRATCH_REST)]), element.as_pointer()
-        )
-        rest = builder.gep(rest, [builder.mul(k, classes)])
-        _masked_store(builder, builder.select(is_true, nothing, v), rest, inside, align)
         # The true score read from memory, not from the vector (no store-to-load stall).
         true = builder.load(builder.gep(pointer, [t]))
         level = _splat(builder, true)
@@ -1088,57 +1114,15 @@ def _probability_row(typingctx, scores, row, target, layout, scratch, at):
         top = builder.phi(element)
         top.add_incoming(true, from_true)
         top.add_incoming(largest, from_max)
+        # The squared errors of the other classes (the true one's is added by the caller).
+        rest = builder.select(is_true, nothing, v)
+        rest = rest if element == _F64 else builder.fpext(rest, _vector(_F64))
+        square = _reduce_lanes(builder, builder.fmul(rest, rest), builder.fadd)
         if element != _F64:
             top = builder.fpext(top, _F64)
             true = builder.fpext(true, _F64)
-        return context.make_tuple(
-            builder,
-            signature.return_type,
-            [greater, _count_lanes(builder, before), _count_lanes(builder, after), top, true],
-        )
-
-    return signature, codegen
-
-
-@intrinsic
-def _rest_squares(typingctx, scratch, count, scores):
-    """The sum of the squares (float64) of the first ``count`` scores at
-    ``scratch[SCRATCH_REST:]`` (of the dtype of ``scores``), in vector partial sums."""
-    if not _scores_type(scores):
-        return None
-    signature = types.float64(scratch, count, scores)
-
-    def codegen(context, builder, signature, args):
-        kinds = signature.args
-        element = context.get_data_type(kinds[2].dtype)
-        data = context.make_array(kinds[0])(context, builder, value=args[0]).data
-        n = context.cast(builder, args[1], kinds[1], types.intp)
-        start = builder.bitcast(
-            builder.gep(data, [ir.Constant(n.type, SCRATCH_REST)]), element.as_pointer()
-        )
-        floats = _vector(element)
-        wide = _vector(_F64)
-        total = cgutils.alloca_once_value(builder, ir.Constant(wide, [0.0] * ROW_LANES))
-
-        def add(v):
-            x = v if element == _F64 else builder.fpext(v, wide)
-            builder.store(builder.fadd(builder.load(total), builder.fmul(x, x)), total)
-
-        width = ir.Constant(n.type, ROW_LANES)
-        whole = builder.udiv(n, width)
-        with cgutils.for_range(builder, whole) as loop:
-            at = builder.gep(start, [builder.mul(loop.index, width)])
-            add(builder.load(builder.bitcast(at, floats.as_pointer()), align=4))
-        done = builder.mul(whole, width)
-        iota = ir.Constant(_vector(_I32), list(range(ROW_LANES)))
-        rest = builder.trunc(builder.sub(n, done), _I32)
-        mask = builder.icmp_signed("<", iota, _splat(builder, rest))
-        add(
-            _masked_load(
-                builder, builder.gep(start, [done]), mask, ir.Constant(floats, [0.0] * 16), 4
-            )
-        )
-        return _reduce_lanes(builder, builder.load(total), builder.fadd)
+        counts = [greater, _count_lanes(builder, before), _count_lanes(builder, after)]
+        return context.make_tuple(builder, signature.return_type, [*counts, top, true, square])
 
     return signature, codegen
 
@@ -1236,7 +1220,9 @@ def count_small_rows(y_true, y_pred, table, eps):
             if has_ignore and t == ignore_index:
                 continue
             ti = np.intp(t)
-            g, before, after, top, true = _probability_row(scores, i, ti, layout, scratch, n)
+            g, before, after, top, true, square = _probability_row(
+                scores, i, ti, layout, scratch, n
+            )
             n += 1
             row = ti * num_classes + g
             ranks[np.uint64(row + after)] += 1
@@ -1246,7 +1232,7 @@ def count_small_rows(y_true, y_pred, table, eps):
             cal_counts[2 * f + 1] += np.int64((g == 0) & (before == 0))
             cal_conf[f] += top
             miss = 1.0 - true
-            brier += miss * miss
+            brier += miss * miss + square
             # The log loss as in count_multiclass: one log a call.
             product *= min(max(true, eps), 1.0 - eps)
             if product < _TINY:  # scaled by a power of two: exact
@@ -1258,7 +1244,6 @@ def count_small_rows(y_true, y_pred, table, eps):
             for r in range(n):
                 hist[np.uint64(offset + scratch[SCRATCH_KEYS + ROW_LANES * r + c])] += 1
             inexact[c] += n - exact[c]
-        brier += _rest_squares(scratch, n * num_classes, scores)
     sums[0] += brier
     sums[1] += _log_of_product(product, exponent, 1)
     return 0

@@ -309,19 +309,22 @@ def test_kernel_contract_sign_and_dry_run():
 
 
 @pytest.mark.parametrize("what", ["label", "nan"])
-def test_rows_kernel_counts_whole_tiles_before_a_late_error(what):
-    # Rows are counted a tile of ``COUNT_TILE`` at a time: an error after the first tile leaves
-    # exactly the rows below ``counted`` counted, and undoing that prefix restores zero.
+@pytest.mark.parametrize("num_classes", [7, 40], ids=lambda k: f"C={k}")
+def test_rows_kernel_counts_whole_tiles_before_a_late_error(what, num_classes):
+    # Rows are counted a tile at a time (``COUNT_TILE`` rows with more than
+    # ``TILE_MAX_CLASSES`` classes, ``ROW_TILE`` with fewer): an error after the first tile
+    # leaves exactly the rows below ``counted`` counted, and undoing that prefix restores zero.
     rng = np.random.default_rng(11)
+    k = num_classes
     size = 2 * _kernels.COUNT_TILE + 300
     bad = _kernels.COUNT_TILE + 500
-    scores = rng.normal(size=(size, 7)).astype(np.float32)
-    y_true = rng.integers(0, 7, size)
+    scores = rng.normal(size=(size, k)).astype(np.float32)
+    y_true = rng.integers(0, k, size)
     if what == "label":
-        y_true[bad] = 7
+        y_true[bad] = k
     else:
         scores[bad, 3] = np.nan
-    out = np.zeros((7, 7), dtype=np.int64)
+    out = np.zeros((k, k), dtype=np.int64)
     flags = _kernels.COMMIT
     status, position, counted = _kernels.count_argmax_rows(
         y_true, scores, None, out, 0, size, 1, flags, 0, np.inf
@@ -329,9 +332,9 @@ def test_rows_kernel_counts_whole_tiles_before_a_late_error(what):
     if what == "label":
         assert (status, position) == (_kernels.BAD_TRUE, bad)
     else:
-        assert (status, position) == (_kernels.BAD_SCORE, bad * 7 + 3)
+        assert (status, position) == (_kernels.BAD_SCORE, bad * k + 3)
     assert _kernels.COUNT_TILE <= counted <= bad
-    expected = expected_matrix(y_true[:counted], np.argmax(scores[:counted], axis=1), 7)
+    expected = expected_matrix(y_true[:counted], np.argmax(scores[:counted], axis=1), k)
     np.testing.assert_array_equal(out, expected)
     _kernels.count_argmax_rows(y_true, scores, None, out, 0, counted, -1, flags, 0, np.inf)
     assert not out.any()
@@ -341,7 +344,7 @@ def test_rows_kernel_counts_whole_tiles_before_a_late_error(what):
     )
     assert (status, position, counted) == (_kernels.OK, bad, bad)
     np.testing.assert_array_equal(
-        out, expected_matrix(y_true[:bad], np.argmax(scores[:bad], axis=1), 7)
+        out, expected_matrix(y_true[:bad], np.argmax(scores[:bad], axis=1), k)
     )
 
 

@@ -135,6 +135,36 @@ def test_bad_entries_are_found_anywhere_and_change_nothing(row, column):
     assert _equal_states(acc.state_arrays(), before)
 
 
+# Rows of 64 labels or more are read once, two at a time: a bad entry in the first or the
+# second row of a pair, in a row read alone, in the last rows (scalar loop), and past the
+# first flush of the uint8 lanes (255 rows; for 256 rows the rest is checked before it).
+WIDE_PLACES = [(0, 0), (1, 99), (254, 50), (255, 99), (299, 3), (510, 0), (599, 99)]
+
+
+@pytest.mark.parametrize("n", [256, 600])
+def test_rows_read_once_equal_the_general_kernel_and_find_bad_entries(n):
+    y_true, y_pred = _batch(17, n, 100, density=0.6)
+    y_true[:, 0] = 1  # a uint8 lane would wrap at 256
+    y_pred[:, 0] = 1
+    acc = MultilabelAccumulator(100, betas=(0.5, 1.0, 2.0)).update(y_true, y_pred)
+    assert _equal_states(acc.state_arrays(), _by_general_kernel(100, y_true, y_pred))
+    scores = np.where(y_pred == 1, 0.75, 0.25).astype(np.float32)
+    assert MultilabelAccumulator(100, betas=(0.5, 1.0, 2.0)).update(y_true, scores) == acc
+    before = acc.state_arrays()
+    for row, column in WIDE_PLACES:
+        if row >= n:
+            continue
+        bad = y_true.copy()
+        bad[row, column] = 3
+        with pytest.raises(ValueError, match=rf"`y_true` holds 3 at row {row}, label {column}"):
+            acc.update(bad, y_pred)
+        bad = scores.copy()
+        bad[row, column] = np.nan
+        with pytest.raises(ValueError, match=rf"`y_pred` holds NaN at row {row}, label {column}"):
+            acc.update(y_true, bad)
+        assert _equal_states(acc.state_arrays(), before)
+
+
 def test_fast_path_refuses_overflow_and_keeps_other_layouts():
     y_true, y_pred = _batch(11, 40, 4)
     acc = MultilabelAccumulator(4).update(y_true, y_pred)
