@@ -16,8 +16,9 @@ drops (the ``shift`` code: one number for all, or a few packed, see :func:`key_l
   ``1 + g(u(p))``; for ``p >= 1/2`` the same key of ``1 - p`` (exact in float32), mirrored, and
   ``p = 1`` has the last bin. Confident classifiers put their scores near 1, where float32
   ``p`` itself is coarse but ``1 - p`` is fine: this resolves ``1 - p`` as finely as ``p``
-  near 0. The default keeps 10 fraction bits from ``2**-24`` up and 7 below, in 60,291 bins:
-  every float16 and every bfloat16 probability has a bin of its own;
+  near 0. The default keeps 10 fraction bits for ``2**-16 <= p < 1/2``, 9 for ``1 - p`` and
+  7 below ``2**-16``, in 41,347 bins: every float16 and every bfloat16 probability has a bin
+  of its own;
 * **explicit thresholds** ``t_1 < ... < t_m``: the number of thresholds ``<= score`` (a
   binary search), so bin ``j >= 1`` holds ``t_j <= score < t_{j+1}``.
 
@@ -110,37 +111,58 @@ _SIGN = np.uint32(0x80000000)
 # float32 bits of 0.5 and of 2**-24 (the smallest non-zero 1 - p of a float32 p >= 0.5).
 _HALF_BITS = 0x3F000000
 _MIN_COMPLEMENT_BITS = 0x33800000
+# float32 bits of 2**-16: below it float16 probabilities (subnormal) have at most 7 fraction bits.
+_TINY_BITS = 0x37800000
 
 
 @njit(inline="always")
 def key_layout(shift):
-    """The key layout of a ``shift`` code: ``(fine, fine_low, tiny, coarse, coarse_low,
-    offset, base, last)``.
+    """The probability key layout of a ``shift`` code: ``(fine, fine_low, tiny, coarse,
+    coarse_low, offset, base, last, complement, complement_low)`` (``*_low``: the masks of the
+    dropped bits).
 
     A code below 32 drops ``shift`` low bits everywhere (``tiny = 0``). A code ``fine + 32 *
-    coarse`` drops ``fine`` bits from ``2**-24`` up and ``coarse`` bits below it, where
-    probabilities are too small to matter: float16 keeps 10 fraction bits, so ``fine = 13``
-    gives every float16 probability (and every bfloat16 one, with ``coarse = 16``) a bin of
-    its own. The magnitude ``t`` of a float32 (its bits) goes to ``g(t) = t >> coarse`` below
-    ``tiny = bits(2**-24)`` and ``offset + ((t - tiny) >> fine)`` from it up; ``base =
-    g(bits(2**-24))`` and ``last`` as in :func:`probability_key_layout`."""
+    coarse + 1024 * complement`` keys ``p < 1/2`` by ``g(t) = t >> coarse`` below ``tiny =
+    bits(2**-16)`` and ``offset + ((t - tiny) >> fine)`` from it up (``t`` the bits of ``p``),
+    and ``p >= 1/2`` by ``bits(1 - p) >> complement``. The default, ``(16, 13, 14)``, keeps
+    the fraction bits of float16 (10) where float16 has them, of bfloat16 (7) below ``2**-16``,
+    and 9 for ``1 - p``, whose float16 values are multiples of ``2**-11``: every float16 and
+    every bfloat16 probability has a bin of its own. ``base = bits(2**-24) >> complement`` and
+    ``last`` as in :func:`probability_key_layout`."""
     code = np.int64(shift)
     if code < 32:
         fine = np.uint32(code)
         coarse = fine
+        complement = fine
         tiny = np.uint32(0)
         offset = np.int64(0)
     else:
         fine = np.uint32(code & 31)
         coarse = np.uint32((code >> 5) & 31)
-        tiny = np.uint32(_MIN_COMPLEMENT_BITS)
-        offset = (np.int64(_MIN_COMPLEMENT_BITS - 1) >> np.int64(coarse)) + 1
+        complement = np.uint32((code >> 10) & 31)
+        tiny = np.uint32(_TINY_BITS)
+        offset = (np.int64(_TINY_BITS - 1) >> np.int64(coarse)) + 1
     fine_low = np.uint32((np.uint32(1) << fine) - np.uint32(1))
     coarse_low = np.uint32((np.uint32(1) << coarse) - np.uint32(1))
-    layout = (fine, fine_low, tiny, coarse, coarse_low, offset, np.int64(0), np.int64(0))
-    base = np.int64(_magnitude_bin(np.uint32(_MIN_COMPLEMENT_BITS), layout))
+    complement_low = np.uint32((np.uint32(1) << complement) - np.uint32(1))
+    zero = np.int64(0)
+    layout = (fine, fine_low, tiny, coarse, coarse_low, offset, zero, zero, complement, zero)
     middle = np.int64(_magnitude_bin(np.uint32(_HALF_BITS), layout))
-    return (fine, fine_low, tiny, coarse, coarse_low, offset, base, 2 * middle - base + 2)
+    base = np.int64(_MIN_COMPLEMENT_BITS) >> np.int64(complement)
+    top = np.int64(_HALF_BITS) >> np.int64(complement)
+    last = middle + 2 + top - base
+    return (
+        fine,
+        fine_low,
+        tiny,
+        coarse,
+        coarse_low,
+        offset,
+        base,
+        last,
+        complement,
+        complement_low,
+    )
 
 
 # Magnitude bits of |x| = 2**-64, 2**-6, 2**7 and 2**64: the edges of the logit layout's
@@ -181,8 +203,8 @@ def logit_layout(shift):
 def probability_key_layout(shift):
     """``(base, last)`` of the probability key of a ``shift`` code (see :func:`key_layout`):
     bins ``0`` (p = 0), ``1 .. M`` (0 < p < 1/2, ``M = g(bits(1/2))``), then ``M + 1 ..
-    last`` for ``1 - p`` from 1/2 down to ``2**-24`` (``base = g(bits(2**-24))``), ``last``
-    (p = 1). The number of bins is ``last + 1 = 2 M - base + 3``."""
+    last - 1`` for ``1 - p`` from 1/2 down to ``2**-24`` (``bits(1 - p) >> complement`` from
+    ``bits(1/2) >> complement`` down to ``base``), ``last`` (p = 1)."""
     layout = key_layout(shift)
     return layout[6], layout[7]
 
@@ -191,7 +213,7 @@ def probability_key_layout(shift):
 def _magnitude_bin(t, layout):
     """``g(t)`` of :func:`key_layout`: the bin of a non-negative float32's bits ``t``,
     branch-free (32-bit lanes)."""
-    fine, _, tiny, coarse, _, offset, _, _ = layout
+    fine, tiny, coarse, offset = layout[0], layout[2], layout[3], layout[5]
     below = np.int32(_shift_right32(t, coarse))
     above = np.int32(offset) + np.int32(_shift_right32(np.uint32(t - tiny), fine))
     return below if t < tiny else above
@@ -200,7 +222,7 @@ def _magnitude_bin(t, layout):
 @njit(inline="always")
 def _magnitude_exact(t, layout):
     """Whether ``t`` is its bin's own value (the bits :func:`_magnitude_bin` drops are 0)."""
-    _, fine_low, tiny, _, coarse_low, _, _, _ = layout
+    fine_low, tiny, coarse_low = layout[1], layout[2], layout[4]
     dropped = (t & coarse_low) if t < tiny else (np.uint32(t - tiny) & fine_low)
     return dropped == 0
 
@@ -305,8 +327,8 @@ def _probability_bin(v, layout):
     if y == 0:
         return last, f == v
     u = _float32_bits(y)
-    bin_ = last - 1 - np.int64(_magnitude_bin(u, layout)) + base
-    return bin_, _magnitude_exact(u, layout) and f == v
+    bin_ = last - 1 - np.int64(_shift_right32(u, layout[8])) + base
+    return bin_, (u & layout[9]) == 0 and f == v
 
 
 @njit(inline="always")
@@ -411,11 +433,11 @@ def _probability_key(v, layout):
     y = np.float32(1.0) - f
     uy = _float32_bits(y)
     lower = _magnitude_bin(u, layout) + np.int32(u != 0)
-    upper = np.int32(last - 1 + base) - _magnitude_bin(uy, layout)
+    upper = np.int32(last - 1 + base) - np.int32(_shift_right32(uy, layout[8]))
     upper = np.int32(last) if uy == 0 else upper
     below = f < np.float32(0.5)
-    kept = u if below else uy
-    return (lower if below else upper), _magnitude_exact(kept, layout) & (f == v)
+    exact = _magnitude_exact(u, layout) if below else ((uy & layout[9]) == 0)
+    return (lower if below else upper), exact & (f == v)
 
 
 @njit(inline="always")
@@ -1030,8 +1052,8 @@ def _probability_row(typingctx, scores, row, target, layout, scratch, at):
         pointer = builder.gep(array.data, [builder.mul(i, classes)])
         t = builder.trunc(context.cast(builder, args[2], kinds[2], types.intp), _I32)
         # The key layout (see key_layout), each part splat over the lanes as 32 bits.
-        parts = [builder.extract_value(args[3], j) for j in range(8)]
-        fine, fine_low, tiny, coarse, coarse_low, first, base_bin, last_bin = (
+        parts = [builder.extract_value(args[3], j) for j in range(10)]
+        fine, fine_low, tiny, coarse, coarse_low, first, base_bin, last_bin, comp, comp_low = (
             builder.trunc(part, _I32) if part.type != _I32 else part for part in parts
         )
         k = context.cast(builder, args[5], kinds[5], types.intp)
@@ -1061,7 +1083,7 @@ def _probability_row(typingctx, scores, row, target, layout, scratch, at):
             magnitude_bin(u), builder.zext(builder.icmp_unsigned("!=", u, zero), ints)
         )
         top_upper = builder.sub(builder.add(last_bin, base_bin), ir.Constant(_I32, 1))
-        upper = builder.sub(_splat(builder, top_upper), magnitude_bin(uy))
+        upper = builder.sub(_splat(builder, top_upper), builder.lshr(uy, _splat(builder, comp)))
         upper = builder.select(
             builder.icmp_unsigned("==", uy, zero), _splat(builder, last_bin), upper
         )
@@ -1073,12 +1095,12 @@ def _probability_row(typingctx, scores, row, target, layout, scratch, at):
             ir.Constant(k.type, SCRATCH_KEYS), builder.mul(k, ir.Constant(k.type, ROW_LANES))
         )
         builder.store(key, builder.bitcast(builder.gep(data, [offset]), ints.as_pointer()), align=4)
-        kept = builder.select(below, u, uy)
         dropped = builder.select(  # _magnitude_exact, lane by lane
-            builder.icmp_unsigned("<", kept, tiny_lanes),
-            builder.and_(kept, _splat(builder, coarse_low)),
-            builder.and_(builder.sub(kept, tiny_lanes), _splat(builder, fine_low)),
+            builder.icmp_unsigned("<", u, tiny_lanes),
+            builder.and_(u, _splat(builder, coarse_low)),
+            builder.and_(builder.sub(u, tiny_lanes), _splat(builder, fine_low)),
         )
+        dropped = builder.select(below, dropped, builder.and_(uy, _splat(builder, comp_low)))
         exact = builder.icmp_unsigned("==", dropped, zero)
         if element != _F32:  # a float64 score is exact only if it was a float32
             exact = builder.and_(

@@ -71,24 +71,24 @@ class ScoreAccumulator(Accumulator):
 
     Every score lands in a bin of an order-preserving integer key of its float32 bits (see
     :mod:`metricstream._score_kernels`). Probabilities (the default): ``0`` and ``1`` have bins
-    of their own, below 1/2 the bin is the top bits of ``p``, above 1/2 the top bits of
-    ``1 - p``, so that scores near 1 are resolved as finely as scores near 0 (by default 11
-    significant bits on both sides from ``2**-24`` up, 8 below, in 60,291 bins: **every float16
-    and bfloat16 probability is counted exactly**). Logits (``logits=True``): the sortable
-    float32 key over the whole float range, with 11 significant bits for ``2**-6 <= |x| <
-    2**7`` and 8 (bfloat16's) out to ``2**-64`` and ``2**64`` (60,160 bins). Scores that are
-    their bin's value are counted exactly, and every curve and area of a class made only of
-    them equals scikit-learn's (``exact()`` says so per class); other
-    scores share bins with their near neighbours, and each area and operating point can report
-    an interval guaranteed to contain the value on the raw scores (``with_bound=True``).
+    of their own, below 1/2 the bin is the top bits of ``p``, above 1/2 the top bits of ``1 -
+    p``, so that scores near 1 are resolved as finely as scores near 0 (by default 11
+    significant bits for ``2**-16 <= p < 1/2``, 10 for ``1 - p`` and 8 below ``2**-16``, in
+    41,347 bins: **every float16 and bfloat16 probability is counted exactly**). Logits
+    (``logits=True``): the sortable float32 key over the whole float range, with 11 significant
+    bits for ``2**-6 <= |x| < 2**7`` and 8 (bfloat16's) out to ``2**-64`` and ``2**64`` (60,160
+    bins). Scores that are their bin's value are counted exactly, and every curve and area of a
+    class made only of them equals scikit-learn's (``exact()`` says so per class); other scores
+    share bins with their near neighbours, and each area and operating point can report an
+    interval guaranteed to contain the value on the raw scores (``with_bound=True``).
 
     State (memory O(C x bins), whatever the number of samples):
 
     * ``curves`` ``(C, num_bins, 2)``: per class and bin, the negatives and positives
-      (one-vs-rest); ``C x num_bins x 2 x 8`` bytes: 9.6 MB for 10 classes of probabilities
-      (10.5 MB of logits). The default budget ``bins`` is 65,536 up to 64 classes, then the
+      (one-vs-rest); ``C x num_bins x 2 x 8`` bytes: 6.6 MB for 10 classes of probabilities
+      (9.6 MB of logits). The default budget ``bins`` is 65,536 up to 64 classes, then the
       largest power of two keeping ``C x bins <= 2**22`` (64 MB): 32,768 at 100 classes,
-      4,096 at 1,000 (3,771 probability bins: 7 significant bits from ``2**-24`` up); pass
+      4,096 at 1,000 (2,587 probability bins: 7 significant bits from ``2**-16`` up); pass
       ``bins`` to trade memory for resolution;
     * ``inexact`` ``(C,)``: scores that were not their bin's own value (0: the class is exact);
     * ``ranks`` ``(2, C, C)`` (multiclass): histograms of the rank of the true class under
@@ -123,10 +123,11 @@ class ScoreAccumulator(Accumulator):
         class_axis: the axis of the class scores (multiclass and multilabel), 1 by default
             (``(N, C)`` and ``(B, C, H, W)``), -1 for channels-last.
         calibration_bins: ``F``, the number of fine confidence bins.
-        key_shifts: the low bits of a score's float32 key dropped per region: for
-            probabilities ``(coarse, fine)``, below ``2**-24`` and from it up; for logits
-            ``(outer, middle, fine)``, for ``|x|`` beyond ``2**-64 .. 2**64``, inside it,
-            and in ``2**-6 .. 2**7``. Chosen from ``bins`` when None (the finest that fits)
+        key_shifts: the low bits of a score's float32 key dropped per range: for
+            probabilities ``(coarse, fine, complement)``, for ``p`` below ``2**-16``, for
+            ``p`` from it to 1/2 and for ``1 - p`` above 1/2; for logits ``(outer, middle,
+            fine)``, for ``|x|`` beyond ``2**-64 .. 2**64``, inside it, and in ``2**-6 ..
+            2**7``. Chosen from ``bins`` when None (the finest that fits)
             and recorded in the state, so that a state keeps the layout it was counted in;
             equal values drop the same bits everywhere.
 
@@ -214,7 +215,11 @@ class ScoreAccumulator(Accumulator):
             self._bins = _check_bins(bins, self._num_classes)
             self._key_shifts = _check_key_shifts(key_shifts, self._bins, self._logits)
             num_bins = _key_bins(self._key_shifts, self._logits)
-        self._shift = _key_code(self._key_shifts)
+        self._shift = (
+            0
+            if self._key_shifts is None
+            else (_logit_code if self._logits else _probability_code)(self._key_shifts)
+        )
         self._num_bins = num_bins
         self._bin_values: np.ndarray | None = None
         count = np.float64 if self._weighted else np.int64
@@ -385,8 +390,8 @@ class ScoreAccumulator(Accumulator):
 
     @property
     def num_bins(self) -> int:
-        """Bins per class: ``bins`` for logits, at most ``bins`` for probabilities (60,291 of
-        65,536), the number of thresholds + 1 with explicit thresholds."""
+        """Bins per class: at most ``bins`` (41,347 of 65,536 for probabilities, 60,160 for
+        logits), the number of thresholds + 1 with explicit thresholds."""
         return self._num_bins
 
     @property
@@ -1220,71 +1225,75 @@ def _check_bins(bins: int | None, num_classes: int) -> int:
     return int(bins)
 
 
-def _key_code(key_shifts: tuple[int, ...] | None) -> int:
-    """The kernels' ``shift`` code of a key layout (see ``_score_kernels.key_layout`` and
-    ``logit_layout``): the shift itself when every region drops the same bits."""
-    if key_shifts is None:
-        return 0
-    if len(set(key_shifts)) == 1:
-        return key_shifts[0]
-    code = 0
-    for shift in key_shifts:  # (coarse, fine) or (outer, middle, fine): fine in the low bits
-        code = 32 * code + shift
-    return code
-
-
 def _key_bins(key_shifts: tuple[int, ...], logits: bool) -> int:
     """Bins of a key layout."""
-    code = _key_code(key_shifts)
     if logits:
-        return 2 * int(_k.logit_layout(code)[3])
-    return int(_k.probability_key_layout(code)[1]) + 1
+        return 2 * int(_k.logit_layout(_logit_code(key_shifts))[3])
+    return int(_k.probability_key_layout(_probability_code(key_shifts))[1]) + 1
+
+
+def _probability_code(key_shifts: tuple[int, ...]) -> int:
+    coarse, fine, complement = key_shifts
+    if coarse == fine == complement:
+        return fine
+    return fine + 32 * coarse + 1024 * complement
+
+
+def _logit_code(key_shifts: tuple[int, ...]) -> int:
+    outer, middle, fine = key_shifts
+    if outer == middle == fine:
+        return fine
+    return fine + 32 * middle + 1024 * outer
 
 
 def _default_key_shifts(bins: int, logits: bool) -> tuple[int, ...]:
     """The finest key that fits a budget of ``bins`` (a power of two).
 
-    Probabilities drop 3 more bits below ``2**-24`` (too small to matter) than above:
-    60,291 bins of 65,536, 11 significant bits, every float16. Logits keep 11 significant bits
-    for ``2**-6 <= |x| < 2**7``, 8 (bfloat16) up to ``2**-64`` and ``2**64``, and 5 beyond:
-    60,160 bins of 65,536; budgets below 512 drop the same bits everywhere."""
+    Probabilities ``(coarse, fine, complement)`` start from ``(16, 13, 14)``: 41,347 bins of
+    65,536, every float16 and bfloat16 probability in a bin of its own. Logits ``(outer,
+    middle, fine)`` start from ``(19, 16, 13)``: 11 significant bits for ``2**-6 <= |x| <
+    2**7``, 8 (bfloat16) out to ``2**-64`` and ``2**64``, 5 beyond, in 60,160 bins. Each halving
+    of the budget drops one more bit everywhere; below the smallest budget that fits, the same
+    bits everywhere."""
+    step = 16 - int(bins).bit_length() + 1
+    start = (19, 16, 13) if logits else (16, 13, 14)
+    shifts = tuple(shift + step for shift in start)
+    if max(shifts) <= 23 and min(shifts) >= 1 and _key_bins(shifts, logits) <= bins:
+        return shifts
     if logits:
-        step = 16 - int(bins).bit_length() + 1
-        shifts = (19 + step, 16 + step, 13 + step)
-        if shifts[0] <= 23 and shifts[2] >= 1 and _key_bins(shifts, True) <= bins:
-            return shifts
         shift = 32 - int(bins).bit_length() + 1
         return shift, shift, shift
-    fine = 1
-    while _key_bins((min(fine + 3, 31), fine), False) > bins:
-        fine += 1
-    return min(fine + 3, 31), fine
+    shift = 1
+    while _key_bins((shift, shift, shift), False) > bins:
+        shift += 1
+    return shift, shift, shift
 
 
 def _check_key_shifts(key_shifts: Any, bins: int, logits: bool) -> tuple[int, ...]:
     if key_shifts is None:
         return _default_key_shifts(bins, logits)
-    size = 3 if logits else 2
-    names = "(outer, middle, fine)" if logits else "(coarse, fine)"
-    pair = tuple(key_shifts) if isinstance(key_shifts, (list, tuple)) else ()
-    if len(pair) != size or not all(
-        isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v <= 31 for v in pair
+    names = "(outer, middle, fine)" if logits else "(coarse, fine, complement)"
+    triple = tuple(key_shifts) if isinstance(key_shifts, (list, tuple)) else ()
+    if len(triple) != 3 or not all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v <= 31
+        for v in triple
     ):
         raise ValueError(
-            f"`key_shifts` must be None or {size} integers {names} in [1, 31]"
-            f"{' for logits' if logits else ''}, got {key_shifts!r}."
+            f"`key_shifts` must be None or 3 integers {names} in [1, 31], got {key_shifts!r}."
         )
-    shifts = tuple(int(v) for v in pair)
-    if any(a < b for a, b in zip(shifts[:-1], shifts[1:], strict=True)):
-        raise ValueError(
-            f"`key_shifts` {names} must not keep more bits in an outer region than in an "
-            f"inner one, got {key_shifts!r}."
-        )
-    if logits and len(set(shifts)) > 1 and shifts[0] > 23:
-        raise ValueError(
-            f"`key_shifts` of logits must be at most 23 (the regions' edges are whole "
-            f"binades) unless all equal, got {key_shifts!r}."
-        )
+    shifts = tuple(int(v) for v in triple)
+    if len(set(shifts)) > 1:
+        outer_first = shifts if logits else shifts[:2]
+        if any(a < b for a, b in zip(outer_first[:-1], outer_first[1:], strict=True)):
+            raise ValueError(
+                f"`key_shifts` {names} must not keep more bits in an outer range than in an "
+                f"inner one, got {key_shifts!r}."
+            )
+        if max(shifts) > 23:
+            raise ValueError(
+                f"`key_shifts` must be at most 23 (the ranges' edges are whole binades) "
+                f"unless all equal, got {key_shifts!r}."
+            )
     if _key_bins(shifts, logits) > bins:
         raise ValueError(
             f"`key_shifts` {key_shifts!r} make {_key_bins(shifts, logits)} bins, more "
@@ -1311,12 +1320,11 @@ def _with_uniform_key(state: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"`state` has a bad 'bins' entry: {bins!r}.")
         if config.get("logits"):
             shift = 32 - int(bins).bit_length() + 1
-            shifts = [shift, shift, shift]
         else:
             shift = 1
             while int(_k.probability_key_layout(shift)[1]) + 1 > bins:
                 shift += 1
-            shifts = [shift, shift]
+        shifts = [shift, shift, shift]
     config["key_shifts"] = shifts
     return {**state, "config": config}
 
@@ -1357,18 +1365,17 @@ def _bin_values(shift: int, thresholds: np.ndarray | None, logits: bool) -> np.n
         return np.r_[-np.inf, thresholds]
     if logits:
         return _logit_bin_values(shift)
-    fine, _, tiny, coarse, _, offset, base, last = (int(v) for v in _k.key_layout(shift))
-
-    def smallest(bins: np.ndarray) -> np.ndarray:
-        """The smallest magnitude bits of each bin ``g(t)`` (the inverse of the key)."""
-        below = bins << np.int64(coarse)
-        above = np.int64(tiny) + ((bins - offset) << np.int64(fine))
-        return np.where(bins < offset, below, above).astype(np.uint32)
-
-    middle = (last - 2 + base) // 2  # bins 1 .. middle hold 0 < p < 1/2
-    lower = smallest(np.arange(middle, dtype=np.int64))
-    # Upper bins M + 1 .. last - 1 hold 1 - p from 1/2 down to 2**-24.
-    upper = smallest(last - 1 - np.arange(middle + 1, last, dtype=np.int64) + base)
+    layout = [int(v) for v in _k.key_layout(shift)]
+    fine, tiny, coarse, offset, base, last, complement = (layout[i] for i in (0, 2, 3, 5, 6, 7, 8))
+    # Bins 1 .. middle hold 0 < p < 1/2: the smallest bits ``t`` of each ``g(t)``.
+    middle = last - 2 - ((0x3F000000 >> complement) - base)
+    keys = np.arange(middle, dtype=np.int64)
+    below = keys << np.int64(coarse)
+    above = np.int64(tiny) + ((keys - offset) << np.int64(fine))
+    lower = np.where(keys < offset, below, above).astype(np.uint32)
+    # Bins middle + 1 .. last - 1 hold 1 - p from 1/2 down to 2**-24.
+    complement_keys = last - 1 - np.arange(middle + 1, last, dtype=np.int64) + base
+    upper = (complement_keys << np.int64(complement)).astype(np.uint32)
     values = np.r_[
         0.0,
         lower.view(np.float32).astype(np.float64),

@@ -568,7 +568,7 @@ def test_logit_rows_and_targets_are_checked():
 
 # ------------------------------------------------------------------------------ memory, state
 def test_default_memory_shrinks_at_many_classes():
-    assert ScoreAccumulator("multiclass", 10).num_bins == 60291
+    assert ScoreAccumulator("multiclass", 10).num_bins == 41347
     assert ScoreAccumulator("multiclass", 10, logits=True).num_bins == 60160
     big = ScoreAccumulator("multiclass", 1000)
     assert big.num_classes * big.num_bins <= 1 << 22

@@ -16,12 +16,12 @@ def _float16_probabilities() -> np.ndarray:
 
 def test_default_layout_and_memory():
     acc = ScoreAccumulator("binary")
-    assert acc.config()["key_shifts"] == [16, 13]
-    assert acc.num_bins == 60291
+    assert acc.config()["key_shifts"] == [16, 13, 14]
+    assert acc.num_bins == 41347
     values = acc.bin_values()
     assert values[0] == 0.0 and values[-1] == 1.0 and np.all(np.diff(values) > 0)
-    assert ScoreAccumulator("multiclass", 100).config()["key_shifts"] == [17, 14]
-    assert ScoreAccumulator("multiclass", 1000).num_bins == 3771
+    assert ScoreAccumulator("multiclass", 100).config()["key_shifts"] == [17, 14, 15]
+    assert ScoreAccumulator("multiclass", 1000).num_bins == 2587
     logits = ScoreAccumulator("binary", logits=True)
     assert logits.config()["key_shifts"] == [19, 16, 13]
     assert logits.num_bins == 60160
@@ -86,7 +86,7 @@ def test_logit_bins_are_in_order_and_exact_on_their_values():
 
 
 def test_key_shifts_pin_the_layout():
-    acc = ScoreAccumulator("binary", key_shifts=(15, 15))  # the uniform key of format 1
+    acc = ScoreAccumulator("binary", key_shifts=(15, 15, 15))  # the uniform key of format 1
     assert acc.num_bins == 38147
     y = np.array([0, 1, 1, 0, 1])
     scores = np.array([0.1, 0.7, 0.95, 0.3, 0.999], dtype=np.float32)
@@ -101,17 +101,19 @@ def test_key_shifts_pin_the_layout():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"key_shifts": (13,)}, "2 integers"),
-        ({"key_shifts": (16, 0)}, "2 integers"),
-        ({"key_shifts": (16, 32)}, "2 integers"),
-        ({"key_shifts": (True, 13)}, "2 integers"),
-        ({"key_shifts": "16,13"}, "2 integers"),
-        ({"key_shifts": (13, 16)}, "not keep more bits"),
-        ({"key_shifts": (16, 13), "bins": 4096}, "more than `bins`"),
+        ({"key_shifts": (13,)}, "3 integers"),
+        ({"key_shifts": (16, 13)}, "3 integers"),
+        ({"key_shifts": (16, 0, 14)}, "3 integers"),
+        ({"key_shifts": (16, 32, 14)}, "3 integers"),
+        ({"key_shifts": (True, 13, 14)}, "3 integers"),
+        ({"key_shifts": "16,13,14"}, "3 integers"),
+        ({"key_shifts": (13, 16, 14)}, "outer range"),
+        ({"key_shifts": (24, 13, 14), "bins": 1 << 20}, "at most 23"),
+        ({"key_shifts": (16, 13, 14), "bins": 4096}, "more than `bins`"),
         ({"key_shifts": (17, 16), "logits": True}, "3 integers"),
-        ({"key_shifts": (13, 16, 19), "logits": True}, "outer region"),
+        ({"key_shifts": (13, 16, 19), "logits": True}, "outer range"),
         ({"key_shifts": (24, 20, 17), "logits": True, "bins": 1 << 20}, "at most 23"),
-        ({"key_shifts": (16, 16), "thresholds": [0.5]}, "does not apply"),
+        ({"key_shifts": (16, 16, 16), "thresholds": [0.5]}, "does not apply"),
     ],
 )
 def test_bad_key_shifts_are_rejected(kwargs, match):
@@ -135,10 +137,10 @@ def test_format1_states_load_with_the_uniform_key(logits):
         scores = np.log(scores)
     # what the earlier layout counted: the uniform key of the default budget
     shift = 16 if logits else 15
-    old = ScoreAccumulator("multiclass", 3, logits=logits, key_shifts=(shift,) * (2 + logits))
+    old = ScoreAccumulator("multiclass", 3, logits=logits, key_shifts=(shift,) * 3)
     old.update(y, scores)
     loaded = ScoreAccumulator.from_state_dict(_format1_state(old))
-    assert loaded.config()["key_shifts"] == [shift] * (2 + logits)
+    assert loaded.config()["key_shifts"] == [shift] * 3
     assert loaded.num_bins == old.num_bins
     np.testing.assert_array_equal(loaded.state_arrays()["curves"], old.state_arrays()["curves"])
     assert loaded.auroc() == old.auroc()
@@ -148,14 +150,14 @@ def test_format1_states_load_with_the_uniform_key(logits):
 
 
 def test_format1_states_with_bad_budgets_are_rejected():
-    state = _format1_state(ScoreAccumulator("binary", key_shifts=(15, 15)))
+    state = _format1_state(ScoreAccumulator("binary", key_shifts=(15, 15, 15)))
     for bins in (True, 3.5, 0, 1 << 30, "65536"):
         bad = {**state, "config": {**state["config"], "bins": bins}}
         with pytest.raises(ValueError):
             ScoreAccumulator.from_state_dict(bad)
     # a format 2 state whose recorded layout does not fit its arrays
     state = ScoreAccumulator("binary").state_dict()
-    bad = {**state, "config": {**state["config"], "key_shifts": [15, 15]}}
+    bad = {**state, "config": {**state["config"], "key_shifts": [15, 15, 15]}}
     with pytest.raises(ValueError):
         ScoreAccumulator.from_state_dict(bad)
 
