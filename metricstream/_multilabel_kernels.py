@@ -493,14 +493,26 @@ def _take(s, g, count):
 
 
 @njit(inline="always")
-def _flush(acc, num_labels, width, span, cols):
+def _flush(acc, num_labels, width, span, most, cols):
     """Add the uint8 lanes ``acc`` (TP, AP, PP, ``width`` each, of which the first ``span``
-    hold ``span / L`` rows of L labels) into the column counts ``cols`` (TP, AP, PP, L each)
-    and zero them."""
+    hold ``span / L`` rows of L labels, each lane at most ``most``) into the column counts
+    ``cols`` (TP, AP, PP, L each) and zero them. The rows of lanes are first folded in halves
+    while the sums stay within a byte (vector byte additions: measured 0.25 µs less than
+    widening every lane at 256×20)."""
+    slots = span // num_labels
+    while slots % 2 == 0 and most <= 127:
+        half = slots // 2 * num_labels
+        for r in range(3):
+            low = acc[r * width : r * width + half]
+            high = acc[r * width + half : r * width + 2 * half]
+            for k in range(half):
+                low[k] = np.uint8(low[k] + high[k])
+        slots //= 2
+        most *= 2
     out_tp = cols[:num_labels]
     out_t = cols[num_labels : 2 * num_labels]
     out_p = cols[2 * num_labels : 3 * num_labels]
-    for q in range(0, span, num_labels):
+    for q in range(0, slots * num_labels, num_labels):
         lanes_tp = acc[q : q + num_labels]
         lanes_t = acc[width + q : width + q + num_labels]
         lanes_p = acc[2 * width + q : 2 * width + q + num_labels]
@@ -1234,7 +1246,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         bad = np.uint8(0)
         for q in range(0, supers, group):
             if pending > 253:
-                _flush(acc, num_labels, width, span, cols)
+                _flush(acc, num_labels, width, span, pending + k_rows, cols)
                 pending = 0
             s = first_super + q
             count = min(group, supers - q)
@@ -1247,7 +1259,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         # the rows after the last whole super-row (last block only), into the lanes of the
         # first row of a super-row
         if pending > 255 - k_rows:
-            _flush(acc, num_labels, width, span, cols)
+            _flush(acc, num_labels, width, span, pending + k_rows, cols)
             pending = 0
         for i in range(stop if fused else max(block, num_super * k_rows), stop):
             for j in range(num_labels):
@@ -1280,7 +1292,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
                             if status != OK:
                                 return status_code(status, i + row)
                             validated = True
-                        _flush(acc, num_labels, width, span, cols)
+                        _flush(acc, num_labels, width, span, pending + k_rows, cols)
                         pending = 0
                     r = i - group_start
                     if i + 1 < vector_stop:
@@ -1389,7 +1401,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
                     for b in range(num_betas):
                         key = layout[8 + 3 * b] + layout[6 + 3 * b] * aps + layout[7 + 3 * b] * pps
                         hist[np.uint64(key)] += tps
-    _flush(acc, num_labels, width, span, cols)
+    _flush(acc, num_labels, width, span, pending + k_rows, cols)
     hist[ROWS] += n
     hist[JUDGED] += n
     hist[EXACT] += exact
