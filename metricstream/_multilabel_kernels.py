@@ -1152,12 +1152,13 @@ def split_status(code: int) -> tuple[int, int]:
 @njit(inline="always")
 def _plain_matrix(a, rows, cols):
     """Whether ``a`` is a ``(rows, cols)`` C-contiguous, aligned matrix (the strides and the
-    data address of the array as given, whatever its Numba type says)."""
+    data address of the array as given, whatever its Numba type says; an empty matrix, whose
+    strides numpy may give as 0, is taken)."""
     size = a.itemsize
     return (
         a.shape[0] == rows
         and a.shape[1] == cols
-        and (a.strides[1] == size or cols < 2)
+        and (rows == 0 or a.strides[1] == size or cols < 2)
         and (a.strides[0] == cols * size or rows < 2)
         and a.ctypes.data % size == 0
     )
