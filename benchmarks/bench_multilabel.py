@@ -13,14 +13,14 @@ same interleaved run):
 4. label sets (CSR) over L = 10^5 labels, 256 samples of about 5 labels each;
 5. state size for several L (O(L); O(L²) only with co-occurrence).
 
-Measured on the shared 2-core development machine (load average 2.7-4.7), CPU time of the
-previous version of the accumulator and of this one, run alternately (see docs/multilabel.md,
-"Speed"):
+Measured on the shared 2-core development machine (load average 5-6), CPU time, the previous
+version of the accumulator and this one (see docs/multilabel.md, "Speed"):
 
-    256×20 indicators      3.9-4.1 µs                   ->  3.1-3.2 µs (torchmetrics 30×)
-    256×1000 indicators    30-41 µs                     ->  22-23 µs (73×)
-    10^6×100 indicators    19-23 ms on 1 thread         ->  17.6-18.3 ms (2.7× a byte-wise
-                                                            read-only pass of 6.9 ms)
+    256×20 indicators      3.1-3.2 µs              ->  2.96 µs (torchmetrics 33×)
+    256×1000 indicators    22-23 µs                ->  11.0 µs (153×)
+    256×1000 logits        44-48 µs (2.0×)         ->  23.8 µs (2.2×; reading them: 1.44×)
+    10^6×100 indicators    17.6-18.3 ms (2.7×)     ->  13.0-14.4 ms on 1 thread (1.94-2.06× a
+                                                       read-only pass of 7.0 ms)
 """
 
 from __future__ import annotations
