@@ -13,20 +13,21 @@ same interleaved run):
 4. label sets (CSR) over L = 10^5 labels, 256 samples of about 5 labels each;
 5. state size for several L (O(L); O(L²) only with co-occurrence).
 
-Measured on the shared 2-core development machine (load average 2.7-4.7), CPU time of the
-previous version of the accumulator and of this one, run alternately (see docs/multilabel.md,
-"Speed"):
+Measured on the shared 2-core development machine (load average 5-6), CPU time, the previous
+version of the accumulator and this one (see docs/multilabel.md, "Speed"):
 
-    256×20 indicators      3.9-4.1 µs                   ->  3.1-3.2 µs (torchmetrics 30×)
-    256×1000 indicators    30-41 µs                     ->  22-23 µs (73×)
-    10^6×100 indicators    19-23 ms on 1 thread         ->  17.6-18.3 ms (2.7× a byte-wise
-                                                            read-only pass of 6.9 ms)
+    256×20 indicators      3.1-3.2 µs              ->  2.96 µs (torchmetrics 33×)
+    256×1000 indicators    22-23 µs                ->  11.0 µs (153×)
+    256×1000 logits        44-48 µs (2.0×)         ->  23.8 µs (2.2×; reading them: 1.44×)
+    10^6×100 indicators    17.6-18.3 ms (2.7×)     ->  13.0-14.4 ms on 1 thread (1.94-2.06× a
+                                                       read-only pass of 7.0 ms)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import numpy as np
 from numba import njit
@@ -49,6 +50,22 @@ def _read_only_pass(y_true, y_pred):  # pragma: no cover - timed, not tested
             # truncated to uint8 at each step: Numba widens uint8 operations to int64, which
             # would make this loop 3x slower than the memory it reads
             acc = np.uint8(acc | np.uint8(t[j] ^ p[j]))
+        total += acc
+    return total
+
+
+@njit(nogil=True, cache=True)
+def _read_only_scores(y_true, scores, threshold):  # pragma: no cover - timed, not tested
+    """Reads the truth and compares the scores with the threshold (the floor of any update
+    from scores)."""
+    total = np.uint64(0)
+    n, num_labels = y_true.shape
+    for i in range(n):
+        acc = np.uint8(0)
+        t = y_true[i]
+        s = scores[i]
+        for j in range(num_labels):
+            acc = np.uint8(acc | np.uint8(t[j] ^ np.uint8(s[j] >= threshold)))
         total += acc
     return total
 
@@ -91,9 +108,17 @@ def update_case(rng: np.random.Generator, num_labels: int, target: str, repeats:
     assert np.array_equal(
         acc.multilabel_confusion_matrix(), skm.multilabel_confusion_matrix(y_true, y_pred)
     ), "scikit-learn"
+    empty_true, empty_pred = y_true[:0], y_pred[:0]
+    fresh = MultilabelAccumulator(num_labels).update(empty_true, empty_pred)
+    threshold = np.float32(0.0)
+    _read_only_scores(y_true, logits, threshold)
     candidates = {
         "metricstream indicator": lambda: acc.update(y_true, y_pred),
         "metricstream logits (fused threshold)": lambda: fused.update(y_true, logits),
+        "floor: update of an empty batch": lambda: fresh.update(empty_true, empty_pred),
+        "floor: read-only pass over the logits": lambda: _read_only_scores(
+            y_true, logits, threshold
+        ),
         "scikit-learn multilabel_confusion_matrix": lambda: skm.multilabel_confusion_matrix(
             y_true, y_pred
         ),
@@ -101,11 +126,13 @@ def update_case(rng: np.random.Generator, num_labels: int, target: str, repeats:
     torch_update = _torchmetrics_case(y_true, y_pred, acc)
     if torch_update is not None:
         candidates["torchmetrics MultilabelStatScores.update"] = torch_update
-    times = interleaved(candidates, repeats, min_sample=0.02)
+    # CPU time: every candidate runs on one thread (torch too), and other processes on the
+    # shared machine inflate it less than the wall clock
+    times = interleaved(candidates, repeats, min_sample=0.02, timer=time.process_time)
     base = times["metricstream indicator"]
-    lines = [f"256×{num_labels} update (target {target}):"]
+    lines = [f"256×{num_labels} update (target {target}), CPU time:"]
     for name, seconds in times.items():
-        lines.append(f"  {name:45s} {format_seconds(seconds):>10s}  {seconds / base:7.1f}×")
+        lines.append(f"  {name:45s} {format_seconds(seconds):>10s}  {seconds / base:7.2f}×")
     return lines
 
 
@@ -138,20 +165,29 @@ def large_case(repeats: int, n: int) -> list[str]:
         finally:
             metricstream.set_num_threads(threads)
 
-    times = interleaved(
-        {
-            "read-only pass": lambda: _read_only_pass(y_true, y_pred),
-            f"metricstream update ({threads} threads)": lambda: acc.reset().update(y_true, y_pred),
-            "metricstream update (1 thread)": one_thread,
-        },
-        repeats,
+    candidates = {
+        "read-only pass": lambda: _read_only_pass(y_true, y_pred),
+        "metricstream update (1 thread)": one_thread,
+    }
+    # CPU time for the one-thread cases (other processes inflate it less than the wall
+    # clock); the wall clock for the threaded update (CPU time would sum its threads)
+    times = interleaved(candidates, repeats, timer=time.process_time)
+    times.update(
+        interleaved(
+            {
+                f"metricstream update ({threads} threads, wall clock)": lambda: acc.reset().update(
+                    y_true, y_pred
+                )
+            },
+            repeats,
+        )
     )
     assert acc.num_samples == n
     lines = [f"{n}×100 indicator rows (target: within 2× of a read-only pass):"]
     for name, seconds in times.items():
         ratio = seconds / times["read-only pass"]
         lines.append(
-            f"  {name:38s} {format_seconds(seconds):>10s}  {ratio:.2f}× the read-only pass"
+            f"  {name:50s} {format_seconds(seconds):>10s}  {ratio:.2f}× the read-only pass"
         )
     return lines
 

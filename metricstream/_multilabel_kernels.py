@@ -104,6 +104,58 @@ def compiled_for(kernel, args):
 
 
 # ---------------------------------------------------------------------------- element helpers
+def _positive_bits_codegen(context, builder, signature, args):
+    array_type = signature.args[0]
+    dtype = array_type.dtype
+    data = context.make_array(array_type)(context, builder, value=args[0]).data
+    offset = context.cast(builder, args[1], signature.args[1], types.intp)
+    vector = ir.VectorType(context.get_value_type(dtype), 64)
+    pointer = builder.bitcast(builder.gep(data, [offset]), vector.as_pointer())
+    lane = ir.Constant(ir.IntType(32), 0)
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), 64), [lane] * 64)
+    if len(args) == 4:
+        # a masked load of the first ``count`` entries (the others read as 0)
+        i8 = ir.IntType(8)
+        bytes64 = ir.VectorType(i8, 64)
+        count = builder.trunc(context.cast(builder, args[3], signature.args[3], types.intp), i8)
+        splat = builder.insert_element(ir.Constant(bytes64, ir.Undefined), count, lane)
+        splat = builder.shuffle_vector(splat, ir.Constant(bytes64, ir.Undefined), zeros)
+        iota = ir.Constant(bytes64, [ir.Constant(i8, k) for k in range(64)])
+        mask = builder.icmp_unsigned("<", iota, splat)
+        element = vector.element
+        suffix = f"i{element.width}" if isinstance(element, ir.IntType) else "f32"
+        if isinstance(element, ir.DoubleType):
+            suffix = "f64"
+        masked_load = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(vector, [vector.as_pointer(), ir.IntType(32), mask.type, vector]),
+            f"llvm.masked.load.v64{suffix}.p0",
+        )
+        values = builder.call(
+            masked_load, [pointer, ir.Constant(ir.IntType(32), 1), mask, ir.Constant(vector, None)]
+        )
+    else:
+        values = builder.load(pointer, align=1)
+    if isinstance(dtype, types.Float):
+        limit = context.cast(builder, args[2], signature.args[2], dtype)
+        splat = builder.insert_element(ir.Constant(vector, ir.Undefined), limit, lane)
+        splat = builder.shuffle_vector(splat, ir.Constant(vector, ir.Undefined), zeros)
+        positive = builder.fcmp_ordered(">=", values, splat)
+    else:
+        positive = builder.icmp_unsigned("!=", values, ir.Constant(vector, None))
+    return builder.bitcast(positive, ir.IntType(64))
+
+
+def _bits_types_ok(array, start, threshold):
+    return (
+        isinstance(array, types.Array)
+        and array.ndim == 1
+        and isinstance(array.dtype, (types.Integer, types.Float))
+        and isinstance(start, types.Integer)
+        and isinstance(threshold, (types.Integer, types.Float))
+    )
+
+
 @intrinsic
 def _positive_bits(typingctx, array, start, threshold):
     """Bit ``k`` set where entry ``start + k`` is positive, for ``k < 64``: an indicator that is
@@ -111,36 +163,19 @@ def _positive_bits(typingctx, array, start, threshold):
     64-lane vector load and compare (``vptestmb``/``vcmpps`` with AVX-512), which Numba's loops
     do not produce. Reads the 64 entries from ``start`` whatever the array's length: the caller
     keeps them inside it."""
-    if not (
-        isinstance(array, types.Array)
-        and array.ndim == 1
-        and isinstance(array.dtype, (types.Integer, types.Float))
-        and isinstance(start, types.Integer)
-        and isinstance(threshold, (types.Integer, types.Float))
-    ):
+    if not _bits_types_ok(array, start, threshold):
         return None
-    signature = types.uint64(array, start, threshold)
+    return types.uint64(array, start, threshold), _positive_bits_codegen
 
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        dtype = array_type.dtype
-        data = context.make_array(array_type)(context, builder, value=args[0]).data
-        offset = context.cast(builder, args[1], signature.args[1], types.intp)
-        vector = ir.VectorType(context.get_value_type(dtype), 64)
-        pointer = builder.bitcast(builder.gep(data, [offset]), vector.as_pointer())
-        values = builder.load(pointer, align=1)
-        if isinstance(dtype, types.Float):
-            limit = context.cast(builder, args[2], signature.args[2], dtype)
-            lane = ir.Constant(ir.IntType(32), 0)
-            splat = builder.insert_element(ir.Constant(vector, ir.Undefined), limit, lane)
-            zeros = ir.Constant(ir.VectorType(ir.IntType(32), 64), [lane] * 64)
-            splat = builder.shuffle_vector(splat, ir.Constant(vector, ir.Undefined), zeros)
-            positive = builder.fcmp_ordered(">=", values, splat)
-        else:
-            positive = builder.icmp_unsigned("!=", values, ir.Constant(vector, None))
-        return builder.bitcast(positive, ir.IntType(64))
 
-    return signature, codegen
+@intrinsic
+def _positive_bits_of(typingctx, array, start, threshold, count):
+    """:func:`_positive_bits` reading only the first ``count`` (at most 64) entries, a masked
+    load (the others read as 0: a score of 0 may be positive, so the caller masks the bits):
+    for the last rows, whose 64 entries would reach past the array."""
+    if not (_bits_types_ok(array, start, threshold) and isinstance(count, types.Integer)):
+        return None
+    return types.uint64(array, start, threshold, count), _positive_bits_codegen
 
 
 def _fused_rows_codegen(context, builder, signature, args, rows):
@@ -493,14 +528,26 @@ def _take(s, g, count):
 
 
 @njit(inline="always")
-def _flush(acc, num_labels, width, span, cols):
+def _flush(acc, num_labels, width, span, most, cols):
     """Add the uint8 lanes ``acc`` (TP, AP, PP, ``width`` each, of which the first ``span``
-    hold ``span / L`` rows of L labels) into the column counts ``cols`` (TP, AP, PP, L each)
-    and zero them."""
+    hold ``span / L`` rows of L labels, each lane at most ``most``) into the column counts
+    ``cols`` (TP, AP, PP, L each) and zero them. The rows of lanes are first folded in halves
+    while the sums stay within a byte (vector byte additions: measured 0.25 µs less than
+    widening every lane at 256×20)."""
+    slots = span // num_labels
+    while slots % 2 == 0 and most <= 127:
+        half = slots // 2 * num_labels
+        for r in range(3):
+            low = acc[r * width : r * width + half]
+            high = acc[r * width + half : r * width + 2 * half]
+            for k in range(half):
+                low[k] = np.uint8(low[k] + high[k])
+        slots //= 2
+        most *= 2
     out_tp = cols[:num_labels]
     out_t = cols[num_labels : 2 * num_labels]
     out_p = cols[2 * num_labels : 3 * num_labels]
-    for q in range(0, span, num_labels):
+    for q in range(0, slots * num_labels, num_labels):
         lanes_tp = acc[q : q + num_labels]
         lanes_t = acc[width + q : width + q + num_labels]
         lanes_p = acc[2 * width + q : 2 * width + q + num_labels]
@@ -1105,12 +1152,13 @@ def split_status(code: int) -> tuple[int, int]:
 @njit(inline="always")
 def _plain_matrix(a, rows, cols):
     """Whether ``a`` is a ``(rows, cols)`` C-contiguous, aligned matrix (the strides and the
-    data address of the array as given, whatever its Numba type says)."""
+    data address of the array as given, whatever its Numba type says; an empty matrix, whose
+    strides numpy may give as 0, is taken)."""
     size = a.itemsize
     return (
         a.shape[0] == rows
         and a.shape[1] == cols
-        and (a.strides[1] == size or cols < 2)
+        and (rows == 0 or a.strides[1] == size or cols < 2)
         and (a.strides[0] == cols * size or rows < 2)
         and a.ctypes.data % size == 0
     )
@@ -1234,7 +1282,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         bad = np.uint8(0)
         for q in range(0, supers, group):
             if pending > 253:
-                _flush(acc, num_labels, width, span, cols)
+                _flush(acc, num_labels, width, span, pending + k_rows, cols)
                 pending = 0
             s = first_super + q
             count = min(group, supers - q)
@@ -1247,7 +1295,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
         # the rows after the last whole super-row (last block only), into the lanes of the
         # first row of a super-row
         if pending > 255 - k_rows:
-            _flush(acc, num_labels, width, span, cols)
+            _flush(acc, num_labels, width, span, pending + k_rows, cols)
             pending = 0
         for i in range(stop if fused else max(block, num_super * k_rows), stop):
             for j in range(num_labels):
@@ -1280,7 +1328,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
                             if status != OK:
                                 return status_code(status, i + row)
                             validated = True
-                        _flush(acc, num_labels, width, span, cols)
+                        _flush(acc, num_labels, width, span, pending + k_rows, cols)
                         pending = 0
                     r = i - group_start
                     if i + 1 < vector_stop:
@@ -1355,8 +1403,21 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
                     sum_tp[r] = tps
                     sum_ap[r] = aps
                     sum_pp[r] = pps
-            # the last rows, whose masked chunk would read past the batch: a scalar loop
-            for i in range(group_stop if fused else vector_stop, group_stop):
+            if num_labels < CHUNK:
+                # the last rows, whose chunk would read past the batch: masked loads
+                for i in range(vector_stop, group_stop):
+                    mt = _positive_bits_of(flat_t, i * num_labels, threshold, num_labels)
+                    mp = _positive_bits_of(flat_p, i * num_labels, threshold, num_labels)
+                    mt &= row_bits
+                    mp &= row_bits
+                    r = i - group_start
+                    sum_tp[r] = _popcount(mt & mp)
+                    sum_ap[r] = _popcount(mt)
+                    sum_pp[r] = _popcount(mp)
+            # the last rows of more than 16,320 labels, whose last chunk would read past the
+            # batch: a scalar loop
+            scalar_from = group_stop if fused or num_labels < CHUNK else vector_stop
+            for i in range(scalar_from, group_stop):
                 tps = np.int64(0)
                 aps = np.int64(0)
                 pps = np.int64(0)
@@ -1389,7 +1450,7 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
                     for b in range(num_betas):
                         key = layout[8 + 3 * b] + layout[6 + 3 * b] * aps + layout[7 + 3 * b] * pps
                         hist[np.uint64(key)] += tps
-    _flush(acc, num_labels, width, span, cols)
+    _flush(acc, num_labels, width, span, pending + k_rows, cols)
     hist[ROWS] += n
     hist[JUDGED] += n
     hist[EXACT] += exact

@@ -47,7 +47,7 @@ increments then go class by class. The whole batch is validated (flat, vectorise
 it is counted, so a failure needs no undo, whatever the batch size. The state arrays are reached
 through one int64 table of addresses (one array argument instead of twelve). Measured, one call
 with 256 x 10 float32 probabilities, the kernel alone: 7.8 us for the block kernel, 4.1-4.3 us
-(10^6 x 10: 31-32 -> 22-26 ms). Measured and not kept: prefetching each row's histogram cells
+(10^6 x 10: 30-34 -> 20-21 ms). Measured and not kept: prefetching each row's histogram cells
 in the row pass (5.8 us); the calibration counts deferred to a loop of their own, blocks of 64 or
 256 rows (no faster); the squared errors summed in a flat pass over a scratch copy (0.1 us
 slower than in the row's vector).

@@ -87,6 +87,31 @@ def test_label_counts_equal_bincount(dtype, size, path):
     np.testing.assert_array_equal(acc.matrix, expected_matrix(y_true, y_pred, num_classes))
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.uint8], ids=["int64", "uint8"])
+def test_sixteen_bit_sub_histogram_is_flushed_before_it_wraps(dtype):
+    # 17 to 100 classes count long ranges into one copy of 16-bit counters, added to the matrix
+    # before a counter could pass 65535: one cell hit 200,000 times, and random labels with
+    # ignored pairs and a late bad label (the counted prefix is undone).
+    num_classes = 40
+    size = 200_000
+    same = np.zeros(size, dtype=dtype)
+    out = np.zeros((num_classes, num_classes), dtype=np.int64)
+    flags = _kernels.COMMIT
+    assert _kernels.count_labels(same, same, None, out, 0, size, 1, flags, 0, np.inf)[0] == 0
+    assert out[0, 0] == size and out.sum() == size
+    rng = np.random.default_rng(12)
+    y_true = rng.integers(0, num_classes, size).astype(dtype)
+    y_true[rng.random(size) < 0.1] = 39
+    y_pred = rng.integers(0, num_classes, size).astype(dtype)
+    acc = ConfusionAccumulator(num_classes, ignore_index=39).update(y_true, y_pred)
+    expected = expected_matrix(y_true, y_pred, num_classes, ignore_index=39)
+    np.testing.assert_array_equal(acc.matrix, expected)
+    y_pred[190_000] = 77
+    with pytest.raises(ValueError, match="position 190000"):
+        acc.update(y_true, y_pred)
+    np.testing.assert_array_equal(acc.matrix, expected)
+
+
 @pytest.mark.parametrize("ignore_index", [-1, 0, 3, 255], ids=lambda i: f"ignore={i}")
 def test_ignore_index_skips_true_labels_only(ignore_index, path):
     rng = np.random.default_rng(1)
