@@ -71,6 +71,8 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from . import _llvm
+
 # Status codes returned by kernels (position is the flat index of the first bad element).
 OK = 0
 BAD_TRUE = 1
@@ -744,28 +746,15 @@ def _splat(builder, value):
     )
 
 
-def _declare(builder, name, return_type, argument_types):
-    function = builder.module.globals.get(name)
-    if function is None:
-        function = ir.Function(builder.module, ir.FunctionType(return_type, argument_types), name)
-    return function
+_declare = _llvm.declare
 
 
 def _masked_load(builder, pointer, count, passthru, align):
     """Lanes ``[0, count)`` of the vector at ``pointer``; the other lanes are ``passthru`` and
     their memory is not read (``count`` is an int32, at most ``VECTOR_LANES``)."""
-    vector = passthru.type
     iota = ir.Constant(ir.VectorType(_I32, VECTOR_LANES), list(range(VECTOR_LANES)))
     mask = builder.icmp_signed("<", iota, _splat(builder, count))
-    suffix = f"v{VECTOR_LANES}{'f32' if vector.element == ir.FloatType() else 'f64'}"
-    load = _declare(
-        builder,
-        f"llvm.masked.load.{suffix}.p0{suffix}",
-        vector,
-        [vector.as_pointer(), _I32, mask.type, vector],
-    )
-    address = builder.bitcast(pointer, vector.as_pointer())
-    return builder.call(load, [address, ir.Constant(_I32, align), mask, passthru])
+    return _llvm.masked_load(builder, pointer, mask, passthru, align)
 
 
 def _row_data(context, builder, row_type, row):

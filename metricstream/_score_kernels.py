@@ -94,6 +94,8 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import _llvm
+
 OK = 0
 BAD_TRUE = 1
 BAD_SCORE = 4
@@ -954,11 +956,7 @@ def _splat(builder, value):
     return builder.shuffle_vector(one, one, ir.Constant(_vector(_I32), [0] * ROW_LANES))
 
 
-def _declare(builder, name, return_type, argument_types):
-    function = builder.module.globals.get(name)
-    if function is None:
-        function = ir.Function(builder.module, ir.FunctionType(return_type, argument_types), name)
-    return function
+_declare = _llvm.declare
 
 
 @intrinsic
@@ -982,18 +980,7 @@ def _prefetch(typingctx, array, index):
     return signature, codegen
 
 
-def _masked_load(builder, pointer, mask, passthru, align):
-    """The lanes of ``mask`` from ``pointer``, the others ``passthru`` (their memory unread)."""
-    vector = passthru.type
-    suffix = f"v{ROW_LANES}{'f32' if vector.element == _F32 else 'f64'}"
-    load = _declare(
-        builder,
-        f"llvm.masked.load.{suffix}.p0{suffix}",
-        vector,
-        [vector.as_pointer(), _I32, mask.type, vector],
-    )
-    address = builder.bitcast(pointer, vector.as_pointer())
-    return builder.call(load, [address, ir.Constant(_I32, align), mask, passthru])
+_masked_load = _llvm.masked_load
 
 
 def _count_lanes(builder, lanes):
