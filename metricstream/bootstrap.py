@@ -362,9 +362,21 @@ def _score_histogram(
     from .metrics import curves as _curves
 
     function = getattr(_curves, metric)
+    config = source.config() if callable(getattr(source, "config", None)) else {}
+    exact = bool(np.asarray(arrays.get("inexact", [1])).sum() == 0)
 
     def statistic(histogram: np.ndarray) -> float:
-        return float(function(histogram[:, 1], histogram[:, 0]))
+        pos, neg = histogram[:, 1], histogram[:, 0]
+        if metric == "auroc":
+            return float(function(pos, neg))
+        # as ScoreAccumulator.average_precision(): "auto" within bins, tied with thresholds
+        spread = None
+        if config.get("thresholds") is None:
+            spread = _curves.continuous_bins(pos, neg)
+            if not config.get("logits"):
+                spread[0] = spread[-1] = False  # p = 0 and p = 1 hold one value each
+        bounds = _curves.average_precision_bounds(pos, neg, exact=[exact], spread=spread)
+        return float(bounds.value)
 
     statistic.__name__ = metric
     return curves[0], statistic
