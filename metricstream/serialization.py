@@ -145,10 +145,15 @@ def read_state_dict(
     while version < current_format:
         try:
             state = upgrades[version](dict(state))
-        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as error:
+        except KeyError as error:  # the upgrade looked up an entry the state lacks
             raise ValueError(
                 f"`state` of format {version} lacks or mangles the entry "
                 f"{error}; it was not made by `state_dict()` or is damaged."
+            ) from None
+        except (TypeError, AttributeError, IndexError, ValueError) as error:
+            raise ValueError(
+                f"`state` of format {version} cannot be upgraded ({error}); it was not made "
+                "by `state_dict()` or is damaged."
             ) from None
         if not isinstance(state, dict):
             raise ValueError(f"the upgrade of `state` from format {version} did not return a dict.")

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import metricstream.serialization as codec
-from metricstream import Accumulator, AccumulatorGroup, ConfusionAccumulator
+from metricstream import Accumulator, AccumulatorGroup, ConfusionAccumulator, ScoreAccumulator
 from metricstream.serialization import MAGIC, stale_temporaries
 from tests.sync_fixtures import LabelHistogram, WeightTotals, make_group
 
@@ -803,5 +803,23 @@ def test_an_upgrade_that_fails_on_damaged_input_is_a_value_error():
         "config": None,
         "arrays": {"counts": np.zeros(3, dtype=np.int64)},
     }
-    with pytest.raises(ValueError, match=r"`state` of format 1 lacks or mangles the entry"):
+    with pytest.raises(ValueError, match=r"`state` of format 1 cannot be upgraded \(.+\); it"):
         _Tally.from_state_dict(damaged)
+    del damaged["config"]
+    with pytest.raises(ValueError, match=r"format 1 lacks or mangles the entry 'config'"):
+        _Tally.from_state_dict(damaged)
+
+
+@pytest.mark.parametrize("config", [None, [1, 2], "bins=65536", 7, b"{}"])
+def test_a_format_1_score_state_without_a_config_dict_is_refused_by_name(config):
+    """The upgrade of a score state (format 1 -> 2) reads its configuration first."""
+    acc = ScoreAccumulator("multiclass", 3).update([0, 1, 2], np.eye(3, dtype=np.float32))
+    state = acc.state_dict()
+    before = {name: array.copy() for name, array in acc.state_arrays().items()}
+    damaged = {**state, "format": 1, "config": config}
+    with pytest.raises(ValueError, match=r"format 1 cannot be upgraded \(`state` has no config"):
+        ScoreAccumulator.from_state_dict(damaged)
+    with pytest.raises(ValueError, match=r"format 1 lacks or mangles the entry 'config'"):
+        ScoreAccumulator.from_state_dict({k: v for k, v in damaged.items() if k != "config"})
+    for name, array in acc.state_arrays().items():  # the source is untouched
+        np.testing.assert_array_equal(array, before[name])
