@@ -840,6 +840,13 @@ def count_elementwise(
     log_sum = 0.0
     product = 1.0  # without weights, as in count_multiclass: one log a call
     exponent = 0
+    # For logits, the sigmoid and log1p(exp(-|s|)) of a block of rows, in a flat loop of its
+    # own that vectorises (np.exp and np.log1p here are scalar library calls: binary 10**5
+    # logits, 3.5 -> 1.9 ms).
+    block = max(1, min(BLOCK_ROWS, chunk, stop - start)) if logits else 0
+    sigmoid = np.empty(block * num_labels)
+    softplus = np.empty(block * num_labels)
+    flat = scores.reshape(-1)
     for lo in range(start, stop, chunk):
         hi = min(lo + chunk, stop)
         for i in range(lo, hi):
@@ -848,46 +855,59 @@ def count_elementwise(
                 sums[0] += brier_sum
                 sums[1] += log_sum + _log_of_product(product, exponent, sign)
                 return status, position, lo
-        for i in range(lo, hi):
-            if weights is None:
-                w = sign
-            else:
-                w = weights[i] * sign
-            wf = np.float64(w)
-            for c in range(num_labels):
-                y = targets[i, c]
-                if has_ignore and y == ignore_index:
-                    continue
-                yi = 1 if y == 1 else 0
-                v = scores[i, c]
-                b, exact = _bin_of(v, layout, logit, thresholds, logits)
-                curves[c, b, yi] += w
-                if not exact:
-                    inexact[c] += sign
-                x = np.float64(v)
-                if logits:
-                    e = np.exp(-abs(x))
-                    q = 1.0 / (1.0 + e) if x >= 0 else e / (1.0 + e)
-                    loss = max(x, 0.0) - x * yi + np.log1p(e)
+        step = block if logits else max(1, hi - lo)  # probabilities: the chunk at once
+        for blo in range(lo, hi, step):
+            bhi = min(blo + step, hi)
+            if logits:
+                base = blo * num_labels
+                for j in range(bhi * num_labels - base):
+                    x = np.float64(flat[base + j])
+                    x = x if x == x else 0.0  # ignored targets' scores may be NaN
+                    e = _exp_nonpositive(-abs(x))
+                    sigmoid[j] = _divide(1.0 if x >= 0 else e, 1.0 + e)
+                    softplus[j] = _log1p_unit(e)
+            for i in range(blo, bhi):
+                if weights is None:
+                    w = sign
                 else:
-                    q = x
-                    if weights is None:
-                        p = x if yi == 1 else 1.0 - x
-                        product *= min(max(p, eps), 1.0 - eps)
-                        if product < _TINY:  # scaled by a power of two: exact
-                            product *= _HUGE
-                            exponent -= _HUGE_EXPONENT
-                        loss = 0.0
+                    w = weights[i] * sign
+                wf = np.float64(w)
+                for c in range(num_labels):
+                    y = targets[i, c]
+                    if has_ignore and y == ignore_index:
+                        continue
+                    yi = 1 if y == 1 else 0
+                    v = scores[i, c]
+                    b, exact = _bin_of(v, layout, logit, thresholds, logits)
+                    curves[c, b, yi] += w
+                    if not exact:
+                        inexact[c] += sign
+                    x = np.float64(v)
+                    if logits:
+                        j = (i - blo) * num_labels + c
+                        q = sigmoid[j]
+                        # (not ``- x * y``: a -inf logit of a negative target loses 0, not NaN)
+                        above = max(x, 0.0)
+                        loss = (above - x if yi == 1 else above) + softplus[j]
                     else:
-                        loss = -_clip_log(x, eps) if yi == 1 else -_clip_log(1.0 - x, eps)
-                d = q - yi
-                f = _fine_bin(q, fine_bins)
-                cal_counts[f, 0] += w
-                if yi == 1:
-                    cal_counts[f, 1] += w
-                cal_conf[f] += wf * q
-                brier_sum += wf * d * d
-                log_sum += wf * loss
+                        q = x
+                        if weights is None:
+                            p = x if yi == 1 else 1.0 - x
+                            product *= min(max(p, eps), 1.0 - eps)
+                            if product < _TINY:  # scaled by a power of two: exact
+                                product *= _HUGE
+                                exponent -= _HUGE_EXPONENT
+                            loss = 0.0
+                        else:
+                            loss = -_clip_log(x, eps) if yi == 1 else -_clip_log(1.0 - x, eps)
+                    d = q - yi
+                    f = _fine_bin(q, fine_bins)
+                    cal_counts[f, 0] += w
+                    if yi == 1:
+                        cal_counts[f, 1] += w
+                    cal_conf[f] += wf * q
+                    brier_sum += wf * d * d
+                    log_sum += wf * loss
     sums[0] += brier_sum
     sums[1] += log_sum + _log_of_product(product, exponent, sign)
     return OK, 0, stop
@@ -938,6 +958,19 @@ def _fma(typingctx, a, b, c):
         return builder.call(function, list(args))
 
     return types.float64(types.float64, types.float64, types.float64), codegen
+
+
+@intrinsic
+def _divide(typingctx, a, b):
+    """``a / b`` of two float64, IEEE (Numba's ``/`` tests for a zero divisor to raise
+    ZeroDivisionError, a branch that keeps a loop from vectorising)."""
+    if a != types.float64 or b != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fdiv(args[0], args[1])
+
+    return types.float64(types.float64, types.float64), codegen
 
 
 @njit(inline="always")
@@ -999,9 +1032,51 @@ def _softmax_statistics(columns, top, true_score, target, n, totals, inverse, sq
             square[r] = e2 if first else square[r] + e2
     # One division a row, not a score (a division per score was 2 us of 256 x 10).
     for r in range(n):
-        inverse[r] = 1.0 / totals[r]
+        inverse[r] = _divide(1.0, totals[r])
         p = _exp_nonpositive(np.float64(true_score[r]) - np.float64(top[r])) * inverse[r]
         square[r] = square[r] * (inverse[r] * inverse[r]) + (1.0 - p) * (1.0 - p)
+
+
+# fdlibm's log: log(1 + f) = 2s + s R(s**2) with s = f / (2 + f), R minimax for |s| <= 0.1716.
+_LOG_COEFFICIENTS = (
+    6.666666666666735130e-01,
+    3.999999999940941908e-01,
+    2.857142874366239149e-01,
+    2.222219843214978396e-01,
+    1.818357216161805012e-01,
+    1.531383769920937332e-01,
+    1.479819860511658591e-01,
+)
+_SQRT2_MINUS_1 = math.sqrt(2.0) - 1.0
+
+
+@njit(inline="always")
+def _log1p_unit(e):
+    """``log1p(e)`` of a float64 ``0 <= e <= 1``, within 1 ulp, without branches or calls.
+
+    fdlibm's reduction: above ``sqrt(2) - 1``, ``log1p(e) = ln2 + log1p(f)`` with ``f = (e -
+    1) / 2`` (exact), so that ``|f| <= sqrt(2) - 1`` and ``|s| <= 0.1716``; then ``log1p(f)
+    = f - (f**2 / 2 - s (f**2 / 2 + R))``, all of it from the exact ``f``."""
+    high = e > _SQRT2_MINUS_1
+    k = 1.0 if high else 0.0
+    f = (e - 1.0) * 0.5 if high else e
+    s = _divide(f, 2.0 + f)
+    z = s * s
+    w = z * z
+    c = _LOG_COEFFICIENTS
+    odd = w * _fma(w, _fma(w, c[5], c[3]), c[1])
+    even = z * _fma(w, _fma(w, _fma(w, c[6], c[4]), c[2]), c[0])
+    r = odd + even
+    half_square = 0.5 * f * f
+    return k * _EXP_LN2_HI - ((half_square - (s * (half_square + r) + k * _EXP_LN2_LO)) - f)
+
+
+@_kernel
+def log1p_unit(x, out):
+    """``out[i] = log1p(x[i])`` for float64 ``0 <= x <= 1`` (see :func:`_log1p_unit`); for
+    tests."""
+    for i in range(x.shape[0]):
+        out[i] = _log1p_unit(x[i])
 
 
 @_kernel

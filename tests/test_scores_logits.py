@@ -171,3 +171,102 @@ def test_bad_logits_leave_the_state_unchanged(n, bad):
     after = acc.state_arrays()
     for name, array in before.items():
         np.testing.assert_array_equal(after[name], array, err_msg=name)
+
+
+def test_log1p_is_within_an_ulp_of_numpy():
+    rng = np.random.default_rng(1)
+    edges = [0.0, 5e-324, 1e-300, 1e-17, np.sqrt(2) - 1, 0.5, 1.0]
+    edges += [np.nextafter(np.sqrt(2) - 1, 0), np.nextafter(np.sqrt(2) - 1, 1)]
+    x = np.concatenate([rng.uniform(0, 1, 1_000_000), np.exp(-rng.uniform(0, 745, 1_000_000))])
+    x = np.concatenate([x, edges])
+    got = np.empty_like(x)
+    kernels.log1p_unit(x, got)
+    expected = np.log1p(x)
+    ulps = np.abs(got - expected) / np.spacing(np.maximum(expected, 5e-324))
+    assert ulps.max() <= 1.0
+    assert got[x == 0].max() == 0.0
+
+
+def elementwise_reference(acc: ScoreAccumulator, targets, logits, weights=None):
+    """The state of binary/multilabel logits as the per-element kernel computed it with
+    np.exp and np.log1p: ``q = sigmoid(s)``, log loss ``max(s, 0) - s y + log1p(exp(-|s|))``
+    (``max(s, 0)`` for ``y = 0``: 0, not NaN, at ``s = -inf``)."""
+    state = {name: np.zeros_like(a) for name, a in acc.state_arrays().items()}
+    targets = targets.reshape(len(targets), -1)
+    logits = logits.reshape(len(logits), -1)
+    w = np.ones(len(targets), np.int64) if weights is None else weights
+    w = np.broadcast_to(w[:, None], targets.shape)
+    x = logits.astype(np.float64)
+    e = np.exp(-np.abs(x))
+    q = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    above = np.maximum(x, 0.0)
+    loss = np.where(targets == 1, above - x, above) + np.log1p(e)
+    fine_bins = state["confidence"].shape[0]
+    fine = np.clip((q * fine_bins).astype(np.int64), 0, fine_bins - 1)
+    np.add.at(state["calibration"], (fine, 0), w)
+    np.add.at(state["calibration"], (fine, 1), w * targets)
+    np.add.at(state["confidence"], fine, w * q)
+    state["losses"][0] = np.sum(w * (q - targets) ** 2)
+    state["losses"][1] = np.sum(w * loss)
+    values = acc.bin_values()
+    for c in range(targets.shape[1]):
+        bins = np.array([acc.bin_index(v) for v in x[:, c]])
+        np.add.at(state["curves"], (c, bins, targets[:, c]), w[:, c])
+        state["inexact"][c] = np.count_nonzero(values[bins] != x[:, c])
+    return state
+
+
+@pytest.mark.parametrize("dtype", LOGIT_DTYPES)
+@pytest.mark.parametrize("n", [1, 300, 20_000])
+def test_binary_state_equals_reference(n, dtype):
+    rng = np.random.default_rng(n)
+    y = rng.integers(0, 2, n)
+    logits = (rng.normal(size=n) * 4 + 2 * y - 1).astype(dtype)
+    logits[: n // 50] = rng.choice([-1e30, -800.0, -40.0, 0.0, 40.0, 800.0, 1e30, -np.inf], n // 50)
+    acc = ScoreAccumulator("binary", logits=True).update(y, logits)
+    expected = elementwise_reference(acc, y, logits)
+    for name in ("curves", "inexact", "calibration"):
+        np.testing.assert_array_equal(acc.state_arrays()[name], expected[name], err_msg=name)
+    for name in FLOAT_ARRAYS:
+        np.testing.assert_allclose(
+            acc.state_arrays()[name], expected[name], rtol=1e-12, atol=0, err_msg=name
+        )
+    # scikit-learn clips probabilities; the logits' loss is not clipped: moderate logits only
+    moderate = ScoreAccumulator("binary", logits=True).update(y[n // 50 :], logits[n // 50 :])
+    p = scipy.special.expit(logits[n // 50 :].astype(np.float64))
+    assert moderate.log_loss() == pytest.approx(
+        skm.log_loss(y[n // 50 :], p, labels=[0, 1]), rel=1e-9
+    )
+    assert moderate.brier_score() == pytest.approx(skm.brier_score_loss(y[n // 50 :], p), rel=1e-9)
+
+
+def test_multilabel_state_equals_reference_with_weights():
+    rng = np.random.default_rng(4)
+    n, labels = 700, 6
+    y = rng.integers(0, 2, (n, labels))
+    logits = (rng.normal(size=(n, labels)) * 3 + 2 * y - 1).astype(np.float32)
+    weights = rng.integers(0, 4, n)
+    acc = ScoreAccumulator("multilabel", labels, logits=True).update(y, logits, weights)
+    expected = elementwise_reference(acc, y, logits, weights)
+    for name in ("curves", "inexact", "calibration"):
+        np.testing.assert_array_equal(acc.state_arrays()[name], expected[name], err_msg=name)
+    for name in FLOAT_ARRAYS:
+        np.testing.assert_allclose(
+            acc.state_arrays()[name], expected[name], rtol=1e-12, atol=0, err_msg=name
+        )
+
+
+@pytest.mark.parametrize("n", [5, 300, 9000])
+def test_bad_binary_logits_leave_the_state_unchanged(n):
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 2, n)
+    logits = rng.normal(size=n).astype(np.float32)
+    acc = ScoreAccumulator("binary", logits=True).update(y[:3], logits[:3])
+    before = acc.state_arrays()
+    for bad in (np.nan, np.inf):
+        broken = logits.copy()
+        broken[n - 1] = bad
+        with pytest.raises(ValueError, match="logits must not be NaN or \\+inf"):
+            acc.update(y, broken)
+        for name, array in before.items():
+            np.testing.assert_array_equal(acc.state_arrays()[name], array, err_msg=name)
