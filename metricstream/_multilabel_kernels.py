@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import carray, njit, types
 from numba.core import cgutils
-from numba.core.imputils import impl_ret_borrowed
+from numba.core.imputils import impl_ret_untracked
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import populate_array
 
@@ -362,7 +362,9 @@ def _fused_row_pair(typingctx, flat_t, flat_p, start, start2, chunks, rest, thre
 @intrinsic
 def _flat(typingctx, array):
     """A C-contiguous array as one dimension (``reshape(-1)`` without Numba's reshape helper,
-    a call of about 20 ns). The caller knows the array to be C-contiguous."""
+    a call of about 20 ns). The caller knows the array to be C-contiguous and keeps it alive:
+    the view owns no reference, so that it and its slices cost no atomic reference counting
+    (measured: a 256×20 update did about 40 atomic increments and decrements, 0.3 µs)."""
     if not (isinstance(array, types.Array) and array.layout == "C"):
         return None
     flat_type = array.copy(ndim=1, layout="C")
@@ -376,10 +378,10 @@ def _flat(typingctx, array):
             shape=[source.nitems],
             strides=[source.itemsize],
             itemsize=source.itemsize,
-            meminfo=source.meminfo,
-            parent=source.parent,
+            meminfo=None,
+            parent=None,
         )
-        return impl_ret_borrowed(context, builder, signature.return_type, target._getvalue())
+        return impl_ret_untracked(context, builder, signature.return_type, target._getvalue())
 
     return flat_type(array), codegen
 
@@ -1164,6 +1166,22 @@ def _plain_matrix(a, rows, cols):
     )
 
 
+@njit(inline="always")
+def _lane_bytes(num_labels):
+    """Bytes of the uint8 lanes of pass 1 (TP, AP, PP), rounded up to 8."""
+    if CHUNK <= num_labels <= 255 * CHUNK:
+        width = (num_labels + CHUNK - 1) // CHUNK * CHUNK
+    else:
+        width = _super_rows(num_labels) * num_labels
+    return (3 * width + 7) // 8 * 8
+
+
+@_kernel
+def plain_buffer_size(num_labels):
+    """Bytes of the scratch that :func:`count_routed` takes for rows of ``num_labels``."""
+    return _lane_bytes(num_labels) + 8 * 3 * _SUM_ROWS + 64
+
+
 @_kernel
 def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     """Count an unweighted, unmasked (N, L) batch; returns ``status + 8 * (row + 1)``: 0 when
@@ -1176,10 +1194,67 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     and no count can pass 2**63 - 1 (else ``OVERFLOW``); with 0, ``labels`` and ``per_sample``
     are the caller's zeroed private buffers (one thread's share of a batch), which the caller
     adds once every share is counted. Mode 2 is mode 1 for matrices that the caller has not
-    checked beyond their dtypes and dimensions (``update``'s one-call path): ``NOT_PLAIN``, and
-    nothing counted, unless both are C-contiguous, aligned and of the same shape (N, L) with
-    L the state's.
+    checked beyond their dtypes and dimensions: ``NOT_PLAIN``, and nothing counted, unless
+    both are C-contiguous, aligned and of the same shape (N, L) with L the state's.
     """
+    n = y_true.shape[0]
+    buffer = np.empty(_lane_bytes(y_true.shape[1]) + 8 * 3 * min(n, _SUM_ROWS) + 64, np.uint8)
+    return _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mode, buffer)
+
+
+@intrinsic
+def _pointer_to(typingctx, address, dtype):
+    """A pointer to ``dtype`` (a scalar class such as ``np.int64``) elements at the integer
+    ``address``."""
+    if not isinstance(address, types.Integer):
+        return None
+    if isinstance(dtype, types.NumberClass):
+        element = dtype.instance_type
+    else:
+        return None
+    signature = types.CPointer(element)(address, dtype)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return signature, codegen
+
+
+# Positions in the int64 ``table`` of :func:`count_routed`.
+ROUTE_LABELS = 0  # L
+ROUTE_LABELS_AT = 1  # the address of ``labels`` (3, L) int64, C-contiguous
+ROUTE_SAMPLES_AT = 2  # the address of ``per_sample`` (W,) int64
+ROUTE_SAMPLES = 3  # W
+ROUTE_SCRATCH_AT = 4  # the address of a uint8 scratch of ``plain_buffer_size(L)`` bytes
+ROUTE_SCRATCH = 5  # its size
+ROUTE_LAYOUT_AT = 6  # the address of ``layout`` (int64)
+ROUTE_LAYOUT = 7  # its length
+ROUTE_SIZE = 8
+
+
+@_kernel
+def count_routed(y_true, y_pred, threshold, table):
+    """:func:`count_plain` in mode 2 (``update``'s one-call path) on the state arrays and the
+    scratch at the addresses of ``table`` (int64, ``ROUTE_*`` positions; the caller keeps them
+    alive, and holds the accumulator's lock, which guards the scratch).
+
+    One array argument instead of four (each costs about 45 ns of a call), no allocation, and
+    arrays that own no reference (no atomic reference counting): measured 2.15 -> 1.81 µs a
+    256×20 call, with the other changes of that commit.
+    """
+    num_labels = table[ROUTE_LABELS]
+    labels = carray(_pointer_to(table[ROUTE_LABELS_AT], np.int64), (3, num_labels))
+    per_sample = carray(_pointer_to(table[ROUTE_SAMPLES_AT], np.int64), table[ROUTE_SAMPLES])
+    buffer = carray(_pointer_to(table[ROUTE_SCRATCH_AT], np.uint8), table[ROUTE_SCRATCH])
+    layout = carray(_pointer_to(table[ROUTE_LAYOUT_AT], np.int64), table[ROUTE_LAYOUT])
+    return _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, 2, buffer)
+
+
+@njit(inline="always")
+def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mode, buffer):
+    """:func:`count_plain`, with ``buffer`` a uint8 scratch of at least ``_lane_bytes(L) + 24
+    min(N, _SUM_ROWS) + 64`` bytes (the lanes of pass 1 and the row sums of pass 2). The
+    local buffers of a batch larger than one block are allocated here."""
     n = y_true.shape[0]
     num_labels = y_true.shape[1]
     if mode == 2 and not (
@@ -1240,15 +1315,19 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     local_hist = 0 if direct_hist else per_sample.shape[0]
     start = (lanes + 7) // 8 * 8
     sum_rows = min(n, _SUM_ROWS)
-    scratch = np.empty(start + 8 * (3 * sum_rows + local_cols + local_hist), np.uint8)
-    acc = scratch[:lanes]
+    # the lanes from a 64-byte boundary (measured 15% faster at 256×1000 than at 16 bytes
+    # past one: each 64-lane access stays within one cache line)
+    buffer = buffer[(-buffer.ctypes.data) & 63 :]
+    acc = buffer[:lanes]
     acc[:] = 0
-    all_wide = scratch[start:].view(np.int64)
+    all_wide = buffer[start:].view(np.int64)
     sum_tp = all_wide[:sum_rows]
     sum_ap = all_wide[sum_rows : 2 * sum_rows]
     sum_pp = all_wide[2 * sum_rows : 3 * sum_rows]
-    wide = all_wide[3 * sum_rows :]
-    wide[:] = 0
+    if local_cols + local_hist:
+        wide = np.zeros(local_cols + local_hist, np.int64)
+    else:
+        wide = all_wide[:0]
     cols = _flat(labels) if direct_cols else wide[:local_cols]
     hist = per_sample if direct_hist else wide[local_cols : local_cols + local_hist]
     flat_t = _flat(y_true)
@@ -1436,9 +1515,13 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
                 tps = sum_tp[r]
                 aps = sum_ap[r]
                 pps = sum_pp[r]
-                union = aps + pps - tps
                 exact += (tps == aps) & (tps == pps)
-                neither += union == 0
+                neither += (aps | pps) == 0
+            for r in range(rows):
+                tps = sum_tp[r]
+                aps = sum_ap[r]
+                pps = sum_pp[r]
+                union = aps + pps - tps
                 hist[np.uint64(card_true + aps)] += 1
                 hist[np.uint64(card_pred + pps)] += 1
                 hist[np.uint64(by_pred_at + pps)] += tps
