@@ -573,7 +573,10 @@ def count_multiclass(
     # and per row the true class (-1: not counted), weight, true score and statistics.
     # (Four allocations, sliced: an allocation costs about 70 ns. One allocation viewed as
     # the four dtypes saved 0.1 us of a 256 x 10 update and cost 0.5 s of compile.)
-    ints = np.empty((num_classes + 7) * block + num_classes, np.int32)
+    # (For logits, EXP_LANES elements past each scratch array: _softmax_lanes reads and writes
+    # whole vectors of rows.)
+    pad = EXP_LANES if logits else 0
+    ints = np.empty((num_classes + 7) * block + num_classes + pad, np.int32)
     keys = ints[: num_classes * block].reshape((num_classes, block))
     counts = ints[num_classes * block : (num_classes + 1) * block]
     greater = ints[(num_classes + 1) * block : (num_classes + 2) * block]
@@ -583,7 +586,7 @@ def count_multiclass(
     correct = ints[(num_classes + 5) * block : (num_classes + 6) * block]
     target = ints[(num_classes + 6) * block : (num_classes + 7) * block]
     exact_count = ints[(num_classes + 7) * block :]
-    values = np.empty((num_classes + 2) * block, scores.dtype)
+    values = np.empty((num_classes + 2) * block + pad, scores.dtype)
     columns = values[: num_classes * block].reshape((num_classes, block))
     true_score = values[num_classes * block : (num_classes + 1) * block]
     top = values[(num_classes + 1) * block :]
@@ -591,10 +594,11 @@ def count_multiclass(
     # (when short rows make that scratch small; long ones compute each exp twice instead).
     # ``factor``: per row, the clipped true-class probability, or for logits the softmax
     # denominator (the log loss is ``-log`` of the one, ``top - s_t + log`` of the other).
-    floats = np.empty((2 + logits) * block)
-    square = floats[:block]
-    factor = floats[block : 2 * block]
-    inverse = floats[2 * block :]
+    width = block + pad
+    floats = np.empty((2 + logits) * width)
+    square = floats[:width]
+    factor = floats[width : 2 * width]
+    inverse = floats[2 * width :]
     row_weight = np.empty(block, hist.dtype)
     # Without weights, the log loss of probabilities is the log of the running product of
     # the clipped true-class probabilities, kept a normal float by exact power-of-two
@@ -1011,6 +1015,125 @@ def _rescaled(product, exponent, logits):
     return product, exponent
 
 
+# Rows of a block whose softmax terms are computed at once: one 512-bit vector of float64
+# (LLVM's loop vectoriser keeps to 256 bits on this machine: 1.25 ns an exp; explicit 8-lane
+# vectors, 0.75 ns).
+EXP_LANES = 8
+
+
+def _float64_call(builder, name, vector, arguments):
+    """``llvm.<name>`` (``floor``, ``fma``) of float64 vectors."""
+    suffix = f"v{vector.type.count}f64"
+    function = _llvm.declare(
+        builder, f"llvm.{name}.{suffix}", vector.type, [vector.type] * len(arguments)
+    )
+    return builder.call(function, arguments)
+
+
+def _exp_lanes(builder, x):
+    """:func:`_exp_nonpositive` of each lane of a float64 vector (the same operations in the
+    same order, so the same results)."""
+    lanes = x.type.count
+
+    def constant(value):
+        return ir.Constant(x.type, [value] * lanes)
+
+    def fma(a, b, c):
+        return _float64_call(builder, "fma", a, [a, b, c])
+
+    longs = ir.VectorType(ir.IntType(64), lanes)
+    lowest = constant(_EXP_LOWEST)
+    x = builder.select(builder.fcmp_ordered(">", x, lowest), x, lowest)
+    k = _float64_call(builder, "floor", x, [fma(x, constant(_EXP_LOG2E), constant(0.5))])
+    minus_k = builder.fneg(k)
+    r = fma(minus_k, constant(_EXP_LN2_LO), fma(minus_k, constant(_EXP_LN2_HI), x))
+    c = [constant(value) for value in _EXP_COEFFICIENTS]
+    r2 = builder.fmul(r, r)
+    r4 = builder.fmul(r2, r2)
+    r8 = builder.fmul(r4, r4)
+    b0 = fma(fma(c[3], r, c[2]), r2, fma(c[1], r, c[0]))
+    b1 = fma(fma(c[7], r, c[6]), r2, fma(c[5], r, c[4]))
+    b2 = fma(fma(c[11], r, c[10]), r2, fma(c[9], r, c[8]))
+    q = fma(b2, r8, fma(b1, r4, b0))
+    p = builder.fadd(constant(1.0), fma(r2, q, r))
+    ki = builder.fptosi(k, longs)
+    half = builder.ashr(ki, ir.Constant(longs, [1] * lanes))
+    bias = ir.Constant(longs, [1023] * lanes)
+    shift = ir.Constant(longs, [52] * lanes)
+    low = builder.bitcast(builder.shl(builder.add(half, bias), shift), x.type)
+    high = builder.bitcast(builder.shl(builder.add(builder.sub(ki, half), bias), shift), x.type)
+    return builder.fmul(builder.fmul(p, low), high)
+
+
+@intrinsic
+def _softmax_lanes(typingctx, columns, top, target, c, r, totals, square):
+    """Rows ``r .. r + EXP_LANES - 1`` of class ``c`` (all of them read and written): with
+    ``e = exp(columns[c, row] - top[row])``, ``totals[row] += e`` and ``square[row] += e**2``
+    unless ``target[row] == c`` (both set instead of added for ``c == 0``)."""
+    float_arrays = (columns, top)
+    if (
+        not all(isinstance(a, types.Array) and a.layout == "C" for a in (*float_arrays, target))
+        or columns.ndim != 2
+        or columns.dtype not in (types.float32, types.float64)
+        or top.dtype != columns.dtype
+        or target.dtype != types.int32
+        or totals != square
+        or not isinstance(totals, types.Array)
+        or totals.dtype != types.float64
+        or not isinstance(c, types.Integer)
+        or not isinstance(r, types.Integer)
+    ):
+        return None
+    signature = types.void(columns, top, target, c, r, totals, square)
+
+    def codegen(context, builder, signature, args):
+        kinds = signature.args
+        double = ir.DoubleType()
+        doubles = ir.VectorType(double, EXP_LANES)
+        index = [context.cast(builder, args[j], kinds[j], types.intp) for j in (3, 4)]
+        c_index, row = index
+
+        def lanes_of(j, offset):
+            array = context.make_array(kinds[j])(context, builder, value=args[j])
+            element = context.get_data_type(kinds[j].dtype)
+            vector = ir.VectorType(element, EXP_LANES)
+            pointer = builder.bitcast(builder.gep(array.data, [offset]), vector.as_pointer())
+            return pointer, context.get_abi_sizeof(element)
+
+        columns_array = context.make_array(kinds[0])(context, builder, value=args[0])
+        stride = cgutils.unpack_tuple(builder, columns_array.shape, 2)[1]
+        at = builder.add(builder.mul(c_index, stride), row)
+        pointer, align = lanes_of(0, at)
+        v = builder.load(pointer, align=align)
+        pointer, align = lanes_of(1, row)
+        level = builder.load(pointer, align=align)
+        if kinds[0].dtype == types.float32:
+            v = builder.fpext(v, doubles)
+            level = builder.fpext(level, doubles)
+        e = _exp_lanes(builder, builder.fsub(v, level))
+        pointer, align = lanes_of(2, row)
+        target_lanes = builder.load(pointer, align=align)
+        c32 = builder.trunc(c_index, ir.IntType(32))
+        splat = builder.insert_element(
+            ir.Constant(target_lanes.type, ir.Undefined), c32, ir.Constant(ir.IntType(32), 0)
+        )
+        splat = builder.shuffle_vector(
+            splat, splat, ir.Constant(ir.VectorType(ir.IntType(32), EXP_LANES), [0] * EXP_LANES)
+        )
+        is_true = builder.icmp_signed("==", target_lanes, splat)
+        zero = ir.Constant(doubles, [0.0] * EXP_LANES)
+        squares = builder.select(is_true, zero, builder.fmul(e, e))
+        first = builder.icmp_signed("==", c_index, ir.Constant(c_index.type, 0))
+        for j, term in ((5, e), (6, squares)):
+            pointer, align = lanes_of(j, row)
+            old = builder.load(pointer, align=align)
+            new = builder.select(first, term, builder.fadd(old, term))
+            builder.store(new, pointer, align=align)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
 @njit(inline="always")
 def _softmax_statistics(columns, top, true_score, target, n, totals, inverse, square):
     """Per row ``r < n`` of a block of logits held class by class (``columns``; row maxima
@@ -1019,17 +1142,11 @@ def _softmax_statistics(columns, top, true_score, target, n, totals, inverse, sq
     confidence; and the Brier term ``square[r] = sum_c (p_c - [c == t])^2``, computed as
     ``inverse**2 * sum_{c != t} e_c**2 + (1 - p_t)**2``: one pass over the scores, without
     keeping their exps (all terms non-negative, each within a few ulp of the quotients').
-    Class by class over the rows, so that the loops vectorise; each row adds its classes in
-    order, as a row-by-row loop would."""
-    num_classes = columns.shape[0]
-    for c in range(num_classes):
-        first = c == 0
-        c32 = np.int32(c)
-        for r in range(n):
-            e = _exp_nonpositive(np.float64(columns[c, r]) - np.float64(top[r]))
-            e2 = 0.0 if target[r] == c32 else e * e
-            totals[r] = e if first else totals[r] + e
-            square[r] = e2 if first else square[r] + e2
+    Class by class, ``EXP_LANES`` rows at a time (the arrays hold that many elements past
+    ``n``); each row adds its classes in order, as a row-by-row loop would."""
+    for c in range(columns.shape[0]):
+        for r in range(0, n, EXP_LANES):
+            _softmax_lanes(columns, top, target, c, r, totals, square)
     # One division a row, not a score (a division per score was 2 us of 256 x 10).
     for r in range(n):
         inverse[r] = _divide(1.0, totals[r])
