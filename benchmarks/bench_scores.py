@@ -15,7 +15,9 @@ on a loaded shared machine means over long blocks measure the scheduler).
 * ``update``: one update of 256x10 float32 probabilities (every state at once: ROC/PR
   histograms, top-k ranks, calibration, Brier and log loss) against torchmetrics'
   ``MulticlassAUROC(thresholds=100).update``, ``MulticlassAccuracy(top_k=5)`` and
-  ``MulticlassCalibrationError`` on the same batch (targets: <= 5 us, >= 400x);
+  ``MulticlassCalibrationError`` on the same batch (targets: <= 5 us, >= 400x); and one
+  update of the same batch's float32 logits (``logits=True``: the softmax for calibration,
+  Brier and log loss) against ``MulticlassAUROC(thresholds=100)`` on those logits;
 * ``update_k1000``: the same with 1,000 classes (target >= 100x ``thresholds=100``);
 * ``large``: one update of 10^6 x 10 float32 scores against a read-only pass over them
   (``np.max``; target: within 2x);
@@ -274,11 +276,21 @@ def print_accuracy(rows: list[dict]) -> None:
 
 
 # ---------------------------------------------------------------------- speed
-def _batch(rows: int, classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def _logits64(rows: int, classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     y = rng.integers(0, classes, rows)
-    logits = rng.normal(size=(rows, classes)) + 3.0 * np.eye(classes)[y]
+    return y, rng.normal(size=(rows, classes)) + 3.0 * np.eye(classes)[y]
+
+
+def _batch(rows: int, classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    y, logits = _logits64(rows, classes, seed)
     return y, _softmax(logits).astype(np.float32)
+
+
+def _logit_batch(rows: int, classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The labels of :func:`_batch` and its logits before the softmax, as float32."""
+    y, logits = _logits64(rows, classes, seed)
+    return y, logits.astype(np.float32)
 
 
 def bench_update(classes: int, repeats: int) -> dict[str, float]:
@@ -289,23 +301,33 @@ def bench_update(classes: int, repeats: int) -> dict[str, float]:
     # otherwise spin on this shared 2-core machine and slow every candidate down.
     torch.set_num_threads(1)
     y, scores = _batch(256, classes)
+    _, logits = _logit_batch(256, classes)
     acc = ScoreAccumulator("multiclass", classes)
     acc.update(y, scores)
-    check = ScoreAccumulator("multiclass", classes).update(y, scores)
+    from_logits = ScoreAccumulator("multiclass", classes, logits=True)
+    from_logits.update(y, logits)
     from sklearn import metrics
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         onehot = np.eye(classes)[y]
         present = onehot.sum(axis=0) > 0
-        reference = metrics.roc_auc_score(onehot[:, present], scores[:, present])
-        bound = check.auroc("macro", with_bound=True)
-        assert bound.lower <= reference <= bound.upper, "AUROC outside its bound"
-    ty, ts = torch.from_numpy(y), torch.from_numpy(scores)
+        for values, logit in ((scores, False), (logits, True)):
+            check = ScoreAccumulator("multiclass", classes, logits=logit).update(y, values)
+            reference = metrics.roc_auc_score(onehot[:, present], values[:, present])
+            bound = check.auroc("macro", with_bound=True)
+            assert bound.lower <= reference <= bound.upper, "AUROC outside its bound"
+    ty, ts, tl = torch.from_numpy(y), torch.from_numpy(scores), torch.from_numpy(logits)
     auroc100 = tmc.MulticlassAUROC(classes, thresholds=100)
+    # torchmetrics softmaxes scores outside [0, 1] itself.
+    auroc100_logits = tmc.MulticlassAUROC(classes, thresholds=100)
     candidates: dict[str, Callable[[], object]] = {
         "metricstream update (all views)": lambda: acc.update(y, scores),
         "torchmetrics MulticlassAUROC(thresholds=100)": lambda: auroc100.update(ts, ty),
+        "metricstream update (all views), logits": lambda: from_logits.update(y, logits),
+        "torchmetrics MulticlassAUROC(thresholds=100), logits": lambda: auroc100_logits.update(
+            tl, ty
+        ),
     }
     if classes <= 100:
         topk = tmc.MulticlassAccuracy(classes, top_k=5)
@@ -437,14 +459,14 @@ def main(argv: list[str] | None = None) -> None:
     if "update" in cases:
         times = bench_update(10, repeats)
         _print_times(
-            "## one update, 256 x 10 float32 probabilities",
+            "## one update, 256 x 10 float32 probabilities (and logits)",
             times,
             "metricstream update (all views)",
         )
     if "update_k1000" in cases:
         times = bench_update(1000, max(3, repeats // 3))
         _print_times(
-            "## one update, 256 x 1000 float32 probabilities",
+            "## one update, 256 x 1000 float32 probabilities (and logits)",
             times,
             "metricstream update (all views)",
         )
@@ -465,8 +487,10 @@ def main(argv: list[str] | None = None) -> None:
 def _print_times(title: str, times: dict[str, float], mine: str) -> None:
     print(f"\n{title}")
     for name, seconds in times.items():
-        cold = name.endswith("cold cache")
-        reference = f"{mine}, cold cache" if cold and f"{mine}, cold cache" in times else mine
+        reference = mine
+        for variant in ("cold cache", "logits"):  # compared with the same kind of update
+            if name.endswith(f", {variant}") and f"{mine}, {variant}" in times:
+                reference = f"{mine}, {variant}"
         base = times[reference]
         ratio = "" if name == reference else f"  ({seconds / base:,.0f}x metricstream)"
         if name.startswith("read-only"):
@@ -474,7 +498,7 @@ def _print_times(title: str, times: dict[str, float], mine: str) -> None:
             ratio = f"  (metricstream = {times[own] / seconds:.2f}x this)"
         elif name == f"{mine}, wall":
             ratio = ""
-        print(f"  {name:48} {_format(seconds):>10}{ratio}")
+        print(f"  {name:56} {_format(seconds):>10}{ratio}")
 
 
 def _format(seconds: float) -> str:
