@@ -865,6 +865,8 @@ def count_elementwise(
     block = max(1, min(BLOCK_ROWS, chunk, stop - start)) if logits else 0
     sigmoid = np.empty(block * num_labels)
     softplus = np.empty(block * num_labels)
+    # and their key bins (2 * bin + exact), vectorised there too
+    keys = np.empty(block * num_labels, np.int32)
     flat = scores.reshape(-1)
     for lo in range(start, stop, chunk):
         hi = min(lo + chunk, stop)
@@ -885,6 +887,9 @@ def count_elementwise(
                     e = _exp_nonpositive(-abs(x))
                     sigmoid[j] = _divide(1.0 if x >= 0 else e, 1.0 + e)
                     softplus[j] = _log1p_unit(e)
+                    if thresholds is None:
+                        b, exact = _logit_key(flat[base + j], logit)
+                        keys[j] = np.int32(2) * b + np.int32(exact)
             for i in range(blo, bhi):
                 if weights is None:
                     w = sign
@@ -897,13 +902,17 @@ def count_elementwise(
                         continue
                     yi = 1 if y == 1 else 0
                     v = scores[i, c]
-                    b, exact = _bin_of(v, layout, logit, thresholds, logits)
+                    j = (i - blo) * num_labels + c
+                    if logits and thresholds is None:
+                        key = keys[j]
+                        b, exact = key >> 1, (key & 1) != 0
+                    else:
+                        b, exact = _bin_of(v, layout, logit, thresholds, logits)
                     curves[c, b, yi] += w
                     if not exact:
                         inexact[c] += sign
                     x = np.float64(v)
                     if logits:
-                        j = (i - blo) * num_labels + c
                         q = sigmoid[j]
                         # (not ``- x * y``: a -inf logit of a negative target loses 0, not NaN)
                         above = max(x, 0.0)

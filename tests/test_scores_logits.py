@@ -196,6 +196,11 @@ def elementwise_reference(acc: ScoreAccumulator, targets, logits, weights=None):
     logits = logits.reshape(len(logits), -1)
     w = np.ones(len(targets), np.int64) if weights is None else weights
     w = np.broadcast_to(w[:, None], targets.shape)
+    ignore = acc.config()["ignore_index"]
+    if ignore is not None:  # ignored targets count nothing (weight 0, scores made valid)
+        w = np.where(targets == ignore, 0, w)
+        logits = np.where(targets == ignore, 0, logits)
+        targets = np.where(targets == ignore, 0, targets)
     x = logits.astype(np.float64)
     e = np.exp(-np.abs(x))
     q = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
@@ -212,7 +217,7 @@ def elementwise_reference(acc: ScoreAccumulator, targets, logits, weights=None):
     for c in range(targets.shape[1]):
         bins = np.array([acc.bin_index(v) for v in x[:, c]])
         np.add.at(state["curves"], (c, bins, targets[:, c]), w[:, c])
-        state["inexact"][c] = np.count_nonzero(values[bins] != x[:, c])
+        state["inexact"][c] = np.count_nonzero((values[bins] != x[:, c]) & (w[:, c] != 0))
     return state
 
 
@@ -240,13 +245,19 @@ def test_binary_state_equals_reference(n, dtype):
     assert moderate.brier_score() == pytest.approx(skm.brier_score_loss(y[n // 50 :], p), rel=1e-9)
 
 
-def test_multilabel_state_equals_reference_with_weights():
+@pytest.mark.parametrize("ignore", [None, -1])
+def test_multilabel_state_equals_reference_with_weights(ignore):
     rng = np.random.default_rng(4)
     n, labels = 700, 6
     y = rng.integers(0, 2, (n, labels))
     logits = (rng.normal(size=(n, labels)) * 3 + 2 * y - 1).astype(np.float32)
-    weights = rng.integers(0, 4, n)
-    acc = ScoreAccumulator("multilabel", labels, logits=True).update(y, logits, weights)
+    if ignore is not None:
+        hidden = rng.random((n, labels)) < 0.1
+        y[hidden] = ignore
+        logits[hidden] = np.nan  # ignored targets' scores are not read
+    weights = rng.integers(1, 4, n)
+    acc = ScoreAccumulator("multilabel", labels, logits=True, ignore_index=ignore)
+    acc.update(y, logits, weights)
     expected = elementwise_reference(acc, y, logits, weights)
     for name in ("curves", "inexact", "calibration"):
         np.testing.assert_array_equal(acc.state_arrays()[name], expected[name], err_msg=name)
