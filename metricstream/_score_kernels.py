@@ -89,14 +89,17 @@ multilabel logits use an exp and a log1p of plain float64 arithmetic (:func:`_ex
 loop are scalar library calls that keep the loop from vectorising. The block kernel takes the
 softmax sums class by class, eight rows at a time in 512-bit vectors (:func:`_softmax_lanes`),
 the Brier term as ``sum_{c != t} p_c**2 + (1 - p_t)**2`` (one pass, no exps kept), one
-division a row and the log loss as one log of the product of the denominators. Measured (CPU
-time, medians, A/B in alternating runs, load 1.6): 256 x 10 float32 logits 34-35 -> 19 us an
-update, 256 x 100 0.32 -> 0.18 ms, 256 x 1000 2.8 -> 1.3 ms; binary 10**5 logits 3.5 -> 2.3 ms.
+division a row and the log loss as one log of the product of the denominators; binary and
+multilabel logits take their sigmoid, log1p and keys in a vectorised pass per block of rows.
+Measured (CPU time, medians, three alternating A/B runs, load 1.4-1.6): 256 x 10 float32
+logits 28-32 -> 15-17 us an update, 256 x 100 0.27-0.31 -> 0.14-0.17 ms, 256 x 1000 2.6-2.75
+-> 1.2-1.3 ms; binary 10**5 logits 3.2-3.3 -> 1.9-2.0 ms.
 Measured and not kept: a row kernel for at most 16 logits (keys, ranks and the softmax of a
-row in one 16-lane vector, as for probabilities): 18.4 us, no faster than the block kernel,
-each row being one long dependency chain (maximum, exp, sums, division) that out-of-order
-execution cannot overlap across rows; storing each block's exps for the Brier pass instead of
-the one-pass form (slower, and 2 MB of scratch at 1,000 classes).
+row in one 16-lane vector, as for probabilities): 17-18 us, also with the softmax in a second
+pass over the block's rows, no faster than the block kernel (lanes past the row must not take
+the exp of -inf: an underflowing result costs a microcode assist, 32 us). Storing each block's
+exps for the Brier pass instead of the one-pass form: slower, and 2 MB of scratch at 1,000
+classes.
 """
 
 from __future__ import annotations
