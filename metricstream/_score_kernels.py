@@ -1597,6 +1597,30 @@ def small_rows_for(labels, scores):
 
 
 @_kernel
+def check_weights(weights, whole):
+    """``(first, total)`` of float64 ``weights``: ``first`` is the index of the first weight
+    that is not finite and non-negative (or, with ``whole``, not a whole number), -1 when every
+    weight is; ``total`` their sum, in order. One branch-free pass the compiler vectorises,
+    then a scalar search only when some weight is bad."""
+    ok = True
+    total = 0.0
+    for i in range(weights.shape[0]):
+        w = weights[i]
+        good = (w >= 0.0) & (w != np.inf)  # NaN fails the first comparison
+        if whole:
+            good &= np.floor(w) == w
+        ok &= good
+        total += w
+    if ok:
+        return -1, total
+    for i in range(weights.shape[0]):
+        w = weights[i]
+        if not ((w >= 0.0) & (w != np.inf)) or (whole and np.floor(w) != w):
+            return i, total
+    return -1, total  # pragma: no cover - some weight failed above
+
+
+@_kernel
 def bin_index(value, shift, thresholds, logits):
     """The bin of one float64 ``value`` (as the counting kernels bin a score)."""
     layout = key_layout(shift)

@@ -544,6 +544,85 @@ def test_bad_input_raises_and_leaves_state_bit_identical(rows):
     assert state_bytes(acc) == before
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["counts", "weighted"])
+@pytest.mark.parametrize(
+    ("value", "rule"),
+    [
+        (np.nan, "finite and non-negative"),
+        (np.inf, "finite and non-negative"),
+        (-np.inf, "finite and non-negative"),
+        (-1.0, "finite and non-negative"),
+        (-1e-300, "finite and non-negative"),
+        (2.5, "whole numbers"),
+    ],
+)
+@pytest.mark.parametrize("task", ["multiclass", "binary", "multilabel"])
+def test_bad_weights_are_named_with_their_first_position_and_change_nothing(
+    task, value, rule, weighted
+):
+    rng = np.random.default_rng(3)
+    # Samples of shape (4, 6); classes or labels on axis 1 (the default class axis).
+    if task == "multiclass":
+        y = rng.integers(0, 3, (4, 6))
+        scores = rng.dirichlet(np.ones(3), (4, 6)).astype(np.float32).transpose(0, 2, 1)
+        acc = ScoreAccumulator("multiclass", 3, weighted=weighted)
+    elif task == "binary":
+        y = rng.integers(0, 2, (4, 6))
+        scores = rng.random((4, 6)).astype(np.float32)
+        acc = ScoreAccumulator("binary", weighted=weighted)
+    else:
+        y = rng.integers(0, 2, (4, 3, 6))
+        scores = rng.random((4, 3, 6)).astype(np.float32)
+        acc = ScoreAccumulator("multilabel", 3, weighted=weighted)
+    acc.update(y, scores, np.ones((4, 6)))
+    before = state_bytes(acc)
+    weights = np.full((4, 6), 2.0)
+    weights[2, 4] = value
+    weights[3, 1] = -5.0  # a later bad weight: the first one is reported
+    if weighted and rule == "whole numbers":  # fractional weights are what weighted is for
+        acc.update(y, scores, np.where(weights >= 0, weights, 1.0))
+        assert state_bytes(acc) != before
+        return
+    match = rf"`weights` holds {value!r} at position \(2, 4\), but weights must be {rule}"
+    with pytest.raises(ValueError, match=match):
+        acc.update(y, scores, weights)
+    assert state_bytes(acc) == before
+    # The same samples as a flat batch of 24: the position is the flat index.
+    flat_y = y.reshape(24) if y.ndim == 2 else y.transpose(0, 2, 1).reshape(24, 3)
+    flat_scores = (
+        scores.reshape(24) if scores.ndim == 2 else scores.transpose(0, 2, 1).reshape(24, 3)
+    )
+    with pytest.raises(ValueError, match=r"at position 16, but"):
+        acc.update(flat_y, flat_scores, weights.reshape(-1))
+    assert state_bytes(acc) == before
+
+
+def test_weights_of_any_numeric_type_count_as_their_float64_values():
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 4, 300)
+    scores = rng.dirichlet(np.ones(4), 300).astype(np.float32)
+    weights = rng.integers(0, 5, 300)
+    reference = ScoreAccumulator("multiclass", 4).update(y, scores, weights.astype(np.float64))
+    for kind in (np.int8, np.uint16, np.int64, np.float32, bool):
+        acc = ScoreAccumulator("multiclass", 4).update(y, scores, weights.astype(kind))
+        if kind is bool:
+            reference_bool = ScoreAccumulator("multiclass", 4).update(
+                y, scores, (weights > 0).astype(np.float64)
+            )
+            assert state_bytes(acc) == state_bytes(reference_bool)
+        else:
+            assert state_bytes(acc) == state_bytes(reference)
+    # Weights of zero count nothing: the state equals one counted without those rows.
+    keep = weights > 0
+    weighted = ScoreAccumulator("multiclass", 4, weighted=True)
+    weighted.update(y, scores, weights.astype(np.float64))
+    unweighted_rows = ScoreAccumulator("multiclass", 4, weighted=True)
+    unweighted_rows.update(y[keep], scores[keep], weights[keep].astype(np.float64))
+    np.testing.assert_array_equal(
+        weighted.state_arrays()["curves"], unweighted_rows.state_arrays()["curves"]
+    )
+
+
 def test_bad_configuration():
     with pytest.raises(ValueError, match="`task`"):
         ScoreAccumulator("ranking")
