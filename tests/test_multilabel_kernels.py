@@ -10,6 +10,9 @@ rest of the suite compiles anyway (each new Numba specialisation costs seconds o
 
 from __future__ import annotations
 
+import itertools
+import pickle
+
 import numpy as np
 import pytest
 import sklearn.metrics as skm
@@ -99,6 +102,30 @@ def test_more_than_255_super_rows_flush_the_uint8_lanes():
         MultilabelAccumulator(20, betas=(0.5, 1.0, 2.0)).update(y_true, y_pred).state_arrays(),
         _by_general_kernel(20, y_true, y_pred),
     )
+
+
+@pytest.mark.parametrize("num_labels", [20, 65])
+def test_update_scratch_is_reused_across_batches_failures_and_copies(num_labels):
+    # update's one-call path counts in a scratch held by the accumulator: batches of other
+    # sizes after one another (stale lanes and row sums), a refused batch between them, and a
+    # copy and a pickled accumulator (each with its own scratch) count as the general kernel.
+    y_true, y_pred = _batch(11, 300, num_labels)
+    acc = MultilabelAccumulator(num_labels, betas=(0.5, 1.0, 2.0))
+    bounds = [0, 1, 38, 39, 300]
+    for lo, hi in itertools.pairwise(bounds):
+        if lo == 38:
+            bad = y_true[:hi].copy()
+            bad[-1, -1] = 2
+            before = acc.state_arrays()
+            with pytest.raises(ValueError, match="holds 2 at row 38"):
+                acc.update(bad, y_pred[:hi])
+            assert _equal_states(acc.state_arrays(), before)
+        acc.update(y_true[lo:hi], y_pred[lo:hi])
+    assert _equal_states(acc.state_arrays(), _by_general_kernel(num_labels, y_true, y_pred))
+    twice = _by_general_kernel(num_labels, np.vstack([y_true] * 2), np.vstack([y_pred] * 2))
+    for other in (acc.copy(), pickle.loads(pickle.dumps(acc))):
+        assert _equal_states(other.update(y_true, y_pred).state_arrays(), twice)
+    assert _equal_states(acc.state_arrays(), _by_general_kernel(num_labels, y_true, y_pred))
 
 
 # Where a bad entry sits: a super-row, the rows after the last super-row, the last row (whose
