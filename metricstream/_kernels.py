@@ -1488,17 +1488,6 @@ def count_threshold(
 
 
 # ---------------------------------------------------------------------------- memory of tensors
-@intrinsic
-def _pointer_to(typingctx, address, dtype):
-    """A pointer to ``dtype`` elements at the integer ``address``."""
-    if not isinstance(address, types.Integer) or not isinstance(dtype, types.DType):
-        return None
-    signature = types.CPointer(dtype.dtype)(address, dtype)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
-
-    return signature, codegen
 
 
 @_kernel
@@ -1511,8 +1500,8 @@ def count_labels_at(
     For CPU torch tensors read in place (see ``_inputs.tensor_memory``): the caller guarantees
     that the memory holds that many elements and stays alive during the call.
     """
-    y_true = carray(_pointer_to(true_address, true_dtype), size)
-    y_pred = carray(_pointer_to(pred_address, pred_dtype), size)
+    y_true = carray(_llvm.pointer_to(true_address, true_dtype), size)
+    y_pred = carray(_llvm.pointer_to(pred_address, pred_dtype), size)
     return count_labels(y_true, y_pred, None, out, 0, stop, sign, flags, ignore_index, np.inf)
 
 
@@ -1532,6 +1521,6 @@ def count_rows_at(
 ):
     """``count_argmax_rows`` of ``size`` labels and C-contiguous ``(size, num_scores)`` scores at
     these addresses, unweighted, counted on ``[0, stop)`` (see ``count_labels_at``)."""
-    y_true = carray(_pointer_to(true_address, true_dtype), size)
-    scores = carray(_pointer_to(scores_address, scores_dtype), (size, num_scores))
+    y_true = carray(_llvm.pointer_to(true_address, true_dtype), size)
+    scores = carray(_llvm.pointer_to(scores_address, scores_dtype), (size, num_scores))
     return count_argmax_rows(y_true, scores, None, out, 0, stop, sign, flags, ignore_index, np.inf)

@@ -1,9 +1,13 @@
 """LLVM IR helpers shared by the kernels' intrinsics: declaring an LLVM intrinsic once per
-module, and a masked vector load (lanes outside the mask are not read from memory)."""
+module, a masked vector load (lanes outside the mask are not read from memory), and a typed
+pointer at an integer address (arrays passed by address, as one int64 table or a tensor's data
+pointer, cost no Numba array unboxing)."""
 
 from __future__ import annotations
 
 from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 _I32 = ir.IntType(32)
 
@@ -35,3 +39,23 @@ def masked_load(
     )
     address = builder.bitcast(pointer, vector.as_pointer())
     return builder.call(load, [address, ir.Constant(_I32, align), mask, passthru])
+
+
+@intrinsic
+def pointer_to(typingctx, address, dtype):  # type: ignore[no-untyped-def]
+    """A pointer to ``dtype`` elements at the integer ``address``: ``dtype`` is a scalar class
+    such as ``np.int64`` or an array's dtype. Wrap it in ``numba.carray`` for an array."""
+    if not isinstance(address, types.Integer):
+        return None
+    if isinstance(dtype, types.NumberClass):
+        element = dtype.instance_type
+    elif isinstance(dtype, types.DType):
+        element = dtype.dtype
+    else:
+        return None
+    signature = types.CPointer(element)(address, dtype)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return signature, codegen

@@ -37,6 +37,8 @@ from numba.core.imputils import impl_ret_untracked
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import populate_array
 
+from . import _llvm
+
 OK = 0
 BAD_TRUE = 1  # a true entry that is neither 0, 1 nor the mask value
 BAD_PRED = 2  # a predicted entry that is neither 0 nor 1
@@ -1216,24 +1218,6 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     return _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mode, buffer)
 
 
-@intrinsic
-def _pointer_to(typingctx, address, dtype):
-    """A pointer to ``dtype`` (a scalar class such as ``np.int64``) elements at the integer
-    ``address``."""
-    if not isinstance(address, types.Integer):
-        return None
-    if isinstance(dtype, types.NumberClass):
-        element = dtype.instance_type
-    else:
-        return None
-    signature = types.CPointer(element)(address, dtype)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
-
-    return signature, codegen
-
-
 # Positions in the int64 ``table`` of :func:`count_routed`.
 ROUTE_LABELS = 0  # L
 ROUTE_LABELS_AT = 1  # the address of ``labels`` (3, L) int64, C-contiguous
@@ -1257,10 +1241,10 @@ def count_routed(y_true, y_pred, threshold, table):
     256×20 call, with the other changes of that commit.
     """
     num_labels = table[ROUTE_LABELS]
-    labels = carray(_pointer_to(table[ROUTE_LABELS_AT], np.int64), (3, num_labels))
-    per_sample = carray(_pointer_to(table[ROUTE_SAMPLES_AT], np.int64), table[ROUTE_SAMPLES])
-    buffer = carray(_pointer_to(table[ROUTE_SCRATCH_AT], np.uint8), table[ROUTE_SCRATCH])
-    layout = carray(_pointer_to(table[ROUTE_LAYOUT_AT], np.int64), table[ROUTE_LAYOUT])
+    labels = carray(_llvm.pointer_to(table[ROUTE_LABELS_AT], np.int64), (3, num_labels))
+    per_sample = carray(_llvm.pointer_to(table[ROUTE_SAMPLES_AT], np.int64), table[ROUTE_SAMPLES])
+    buffer = carray(_llvm.pointer_to(table[ROUTE_SCRATCH_AT], np.uint8), table[ROUTE_SCRATCH])
+    layout = carray(_llvm.pointer_to(table[ROUTE_LAYOUT_AT], np.int64), table[ROUTE_LAYOUT])
     return _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, 2, buffer)
 
 

@@ -1458,26 +1458,6 @@ def _probability_row(typingctx, scores, row, target, layout, scratch, at):
     return signature, codegen
 
 
-@intrinsic
-def _pointer_to(typingctx, address, dtype):
-    """A pointer to ``dtype`` (a scalar class such as ``np.int64``, or an array's dtype)
-    elements at the integer ``address``."""
-    if not isinstance(address, types.Integer):
-        return None
-    if isinstance(dtype, types.NumberClass):
-        element = dtype.instance_type
-    elif isinstance(dtype, types.DType):
-        element = dtype.dtype
-    else:
-        return None
-    signature = types.CPointer(element)(address, dtype)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
-
-    return signature, codegen
-
-
 @njit(inline="always")
 def _probabilities_look_valid(flat):
     """Branch-free: every score in ``[0, 1]`` (vectorised)."""
@@ -1515,8 +1495,8 @@ def count_small_rows(y_true, y_pred, table, eps):
     ):
         return NOT_TAKEN
     # The same memory as C-contiguous arrays (the loops below index without strides).
-    labels = carray(_pointer_to(y_true.ctypes.data, y_true.dtype), rows)
-    scores = carray(_pointer_to(y_pred.ctypes.data, y_pred.dtype), (rows, num_classes))
+    labels = carray(_llvm.pointer_to(y_true.ctypes.data, y_true.dtype), rows)
+    scores = carray(_llvm.pointer_to(y_pred.ctypes.data, y_pred.dtype), (rows, num_classes))
     num_bins = table[TABLE_BINS]
     fine_bins = table[TABLE_FINE_BINS]
     shift = table[TABLE_SHIFT]
@@ -1530,14 +1510,14 @@ def count_small_rows(y_true, y_pred, table, eps):
             if status != OK:
                 return status + 8 * position
     stride = 2 * num_bins
-    hist = carray(_pointer_to(table[TABLE_CURVES], np.int64), num_classes * stride)
-    inexact = carray(_pointer_to(table[TABLE_INEXACT], np.int64), num_classes)
-    ranks = carray(_pointer_to(table[TABLE_RANKS], np.int64), 2 * num_classes * num_classes)
-    cal_counts = carray(_pointer_to(table[TABLE_CALIBRATION], np.int64), 2 * fine_bins)
-    cal_conf = carray(_pointer_to(table[TABLE_CONFIDENCE], np.float64), fine_bins)
-    sums = carray(_pointer_to(table[TABLE_LOSSES], np.float64), 2)
-    scratch = carray(_pointer_to(table[TABLE_SCRATCH], np.int32), SCRATCH_SIZE)
-    exact = carray(_pointer_to(table[TABLE_SCRATCH] + 4 * SCRATCH_EXACT, np.int16), ROW_LANES)
+    hist = carray(_llvm.pointer_to(table[TABLE_CURVES], np.int64), num_classes * stride)
+    inexact = carray(_llvm.pointer_to(table[TABLE_INEXACT], np.int64), num_classes)
+    ranks = carray(_llvm.pointer_to(table[TABLE_RANKS], np.int64), 2 * num_classes * num_classes)
+    cal_counts = carray(_llvm.pointer_to(table[TABLE_CALIBRATION], np.int64), 2 * fine_bins)
+    cal_conf = carray(_llvm.pointer_to(table[TABLE_CONFIDENCE], np.float64), fine_bins)
+    sums = carray(_llvm.pointer_to(table[TABLE_LOSSES], np.float64), 2)
+    scratch = carray(_llvm.pointer_to(table[TABLE_SCRATCH], np.int32), SCRATCH_SIZE)
+    exact = carray(_llvm.pointer_to(table[TABLE_SCRATCH] + 4 * SCRATCH_EXACT, np.int16), ROW_LANES)
     layout = key_layout(shift)
     optimistic = num_classes * num_classes
     product = 1.0
