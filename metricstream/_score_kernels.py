@@ -1265,7 +1265,14 @@ NOT_TAKEN = -1
 ROW_BLOCK = 128
 SCRATCH_KEYS = 0
 SCRATCH_EXACT = ROW_LANES * ROW_BLOCK
-SCRATCH_SIZE = SCRATCH_EXACT + ROW_LANES // 2
+# Then each counted row's calibration bin (``2 * bin + correct``, int32) and its top score
+# (float64, two int32 slots): the row pass prefetches the calibration cells and the counts are
+# added after it. Applied at once, each row's cell came from L3 on a machine whose L2 cannot
+# hold the 0.6 MB of calibration state (Zen 3, 512 KB: 256 x 10 with a new batch each update
+# 13.2-14.1 -> 11.0-12.2 us; the same batch again, all in cache, unchanged).
+SCRATCH_CALIBRATION = SCRATCH_EXACT + ROW_LANES // 2
+SCRATCH_TOP = SCRATCH_CALIBRATION + ROW_BLOCK
+SCRATCH_SIZE = SCRATCH_TOP + 2 * ROW_BLOCK
 
 
 def _vector(element):
@@ -1518,6 +1525,12 @@ def count_small_rows(y_true, y_pred, table, eps):
     sums = carray(_llvm.pointer_to(table[TABLE_LOSSES], np.float64), 2)
     scratch = carray(_llvm.pointer_to(table[TABLE_SCRATCH], np.int32), SCRATCH_SIZE)
     exact = carray(_llvm.pointer_to(table[TABLE_SCRATCH] + 4 * SCRATCH_EXACT, np.int16), ROW_LANES)
+    cal_bin = carray(
+        _llvm.pointer_to(table[TABLE_SCRATCH] + 4 * SCRATCH_CALIBRATION, np.int32), ROW_BLOCK
+    )
+    cal_top = carray(
+        _llvm.pointer_to(table[TABLE_SCRATCH] + 4 * SCRATCH_TOP, np.float64), ROW_BLOCK
+    )
     layout = key_layout(shift)
     optimistic = num_classes * num_classes
     product = 1.0
@@ -1534,14 +1547,15 @@ def count_small_rows(y_true, y_pred, table, eps):
             g, before, after, top, true, square = _probability_row(
                 scores, i, ti, layout, scratch, n
             )
-            n += 1
             row = ti * num_classes + g
             ranks[np.uint64(row + after)] += 1
             ranks[np.uint64(optimistic + row)] += 1
-            f = np.uint64(_fine_bin(top, fine_bins))
-            cal_counts[2 * f] += 1
-            cal_counts[2 * f + 1] += np.int64((g == 0) & (before == 0))
-            cal_conf[f] += top
+            f = _fine_bin(top, fine_bins)
+            cal_bin[n] = np.int32(2 * f + ((g == 0) & (before == 0)))
+            cal_top[n] = top
+            _prefetch(cal_counts, 2 * f)
+            _prefetch(cal_conf, f)
+            n += 1
             miss = 1.0 - true
             brier += miss * miss + square
             # The log loss as in count_multiclass: one log a call.
@@ -1549,6 +1563,12 @@ def count_small_rows(y_true, y_pred, table, eps):
             if product < _TINY:  # scaled by a power of two: exact
                 product *= _HUGE
                 exponent -= _HUGE_EXPONENT
+        for r in range(n):  # the calibration counts, their cells prefetched
+            b = cal_bin[r]
+            f = np.uint64(b >> 1)
+            cal_counts[2 * f] += 1
+            cal_counts[2 * f + 1] += b & 1
+            cal_conf[f] += cal_top[r]
         # Histograms class by class: one class's bins at a time stay in cache.
         for c in range(num_classes):
             offset = c * stride
