@@ -104,7 +104,7 @@ def render(results: suite.Results, quick: bool, elapsed: float) -> str:
         f"shared the two cores).",
         "",
         "Times are medians of interleaved repeats (every repeat times every competitor once, in "
-        "rotating order, because the machine is shared); `(n×)` is the competitor's time "
+        "a shuffled order, because the machine is shared); `(n×)` is the competitor's time "
         "divided by metricstream's, so larger means metricstream is faster. Every competitor's "
         "matrix is checked equal to metricstream's before it is timed. metricstream runs with "
         "validation and `ignore_index` on; `np.bincount(K*y+p)` validates nothing. The "

@@ -2,12 +2,16 @@
 
 The benchmark machine is shared. Timing candidate A for a while and then candidate B lets a
 burst of foreign load land on one of them only; here every repeat times every candidate once, in
-a rotating order, and the reported value is the median over repeats.
+an order shuffled anew each round (seeded: runs repeat), and the reported value is the median
+over repeats. A fixed rotation would always run each candidate right after the same neighbour,
+which then leaves it the same cache state (warm inputs it shares, or a cache it evicted) in
+every round.
 """
 
 from __future__ import annotations
 
 import gc
+import random
 import time
 from collections.abc import Callable
 
@@ -33,7 +37,8 @@ def interleaved(
     min_sample: float = 0.0,
     timer: Callable[[], float] = time.perf_counter,
 ) -> dict[str, float]:
-    """Median seconds per call of each candidate, timed round-robin over ``repeats`` rounds.
+    """Median seconds per call of each candidate, each timed once a round, in a shuffled order,
+    over ``repeats`` rounds.
 
     ``timer`` is the wall clock by default; ``time.process_time`` gives CPU time, which other
     processes on a shared machine inflate less (it sums the CPU time of every thread of this
@@ -45,12 +50,13 @@ def interleaved(
         numbers[name] = _calibrate(function, min_sample, timer) if min_sample else 1
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     names = list(candidates)
+    order = random.Random(len(names) * 1000 + repeats)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for round_index in range(repeats):
-            shift = round_index % len(names)
-            for name in names[shift:] + names[:shift]:
+        for _ in range(repeats):
+            order.shuffle(names)
+            for name in names:
                 function, number = candidates[name], numbers[name]
                 start = timer()
                 for _ in range(number):

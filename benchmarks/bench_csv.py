@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -63,14 +64,16 @@ def write_csv(path: Path, num_rows: int, seed: int = 0) -> None:
 
 
 def interleaved(candidates: dict[str, Callable[[], object]], rounds: int) -> dict[str, list]:
-    """Seconds of each call, every candidate once per round in a rotating order."""
+    """Seconds of each call, every candidate once per round in an order shuffled each round
+    (seeded), so that no candidate always runs after the same neighbour."""
     for function in candidates.values():
         function()  # warm-up: JIT cache load, page cache, thread pools
     samples: dict[str, list[float]] = {name: [] for name in candidates}
     names = list(candidates)
-    for round_index in range(rounds):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
+    order = random.Random(rounds)
+    for _ in range(rounds):
+        order.shuffle(names)
+        for name in names:
             gc.collect()
             start = time.perf_counter()
             candidates[name]()

@@ -16,7 +16,7 @@ For every batch size N in {1, 16, 64, 256, 1024, 4096, 10^5, 10^6} and class cou
 * binary probabilities of shape (N,) with a threshold (C = 2 rows), numpy float32 and torch.
 
 Every compared result is checked equal to metricstream's matrix before anything is timed. Times
-are medians of interleaved repeats (every repeat times every candidate once, in rotating order);
+are medians of interleaved repeats (every repeat times every candidate once, in a shuffled order);
 ratios come from the same run. An input kind the installed metricstream does not accept is
 reported as "unsupported" (so the script also measures older versions, for before/after tables).
 """
