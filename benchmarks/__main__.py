@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from . import suite
-from ._timing import format_seconds
+from ._timing import cpu_description, format_seconds
 
 README_START = "<!-- benchmarks:start -->"
 README_END = "<!-- benchmarks:end -->"
@@ -42,7 +42,8 @@ def machine_description() -> str:
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{package} not installed")
     return (
-        f"{cpu}, {os.cpu_count()} cores{memory}; {platform.system()} {platform.release()}; "
+        f"{cpu} ({cpu_description()}), {os.cpu_count()} cores{memory}; "
+        f"{platform.system()} {platform.release()}; "
         f"Python {platform.python_version()}; " + ", ".join(versions)
     )
 

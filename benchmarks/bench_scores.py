@@ -45,6 +45,8 @@ import numpy as np
 
 from metricstream.scores import ScoreAccumulator
 
+from ._timing import cpu_description
+
 
 # ---------------------------------------------------------------------- score sets
 @dataclass
@@ -455,6 +457,7 @@ def main(argv: list[str] | None = None) -> None:
     cases = args.only or ["update", "update_k1000", "large", "memory", "accuracy"]
     repeats = 5 if args.quick else 15
     print(f"load average: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"CPU: {cpu_description()}")
     print(f"clock (time.thread_time) read twice: {clock_cost() * 1e6:.2f} us")
     if "update" in cases:
         times = bench_update(10, repeats)
