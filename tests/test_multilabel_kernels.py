@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -279,3 +280,103 @@ def test_group_takes_label_sets():
     with pytest.raises(ValueError, match="`y_true` lists label 0 twice in sample 0"):
         group.update(LabelSets.from_lists([[0, 0]]), LabelSets.from_lists([[1]]))
     assert _equal_states(group["plain"].state_arrays(), before)
+
+
+# ---- the chunk widths of the host CPU: 64-entry chunks with AVX-512, else 32 (AVX2 and the
+# rest), whose rows alone and last rows read the chunk that ends where the row ends instead of
+# a masked load, and whose row pairs of long byte rows prefetch the next pair's lines.
+ROW_COUNTS = [1, 2, 3, 4, 5, 31, 32, 33, 255, 256, 257]
+
+
+def test_every_width_up_to_130_at_block_edges_equals_the_general_kernel():
+    rng = np.random.default_rng(23)
+    for num_labels in range(1, 131):
+        for n in ROW_COUNTS:
+            y_true = rng.random((n, num_labels)) < 0.4
+            y_pred = rng.random((n, num_labels)) < 0.4
+            y_pred[: n // 3] = y_true[: n // 3]
+            acc = MultilabelAccumulator(num_labels, betas=(0.5, 1.0, 2.0)).update(y_true, y_pred)
+            general = _by_general_kernel(num_labels, y_true.astype(np.int64), y_pred)
+            assert _equal_states(acc.state_arrays(), general), (num_labels, n)
+            scores = np.where(y_pred, 0.5, 0.25).astype(np.float32)
+            thresholded = MultilabelAccumulator(num_labels, betas=(0.5, 1.0, 2.0), threshold=0.5)
+            assert thresholded.update(y_true, scores) == acc, (num_labels, n)
+
+
+@pytest.mark.parametrize("num_labels", [255, 256, 257, 511, 512, 1000, 8160, 8161, 16320])
+@pytest.mark.parametrize("n", [1, 3, 130, 257])
+def test_wide_rows_at_block_edges_equal_the_general_kernel(num_labels, n):
+    # bool rows of 512 labels or more in batches of 2^17 entries or more are prefetched
+    rng = np.random.default_rng(num_labels + n)
+    y_true = rng.random((n, num_labels)) < 0.3
+    y_pred = rng.random((n, num_labels)) < 0.3
+    y_true[:, -1] = y_pred[:, -1] = True
+    acc = MultilabelAccumulator(num_labels, betas=(0.5, 1.0, 2.0)).update(y_true, y_pred)
+    assert _equal_states(acc.state_arrays(), _by_general_kernel(num_labels, y_true, y_pred))
+    scores = np.where(y_pred, 0.5, -0.5).astype(np.float32)
+    fused = MultilabelAccumulator(num_labels, betas=(0.5, 1.0, 2.0), threshold=0.0)
+    assert _equal_states(fused.update(y_true, scores).state_arrays(), acc.state_arrays())
+
+
+def _guarded(nbytes: int, dtype):
+    """A writable array of ``nbytes`` bytes ending exactly at a page boundary followed by a
+    page that cannot be read (a read past the array's end crashes the process), and the
+    mapping that holds it."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    size = (nbytes + page - 1) // page * page + page
+    memory = mmap.mmap(-1, size, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(base + size - page, page, 0) == 0  # PROT_NONE
+    start = size - page - nbytes
+    array = np.frombuffer(memory, dtype=np.uint8, count=nbytes, offset=start).view(dtype)
+    return array, memory
+
+
+@pytest.mark.skipif(sys.platform not in ("linux", "darwin"), reason="mprotect of POSIX")
+@pytest.mark.parametrize("num_labels", [1, 7, 20, 32, 33, 63, 64, 65, 100, 1000])
+def test_batches_ending_at_a_page_boundary_are_not_read_past(num_labels):
+    rng = np.random.default_rng(num_labels)
+    for n in (1, 2, 3, 37, 256):
+        y_true = rng.random((n, num_labels)) < 0.4
+        y_pred = rng.random((n, num_labels)) < 0.4
+        reference = MultilabelAccumulator(num_labels).update(y_true, y_pred)
+        for dtype, values in ((np.bool_, y_pred), (np.float32, np.where(y_pred, 1.0, -1.0))):
+            truth, truth_memory = _guarded(y_true.nbytes, np.bool_)
+            pred, pred_memory = _guarded(values.size * np.dtype(dtype).itemsize, dtype)
+            truth = truth.reshape(n, num_labels)
+            pred = pred.reshape(n, num_labels)
+            truth[...] = y_true
+            pred[...] = values
+            acc = MultilabelAccumulator(num_labels, threshold=0.0 if dtype is np.float32 else 0.5)
+            counted = acc.update(truth, pred).state_arrays()
+            assert _equal_states(counted, reference.state_arrays()), (n, dtype)
+            del truth, pred
+            truth_memory.close()
+            pred_memory.close()
+
+
+@pytest.mark.parametrize("num_labels", [20, 33, 100, 1000])
+def test_bad_entries_in_the_last_chunk_of_the_last_rows_change_nothing(num_labels):
+    y_true, y_pred = _batch(29, 257, num_labels)
+    y_true, y_pred = y_true.astype(bool), y_pred.astype(bool)
+    acc = MultilabelAccumulator(num_labels).update(y_true, y_pred)
+    before = acc.state_arrays()
+    scores = np.where(y_pred, 0.75, 0.25).astype(np.float32)
+    for row in (255, 256):
+        for column in (num_labels - 1, max(0, num_labels - 17)):
+            bad = y_true.view(np.uint8).copy()
+            bad[row, column] = 2
+            with pytest.raises(ValueError, match=rf"`y_true` holds 2 at row {row}, label {column}"):
+                acc.update(bad, y_pred)
+            bad = scores.copy()
+            bad[row, column] = np.nan
+            with pytest.raises(
+                ValueError, match=rf"`y_pred` holds NaN at row {row}, label {column}"
+            ):
+                acc.update(y_true, bad)
+            assert _equal_states(acc.state_arrays(), before)
