@@ -1345,10 +1345,19 @@ def _lane_bytes(num_labels):
     return (3 * width + 7) // 8 * 8
 
 
+@njit(inline="always")
+def _packed_cells(num_labels):
+    """int64 cells of the packed AP_s and PP_s histograms of pass 2: without AVX-512, for rows
+    of fewer than 64 labels (see :func:`_count_plain_into`)."""
+    if FUSED_CHUNK != 64 and num_labels < CHUNK:
+        return 2 * (num_labels + 1)
+    return 0
+
+
 @_kernel
 def plain_buffer_size(num_labels):
     """Bytes of the scratch that :func:`count_routed` takes for rows of ``num_labels``."""
-    return _lane_bytes(num_labels) + 8 * 3 * _SUM_ROWS + 64
+    return _lane_bytes(num_labels) + 8 * (3 * _SUM_ROWS + _packed_cells(num_labels)) + 64
 
 
 @_kernel
@@ -1367,7 +1376,9 @@ def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     both are C-contiguous, aligned and of the same shape (N, L) with L the state's.
     """
     n = y_true.shape[0]
-    buffer = np.empty(_lane_bytes(y_true.shape[1]) + 8 * 3 * min(n, _SUM_ROWS) + 64, np.uint8)
+    num_labels = y_true.shape[1]
+    wide = 3 * min(n, _SUM_ROWS) + _packed_cells(num_labels)
+    buffer = np.empty(_lane_bytes(num_labels) + 8 * wide + 64, np.uint8)
     return _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mode, buffer)
 
 
@@ -1403,9 +1414,10 @@ def count_routed(y_true, y_pred, threshold, table):
 
 @njit(inline="always")
 def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mode, buffer):
-    """:func:`count_plain`, with ``buffer`` a uint8 scratch of at least ``_lane_bytes(L) + 24
-    min(N, _SUM_ROWS) + 64`` bytes (the lanes of pass 1 and the row sums of pass 2). The
-    local buffers of a batch larger than one block are allocated here."""
+    """:func:`count_plain`, with ``buffer`` a uint8 scratch of at least ``_lane_bytes(L) + 8
+    (3 min(N, _SUM_ROWS) + _packed_cells(L)) + 64`` bytes (the lanes of pass 1, the row sums
+    and packed histograms of pass 2). The local buffers of a batch larger than one block are
+    allocated here."""
     n = y_true.shape[0]
     num_labels = y_true.shape[1]
     if mode == 2 and not (
@@ -1488,6 +1500,9 @@ def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mod
     sum_tp = all_wide[:sum_rows]
     sum_ap = all_wide[sum_rows : 2 * sum_rows]
     sum_pp = all_wide[2 * sum_rows : 3 * sum_rows]
+    packed_cells = _packed_cells(num_labels)
+    packed = all_wide[3 * sum_rows : 3 * sum_rows + packed_cells]
+    packed[:] = 0
     if local_cols + local_hist:
         wide = np.zeros(local_cols + local_hist, np.int64)
     else:
@@ -1727,6 +1742,31 @@ def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mod
                 pps = sum_pp[r]
                 exact += (tps == aps) & (tps == pps)
                 neither += (aps | pps) == 0
+            if packed_cells and f1_only and rows > packed_cells:
+                # Without AVX-512, groups of more rows than 2 (L + 1) of fewer than 64 labels:
+                # the count and the TP_s sum of one AP_s (and of one PP_s) share an int64 cell
+                # (the count in the low 32 bits, at most 256 a group; the TP_s sum, at most
+                # 256 * 63, in the high ones), split into the histograms after the group: four
+                # scatters a row instead of six (measured on Zen 3: 256×20 3.32 -> 2.92 µs,
+                # 5000×20 40 -> 29 µs; for 3 rows of 20 labels the split cost 0.24 µs more).
+                for r in range(rows):
+                    tps = sum_tp[r]
+                    aps = sum_ap[r]
+                    pps = sum_pp[r]
+                    cell = (tps << 32) + 1
+                    packed[np.uint64(aps)] += cell
+                    packed[np.uint64(num_labels + 1 + pps)] += cell
+                    hist[np.uint64(by_union + aps + pps - tps)] += tps
+                    hist[np.uint64(by_f1 + aps + pps)] += tps
+                for k in range(num_labels + 1):
+                    cell_true = packed[k]
+                    cell_pred = packed[num_labels + 1 + k]
+                    hist[card_true + k] += cell_true & 0xFFFFFFFF
+                    hist[by_true + k] += cell_true >> 32
+                    hist[card_pred + k] += cell_pred & 0xFFFFFFFF
+                    hist[by_pred_at + k] += cell_pred >> 32
+                packed[:] = 0
+                continue
             for r in range(rows):
                 tps = sum_tp[r]
                 aps = sum_ap[r]

@@ -380,3 +380,20 @@ def test_bad_entries_in_the_last_chunk_of_the_last_rows_change_nothing(num_label
             ):
                 acc.update(y_true, bad)
             assert _equal_states(acc.state_arrays(), before)
+
+
+def test_short_rows_with_f1_only_equal_the_general_kernel():
+    # without AVX-512, groups of more than 2 (L + 1) short rows scatter the AP_s and PP_s
+    # histograms into packed cells when F1 is the only F-beta (the default)
+    rng = np.random.default_rng(31)
+    for num_labels in (1, 2, 7, 20, 32, 33, 63):
+        for n in (1, 3, 2 * num_labels + 2, 2 * num_labels + 3, 256, 257, 700):
+            y_true = rng.random((n, num_labels)) < 0.5
+            y_pred = rng.random((n, num_labels)) < 0.5
+            y_pred[: n // 3] = y_true[: n // 3]
+            acc = MultilabelAccumulator(num_labels).update(y_true, y_pred)
+            general = MultilabelAccumulator(num_labels)
+            general.update(y_true, y_pred, np.ones(n, dtype=np.int64))
+            expected = general.state_arrays()
+            expected["per_sample"][4] = 0  # WEIGHTED_ROWS
+            assert _equal_states(acc.state_arrays(), expected), (num_labels, n)
