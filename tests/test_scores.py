@@ -910,6 +910,35 @@ def test_row_kernel_equals_block_kernel(classes, dtype):
             np.testing.assert_allclose(mine[array], theirs[array], rtol=1e-12, err_msg=name)
 
 
+@pytest.mark.parametrize("classes", [65, 72, 203])
+def test_wide_rows_copied_in_tiles_count_as_any_layout(classes):
+    """Rows of more than 64 float32 probabilities are copied class by class in 8 x 8 tiles
+    (the rows and classes past the last whole tile one by one): the state equals that of the
+    same scores Fortran-ordered (copied element by element) or as every other row of a larger
+    array, bit for bit, and its counts those of the scores as float64 (whose log loss clips
+    at float64's eps), with ignored rows holding NaN and batches of several blocks whose
+    sizes are not multiples of 8."""
+    n = 700
+    rng = np.random.default_rng(classes)
+    y = rng.integers(0, classes, n)
+    y[::9] = -100
+    scores = rng.dirichlet(np.full(classes, 0.3), n).astype(np.float32)
+    scores[::9] = np.nan
+    spaced = np.zeros((2 * n, classes), np.float32)
+    spaced[::2] = scores
+
+    def state(values: np.ndarray) -> dict[str, bytes]:
+        acc = ScoreAccumulator("multiclass", classes, ignore_index=-100)
+        return state_bytes(feed(acc, y, values, seed=classes))
+
+    expected = state(np.asfortranarray(scores))
+    assert state(scores) == expected
+    assert state(spaced[::2]) == expected
+    wide = state(scores.astype(np.float64))
+    for name in ("curves", "inexact", "ranks", "calibration", "confidence"):
+        assert wide[name] == expected[name], name
+
+
 def test_row_kernel_reads_any_layout():
     """Strided, Fortran-ordered and read-only arrays count as their contiguous copies."""
     y, _, probabilities = multiclass_data(21, n=300, classes=10)
