@@ -30,6 +30,16 @@ path through ``count_routed`` (state by address, no reference counting, aligned 
     256×1000 logits        23.3-24.4 µs (1.56-1.77×) -> 21.4-23.5 µs (1.72-1.80×; reading
                                                        them: 1.29-1.45×)
     10^6×100 indicators    1.30-1.36× a read-only pass -> 1.29-1.40×
+
+Then on an AVX2 machine (AMD Zen 3, no AVX-512; load 1.7-1.8), three ``--quick`` runs of the
+previous kernels and of the AVX2 ones (32-entry fused chunks, no scalarised masked loads,
+prefetched long rows, packed AP_s/PP_s scatters), alternately:
+
+    256×20 indicators      3.65-4.31 µs (34-44×)   ->  3.07-3.47 µs (42-55×)
+    256×20 logits          4.98-5.50 µs            ->  4.23-5.20 µs
+    256×1000 indicators    23.9-33.2 µs (64-130×)  ->  14.2-16.6 µs (141-201×)
+    256×1000 logits        46.4-65.7 µs            ->  40.7-44.2 µs (reading them: 27-29 µs)
+    10^5×100 indicators    1.87-1.98× a read-only pass -> 1.61-1.77×
 """
 
 from __future__ import annotations
