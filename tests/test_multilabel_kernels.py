@@ -303,7 +303,7 @@ def test_every_width_up_to_130_at_block_edges_equals_the_general_kernel():
             assert thresholded.update(y_true, scores) == acc, (num_labels, n)
 
 
-@pytest.mark.parametrize("num_labels", [255, 256, 257, 511, 512, 1000, 8160, 8161, 16320])
+@pytest.mark.parametrize("num_labels", [255, 256, 257, 511, 512, 1000, 8160, 8161, 16320, 16321])
 @pytest.mark.parametrize("n", [1, 3, 130, 257])
 def test_wide_rows_at_block_edges_equal_the_general_kernel(num_labels, n):
     # bool rows of 512 labels or more in batches of 2^17 entries or more are prefetched
