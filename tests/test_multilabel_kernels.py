@@ -397,3 +397,15 @@ def test_short_rows_with_f1_only_equal_the_general_kernel():
             expected = general.state_arrays()
             expected["per_sample"][4] = 0  # WEIGHTED_ROWS
             assert _equal_states(acc.state_arrays(), expected), (num_labels, n)
+
+
+def test_chunk_width_follows_the_cpu_features_numba_compiles_for(monkeypatch):
+    from numba.core import config
+
+    from metricstream import _multilabel_kernels as kernels
+
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f,+avx512bw", raising=False)
+    assert kernels._target_has_avx512bw()
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,-avx512bw", raising=False)
+    assert not kernels._target_has_avx512bw()
+    assert kernels.FUSED_CHUNK in (32, 64)
