@@ -53,7 +53,7 @@ from numba import njit
 
 from metricstream.multilabel import LabelSets, MultilabelAccumulator
 
-from ._timing import format_seconds, interleaved
+from ._timing import cpu_description, format_seconds, interleaved
 
 
 @njit(nogil=True, cache=True)
@@ -244,6 +244,7 @@ def main() -> None:
     args = parser.parse_args()
     repeats = 5 if args.quick else 15
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"CPU: {cpu_description()}")
     for line in update_cases(repeats):
         print(line)
     for line in large_case(3 if args.quick else 7, 100_000 if args.quick else 1_000_000):
