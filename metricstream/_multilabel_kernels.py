@@ -460,92 +460,67 @@ def _fused_types_ok(flat_t, flat_p, lanes):
     )
 
 
-@intrinsic
-def _fused_row(typingctx, flat_t, flat_p, start, chunks, rest, threshold, lanes):
-    """One row of ``chunks`` chunks of ``FUSED_CHUNK`` entries from ``start`` (the last holding
-    ``rest`` entries of the row, read by a masked load with AVX-512, else as the chunk that
-    ends where the row ends; nothing past the row is read): returns ``(TP_s, AP_s, PP_s,
-    bad)`` and adds the row's 0/1 values into the uint8 column lanes ``lanes`` (TP, AP, PP,
-    ``FUSED_CHUNK chunks`` each). ``bad`` is above 1 when an entry is invalid (a truth or an
-    indicator above 1, a NaN score); the sums and lanes then mean nothing.
+def _fused_row_intrinsic(width):
+    """The intrinsic of :func:`_fused_row` over chunks of ``width`` entries."""
 
-    The row sums live in three 64-lane byte vectors (registers), reduced once per row: one
-    read of the data serves the column counts and the row sums (measured 1.5x faster than a
-    pass for each at L = 1000). Each lane of a row sum holds at most ``chunks`` (at most
-    255) ones."""
-    if not _fused_types_ok(flat_t, flat_p, lanes):
-        return None
-    signature = types.UniTuple(types.int64, 4)(
-        flat_t, flat_p, start, chunks, rest, threshold, lanes
-    )
+    def typer(typingctx, flat_t, flat_p, start, chunks, rest, threshold, lanes):
+        if not _fused_types_ok(flat_t, flat_p, lanes):
+            return None
+        signature = types.UniTuple(types.int64, 4)(
+            flat_t, flat_p, start, chunks, rest, threshold, lanes
+        )
 
-    def codegen(context, builder, signature, args):
-        return _fused_rows_codegen(context, builder, signature, args, 1)
+        def codegen(context, builder, signature, args):
+            return _fused_rows_codegen(context, builder, signature, args, 1, width)
 
-    return signature, codegen
+        return signature, codegen
+
+    return intrinsic(typer)
 
 
-@intrinsic
-def _fused_row_pair(
-    typingctx, flat_t, flat_p, start, start2, chunks, rest, threshold, ahead, lanes
-):
-    """:func:`_fused_row` for the rows at ``start`` and ``start2``: ``(TP, AP, PP of the
-    first, the same of the second, bad)``; their sum is added into the lanes with one store
-    (the lanes' loads and stores, not the arithmetic, bound the loop: measured 1.6x faster at
-    L = 1000 than a row at a time). The last chunk of each row reads past it, into the next
-    row. Without AVX-512, ``ahead`` not 0 prefetches the lines ``ahead`` entries further
-    (:func:`_prefetched_chunks`); with AVX-512 it is ignored."""
-    if not _fused_types_ok(flat_t, flat_p, lanes):
-        return None
-    if not isinstance(ahead, types.Integer):
-        return None
-    signature = types.UniTuple(types.int64, 7)(
-        flat_t, flat_p, start, start2, chunks, rest, threshold, ahead, lanes
-    )
+def _fused_row_pair_intrinsic(width):
+    """The intrinsic of :func:`_fused_row_pair` over chunks of ``width`` entries."""
 
-    def codegen(context, builder, signature, args):
-        return _fused_rows_codegen(context, builder, signature, args, 2)
+    def typer(typingctx, flat_t, flat_p, start, start2, chunks, rest, threshold, ahead, lanes):
+        if not _fused_types_ok(flat_t, flat_p, lanes) or not isinstance(ahead, types.Integer):
+            return None
+        signature = types.UniTuple(types.int64, 7)(
+            flat_t, flat_p, start, start2, chunks, rest, threshold, ahead, lanes
+        )
 
-    return signature, codegen
+        def codegen(context, builder, signature, args):
+            return _fused_rows_codegen(context, builder, signature, args, 2, width)
+
+        return signature, codegen
+
+    return intrinsic(typer)
 
 
-@intrinsic
-def _fused_row_wide(typingctx, flat_t, flat_p, start, chunks, rest, threshold, lanes):
-    """:func:`_fused_row` in chunks of 64 entries whatever ``FUSED_CHUNK`` is: without
-    AVX-512, for rows of more than 255 32-entry chunks (a byte of a row sum counts one entry
-    a chunk), which the 64-entry chunks, spilled as they are on AVX2, still count faster than
-    the two passes of narrower or wider rows (measured on Zen 3 at 32×8200: 1.3x, float32
-    scores 2x)."""
-    if not _fused_types_ok(flat_t, flat_p, lanes):
-        return None
-    signature = types.UniTuple(types.int64, 4)(
-        flat_t, flat_p, start, chunks, rest, threshold, lanes
-    )
-
-    def codegen(context, builder, signature, args):
-        return _fused_rows_codegen(context, builder, signature, args, 1, 64)
-
-    return signature, codegen
-
-
-@intrinsic
-def _fused_row_pair_wide(
-    typingctx, flat_t, flat_p, start, start2, chunks, rest, threshold, ahead, lanes
-):
-    """:func:`_fused_row_pair` in chunks of 64 entries (see :func:`_fused_row_wide`;
-    ``ahead`` is ignored)."""
-    if not _fused_types_ok(flat_t, flat_p, lanes):
-        return None
-    if not isinstance(ahead, types.Integer):
-        return None
-    signature = types.UniTuple(types.int64, 7)(
-        flat_t, flat_p, start, start2, chunks, rest, threshold, ahead, lanes
-    )
-
-    def codegen(context, builder, signature, args):
-        return _fused_rows_codegen(context, builder, signature, args, 2, 64)
-
-    return signature, codegen
+# ``_fused_row(flat_t, flat_p, start, chunks, rest, threshold, lanes)``: one row of ``chunks``
+# chunks of ``FUSED_CHUNK`` entries from ``start`` (the last holding ``rest`` entries of the
+# row, read by a masked load with AVX-512, else as the chunk that ends where the row ends;
+# nothing past the row is read): returns ``(TP_s, AP_s, PP_s, bad)`` and adds the row's 0/1
+# values into the uint8 column lanes ``lanes`` (TP, AP, PP, ``FUSED_CHUNK chunks`` each).
+# ``bad`` is above 1 when an entry is invalid (a truth or an indicator above 1, a NaN score);
+# the sums and lanes then mean nothing. The row sums live in three 64-lane byte vectors
+# (registers), reduced once per row: one read of the data serves the column counts and the row
+# sums (measured 1.5x faster than a pass for each at L = 1000). Each lane of a row sum holds
+# at most ``chunks`` (at most 255) ones.
+_fused_row = _fused_row_intrinsic(FUSED_CHUNK)
+# ``_fused_row_pair(flat_t, flat_p, start, start2, chunks, rest, threshold, ahead, lanes)``:
+# ``_fused_row`` for the rows at ``start`` and ``start2``: ``(TP, AP, PP of the first, the
+# same of the second, bad)``; their sum is added into the lanes with one store (the lanes'
+# loads and stores, not the arithmetic, bound the loop: measured 1.6x faster at L = 1000 than
+# a row at a time). The last chunk of each row reads past it, into the next row. Without
+# AVX-512, ``ahead`` not 0 prefetches the lines ``ahead`` entries further
+# (:func:`_prefetched_chunks`); with AVX-512 it is ignored.
+_fused_row_pair = _fused_row_pair_intrinsic(FUSED_CHUNK)
+# The same in chunks of 64 entries whatever ``FUSED_CHUNK`` is: without AVX-512, for rows of
+# more than 255 32-entry chunks (a byte of a row sum counts one entry a chunk), which the
+# 64-entry chunks, spilled as they are on AVX2, still count faster than the two passes of
+# narrower or wider rows (measured on Zen 3 at 32×8200: 1.3x, float32 scores 2x).
+_fused_row_wide = _fused_row_intrinsic(64)
+_fused_row_pair_wide = _fused_row_pair_intrinsic(64)
 
 
 @intrinsic
