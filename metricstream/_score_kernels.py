@@ -858,6 +858,9 @@ def _transpose_tile(typingctx, scores, row, col, columns, at):
         vector = ir.VectorType(_F32, TILE)
         intp = context.get_value_type(types.intp)
         four = ir.Constant(intp, 4)
+        # (Unaligned arrays, which Numba also passes here, promise no alignment.)
+        read_align = 4 if kinds[0].aligned else 1
+        write_align = 4 if kinds[3].aligned else 1
 
         def at_bytes(base, offset):
             pointer = builder.gep(builder.bitcast(base, byte), [offset])
@@ -867,7 +870,8 @@ def _transpose_tile(typingctx, scores, row, col, columns, at):
         rows = []
         for k in range(TILE):
             line = builder.mul(builder.add(i, ir.Constant(intp, k)), row_stride)
-            rows.append(builder.load(at_bytes(source.data, builder.add(line, start)), align=4))
+            address = at_bytes(source.data, builder.add(line, start))
+            rows.append(builder.load(address, align=read_align))
 
         def shuffle(x, y, order):
             return builder.shuffle_vector(x, y, ir.Constant(ir.VectorType(_I32, TILE), order))
@@ -891,7 +895,8 @@ def _transpose_tile(typingctx, scores, row, col, columns, at):
         first = builder.mul(a, four)
         for k in range(TILE):
             line = builder.mul(builder.add(j, ir.Constant(intp, k)), column_stride)
-            builder.store(out[k], at_bytes(target.data, builder.add(line, first)), align=4)
+            address = at_bytes(target.data, builder.add(line, first))
+            builder.store(out[k], address, align=write_align)
         return context.get_dummy_value()
 
     return signature, codegen

@@ -939,6 +939,19 @@ def test_wide_rows_copied_in_tiles_count_as_any_layout(classes):
         assert wide[name] == expected[name], name
 
 
+@pytest.mark.slow  # misaligned arrays compile kernel specialisations of their own
+def test_wide_rows_copied_in_tiles_from_misaligned_memory():
+    """The 8 x 8 tiles of wide float32 rows read memory that is not 4-byte aligned as well."""
+    y, _, probabilities = multiclass_data(23, n=300, classes=70)
+    probabilities = probabilities.astype(np.float32)
+    expected = state_bytes(ScoreAccumulator("multiclass", 70).update(y, probabilities))
+    buffer = np.zeros(probabilities.nbytes + 1, np.uint8)
+    buffer[1:] = probabilities.view(np.uint8).reshape(-1)
+    shifted = np.frombuffer(buffer.data, np.float32, offset=1).reshape(300, 70)
+    assert not shifted.flags.aligned
+    assert state_bytes(ScoreAccumulator("multiclass", 70).update(y, shifted)) == expected
+
+
 def test_row_kernel_reads_any_layout():
     """Strided, Fortran-ordered and read-only arrays count as their contiguous copies."""
     y, _, probabilities = multiclass_data(21, n=300, classes=10)
