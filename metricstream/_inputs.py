@@ -47,9 +47,10 @@ def as_array(value: Any, name: str) -> np.ndarray:
     """Return ``value`` as a numeric ndarray without copying when possible.
 
     Accepts numpy arrays, anything with ``__dlpack__`` or ``__array__`` (CPU torch tensors, JAX,
-    CuPy after ``.get()``), scalars and (nested) lists. Raises ``TypeError`` for non-numeric data.
-    Booleans are read as uint8 and float16 as float32; a torch bfloat16 tensor is converted to
-    float32 (a copy: numpy has no bfloat16).
+    CuPy after ``.get()``), Arrow arrays and chunked arrays (through :mod:`metricstream.arrow`:
+    no copy for one null-free numeric chunk; nulls are refused), scalars and (nested) lists.
+    Raises ``TypeError`` for non-numeric data. Booleans are read as uint8 and float16 as
+    float32; a torch bfloat16 tensor is converted to float32 (a copy: numpy has no bfloat16).
     """
     array, mark = _convert(value, name)
     if mark & (_HALF | _BFLOAT16):
@@ -143,6 +144,17 @@ def _convert(value: Any, name: str) -> tuple[np.ndarray, int]:
         converted = _torch_tensor_array(value, name)
         if converted is not None:
             return converted
+    if not cls.__module__.startswith("pandas") and (
+        hasattr(cls, "__arrow_c_array__") or hasattr(cls, "__arrow_c_stream__")
+    ):
+        # Arrow arrays and chunked arrays (pyarrow, Polars Series...): read by the Arrow module,
+        # imported only now, so that `import metricstream` never imports pyarrow. It refuses
+        # nulls and names strings; None means pyarrow is absent (the protocols below try).
+        from . import arrow
+
+        converted = arrow.column_as_numpy(value, name)
+        if converted is not None:
+            return _numeric(converted, name)
     # Autograd-tracked tensors refuse both protocols; the values are what we need.
     if getattr(value, "requires_grad", False) and callable(getattr(value, "detach", None)):
         value = value.detach()
