@@ -73,7 +73,7 @@ def startup() -> dict:
     import numpy as np
 
     import metricstream
-    from metricstream import _kernels
+    from metricstream.confusion import _kernels
 
     imported = time.perf_counter()
     dispatchers = [

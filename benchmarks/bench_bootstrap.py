@@ -8,7 +8,7 @@ root.
    realistic matrices (a classifier of 90% accuracy whose errors go to a few neighbouring
    classes), beside numpy's ``Generator.multinomial`` drawing the same replicate matrices
    (the draws alone, without evaluating any metric).
-2. **Samplers**: ns per exact Binomial / Poisson variate of ``metricstream._bootstrap_kernels``
+2. **Samplers**: ns per exact Binomial / Poisson variate of ``metricstream.bootstrap._kernels``
    against numba's ``np.random.binomial`` / ``np.random.poisson`` in a jitted loop.
 3. **Clustered update** (:class:`metricstream.clustered.BootstrapConfusionAccumulator`,
    B = 100, one cluster per call) of a 256×256 mask with K = 21, against a plain
@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit
 
 from metricstream import ConfusionAccumulator
-from metricstream import _bootstrap_kernels as kernels
+from metricstream.bootstrap import _kernels as kernels
 from metricstream.bootstrap import bootstrap
 from metricstream.clustered import BootstrapConfusionAccumulator
 

@@ -8,8 +8,8 @@ Run from the repository root (needs pyarrow)::
 The CSV (two integer columns ``y_true,y_pred``, 20 classes, ~80 % agreement) is generated into a
 temporary directory and deleted afterwards; it is never committed. Three comparisons:
 
-* **in process** — the report's work (:func:`metricstream._io.read_confusion`: streaming read,
-  counting, growing the matrix, then the summary of :mod:`metricstream.report`) against
+* **in process** — the report's work (:func:`metricstream.io.readers.read_confusion`: streaming
+  read, counting, growing the matrix, then the summary of :mod:`metricstream.report`) against
   ``pyarrow.csv.read_csv`` (pyarrow's fastest way to read the file: all cores, whole table in
   memory) and against pyarrow's streaming reader alone, timed round-robin so that a burst of
   foreign load on this shared machine lands on every candidate alike; medians over the rounds.
@@ -83,7 +83,7 @@ def interleaved(candidates: dict[str, Callable[[], object]], rounds: int) -> dic
 
 def report_work(path: Path) -> np.ndarray:
     """What ``metricstream report`` computes: the streamed matrix and the summary."""
-    from metricstream._io import read_confusion
+    from metricstream.io.readers import read_confusion
     from metricstream.report import summary
 
     acc = read_confusion(path).accumulator

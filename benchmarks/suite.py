@@ -281,7 +281,7 @@ def _large_case(
 
 def parallel_threshold(results: Results, quick: bool) -> None:
     """Where two threads start to beat one (informs ``PARALLEL_MIN_LABELS``)."""
-    from metricstream import _dispatch
+    from metricstream.confusion import _dispatch
 
     rng = np.random.default_rng(1)
     threads = metricstream.get_num_threads()

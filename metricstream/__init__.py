@@ -9,19 +9,19 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from . import metrics
-from ._dispatch import get_num_threads, set_num_threads
-from .accumulator import ConfusionAccumulator
 from .base import Accumulator, AccumulatorGroup
-from .bootstrap import MetricInterval
-from .clustered import BootstrapConfusionAccumulator
+from .bootstrap.accumulator import BootstrapConfusionAccumulator
+from .bootstrap.resampling import MetricInterval
+from .confusion._dispatch import get_num_threads, set_num_threads
+from .confusion.accumulator import ConfusionAccumulator
 from .exceptions import UndefinedMetricWarning
-from .multilabel import (
+from .multilabel.accumulator import (
     LabelSets,
     MultilabelAccumulator,
     read_multilabel_csv,
     read_multilabel_npz,
 )
-from .scores import ScoreAccumulator
+from .scores.accumulator import ScoreAccumulator
 
 try:
     __version__ = version("metricstream")

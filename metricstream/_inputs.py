@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _kernels
+from .confusion import _kernels
 
 _NUMERIC_KINDS = frozenset("biuf")
 

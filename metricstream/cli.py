@@ -5,9 +5,9 @@ Usage::
     metricstream report predictions.csv --plot confusion.png --json report.json
 
 The file (CSV/TSV, Parquet, .npy or .npz) is streamed in chunks with bounded memory into one
-confusion matrix (:mod:`metricstream._io` says how, and how labels become classes); the summary
-of :mod:`metricstream.report` is printed, and optionally written as JSON or markdown, with
-plots from :mod:`metricstream.plotting`.
+confusion matrix (:mod:`metricstream.io.readers` says how, and how labels become classes); the
+summary of :mod:`metricstream.report` is printed, and optionally written as JSON or markdown,
+with plots from :mod:`metricstream.plotting`.
 
 Exit codes: 0 on success, 1 when the file's content is wrong (an unparsable or invalid row),
 2 when the command line is (an unknown option, a missing file, an unknown column). Errors are
@@ -15,7 +15,7 @@ one line on stderr naming the file, the column and the row.
 
 The printed report is a list of :class:`Section` objects (``SECTIONS``): a new part of the
 report, with its own options, is one more entry; a new input format is one reader registered in
-:mod:`metricstream._io` (``register_reader``).
+:mod:`metricstream.io.readers` (``register_reader``).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._io import MAX_CLASSES, SUFFIXES, InputError, ReadResult, Selection, read_confusion
-from .bootstrap import interval_report
-from .multilabel import read_multilabel_csv, read_multilabel_npz
-from .score_report import (
+from .bootstrap.resampling import interval_report
+from .io.readers import MAX_CLASSES, SUFFIXES, InputError, ReadResult, Selection, read_confusion
+from .multilabel.accumulator import read_multilabel_csv, read_multilabel_npz
+from .report.scores import (
     ScoreReport,
     add_score_arguments,
     report_from_args,

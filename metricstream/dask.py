@@ -38,8 +38,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .accumulator import ConfusionAccumulator
 from .base import Accumulator, AccumulatorGroup
+from .confusion.accumulator import ConfusionAccumulator
 
 __all__ = ["accumulate", "confusion"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -158,11 +159,9 @@ def _scores(acc: Any, options: dict[str, Any]) -> Iterator[tuple[str, Any]]:
         averages = ("macro", "micro")
     for average in averages:
         suffix = "" if average is None else f"_{average}"
-        yield f"auroc{suffix}", _or_nan(lambda a=average: acc.auroc("macro" if a is None else a))
-        yield (
-            f"average_precision{suffix}",
-            _or_nan(lambda a=average: acc.average_precision("macro" if a is None else a)),
-        )
+        curve_average = "macro" if average is None else average
+        yield f"auroc{suffix}", _or_nan(partial(acc.auroc, curve_average))
+        yield f"average_precision{suffix}", _or_nan(partial(acc.average_precision, curve_average))
     yield "brier_score", _or_nan(acc.brier_score)
     yield "log_loss", _or_nan(acc.log_loss)
     yield "calibration_error", _or_nan(acc.calibration_error)

@@ -13,7 +13,6 @@ from hypothesis.extra.numpy import arrays
 from scipy import stats
 
 from metricstream import ConfusionAccumulator, metrics
-from metricstream import _bootstrap_kernels as kernels
 from metricstream.bootstrap import (
     METRIC_ALIASES,
     MetricInterval,
@@ -21,6 +20,7 @@ from metricstream.bootstrap import (
     delta_method,
     interval_report,
 )
+from metricstream.bootstrap import _kernels as kernels
 from metricstream.exceptions import UndefinedMetricWarning
 from metricstream.metrics import batched
 
@@ -524,7 +524,7 @@ def test_interval_report_formats() -> None:
 
 
 def test_threads_do_not_change_the_replicates(monkeypatch: pytest.MonkeyPatch) -> None:
-    import metricstream.bootstrap as module
+    import metricstream.bootstrap.resampling as module
 
     rng = np.random.default_rng(3)
     matrix = rng.integers(0, 50, size=(12, 12)) + np.diag(np.full(12, 500))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from metricstream import AccumulatorGroup, ConfusionAccumulator, metrics
-from metricstream import _bootstrap_kernels as kernels
+from metricstream.bootstrap import _kernels as kernels
 from metricstream.bootstrap import bootstrap, interval_from_replicates
 from metricstream.clustered import BootstrapConfusionAccumulator
 
@@ -361,7 +361,7 @@ def test_interval_report_uses_the_replicates() -> None:
 
 @pytest.mark.parametrize("layout", ["labels", "scores", "channels-last", "weighted", "ignore"])
 def test_item_path_equals_per_sample_path(layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import metricstream.clustered as module
+    import metricstream.bootstrap.accumulator as module
 
     rng = np.random.default_rng(15)
     truth = rng.integers(0, 3, (5, 6, 7))
@@ -392,7 +392,7 @@ def test_item_path_equals_per_sample_path(layout: str, monkeypatch: pytest.Monke
 
 
 def test_item_path_errors_name_the_position_in_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    import metricstream.clustered as module
+    import metricstream.bootstrap.accumulator as module
 
     monkeypatch.setattr(module, "ITEM_MIN_SAMPLES", 1)
     acc = BootstrapConfusionAccumulator(3, n_replicates=4)

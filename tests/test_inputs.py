@@ -168,7 +168,7 @@ def test_scalars_and_empty_batches():
 
 
 def test_an_empty_batch_calls_no_kernel():
-    from metricstream import _kernels
+    from metricstream.confusion import _kernels
 
     before = set(_kernels.count_labels.signatures)
     acc = ConfusionAccumulator(3, weighted=True).update([2], [1])

@@ -14,8 +14,8 @@ import sklearn.metrics as skm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metricstream import _io
-from metricstream._io import InputError, LabelRegistry, read_confusion
+from metricstream.io import readers as _io
+from metricstream.io.readers import InputError, LabelRegistry, read_confusion
 
 try:
     import pyarrow  # noqa: F401

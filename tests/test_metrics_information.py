@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import sklearn.metrics as skm
 
-from metricstream._view_kernels import gather_nonzero
 from metricstream.metrics import mutual_information, normalized_mutual_information
+from metricstream.metrics._kernels import gather_nonzero
 from metricstream.metrics.information import _cell_xlogx_sum
 
 METHODS = ["arithmetic", "geometric", "min", "max"]

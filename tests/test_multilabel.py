@@ -835,7 +835,7 @@ def test_csv_reader(tmp_path):
 
 
 def test_csv_reader_counts_in_chunks(tmp_path, monkeypatch):
-    import metricstream.multilabel as module
+    import metricstream.multilabel.accumulator as module
 
     monkeypatch.setattr(module, "_CSV_CHUNK_ROWS", 7)
     y_true, y_pred, _ = CASES["sparse"]

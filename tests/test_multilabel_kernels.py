@@ -19,7 +19,7 @@ import pytest
 import sklearn.metrics as skm
 
 import metricstream
-import metricstream.multilabel as module
+import metricstream.multilabel.accumulator as module
 from metricstream.multilabel import MultilabelAccumulator
 
 from .marks import slow_beyond
@@ -402,7 +402,7 @@ def test_short_rows_with_f1_only_equal_the_general_kernel():
 def test_chunk_width_follows_the_cpu_features_numba_compiles_for(monkeypatch):
     from numba.core import config
 
-    from metricstream import _multilabel_kernels as kernels
+    from metricstream.multilabel import _kernels as kernels
 
     monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+avx512f,+avx512bw", raising=False)
     assert kernels._target_has_avx512bw()

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import metricstream
-from metricstream import ConfusionAccumulator, _dispatch
+from metricstream import ConfusionAccumulator
 from metricstream._inputs import prepare_batch
+from metricstream.confusion import _dispatch
 
 INT64_MAX = 2**63 - 1
 

@@ -116,7 +116,7 @@ def test_accumulator_plot_uses_its_class_names_and_writes_a_png(tmp_path):
 
 
 def test_many_classes_get_a_subset_of_tick_labels():
-    from metricstream.plotting import TICK_LABEL_MAX_CLASSES
+    from metricstream.plotting.confusion import TICK_LABEL_MAX_CLASSES
 
     k = 3 * TICK_LABEL_MAX_CLASSES
     ax = plot_confusion_matrix(np.eye(k, dtype=np.int64), class_names=[f"c{i}" for i in range(k)])

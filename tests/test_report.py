@@ -347,7 +347,7 @@ def test_nan_averages_are_bit_equal_to_sklearn(seed):
 def test_nan_macro_average_of_the_reported_case():
     # 10 classes, 3 of them never predicted: nanmean over all 10 entries, not mean over 7
     precision = np.array([0.5, np.nan, 0.2, 1 / 3, np.nan, 0.7, 0.1, np.nan, 0.9, 0.3])
-    from metricstream.report import _nanaverage
+    from metricstream.report.confusion import _nanaverage
 
     assert _nanaverage(precision) == np.nanmean(precision)
     assert np.isnan(_nanaverage(np.array([np.nan, np.nan])))

@@ -48,7 +48,9 @@ def test_group_equals_sklearn(seed):
     y[y == 3] = 2  # class 3 absent from the truth
     # Multiples of 1/64 summing to 1: every one is its score bin's value, so curves are exact.
     probs = (rng.multinomial(60, np.ones(k) / k, size=n) + 1) / 64.0
-    group = AccumulatorGroup(labels=ConfusionAccumulator(k), scores=ScoreAccumulator("multiclass", k))
+    group = AccumulatorGroup(
+        labels=ConfusionAccumulator(k), scores=ScoreAccumulator("multiclass", k)
+    )
     for part in np.array_split(np.arange(n), 3):
         group.update(y[part], probs[part])
     got = flat_scalars(group, "val/")

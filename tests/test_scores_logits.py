@@ -9,8 +9,8 @@ import pytest
 import scipy.special
 from sklearn import metrics as skm
 
-from metricstream import _score_kernels as kernels
 from metricstream.scores import ScoreAccumulator
+from metricstream.scores import _kernels as kernels
 
 from .marks import slow_beyond
 

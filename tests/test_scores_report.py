@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as skm
 
-from metricstream._io import InputError
+from metricstream.io.readers import InputError
 from metricstream.score_report import score_summary, summary_rows
 from metricstream.scores import ScoreAccumulator
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import metricstream
-from metricstream import ConfusionAccumulator, _dispatch
+from metricstream import ConfusionAccumulator
+from metricstream.confusion import _dispatch
 
 
 def run_threads(target, args_list):

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import confusion_matrix
 
-from metricstream import ConfusionAccumulator, _dispatch
+from metricstream import ConfusionAccumulator
 from metricstream._inputs import as_array, prepare_batch
+from metricstream.confusion import _dispatch
 
 try:
     import torch

@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from .._view_kernels import gather_nonzero
+from ._kernels import gather_nonzero
 from ._zero_division import ZeroDivision, undefined_scalar, zero_division_value
 from .counts import MatrixLike, as_counts
 

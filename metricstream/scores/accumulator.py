@@ -3,7 +3,7 @@ top-k accuracy from constant-memory histograms.
 
 The views are plain functions of the histograms, in :mod:`metricstream.metrics.curves`,
 :mod:`~metricstream.metrics.calibration` and :mod:`~metricstream.metrics.topk`; counting is done
-by the Numba kernels of :mod:`metricstream._score_kernels`.
+by the Numba kernels of :mod:`metricstream.scores._kernels`.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from . import _score_kernels as _k
-from ._inputs import as_array
-from .accumulator import ConfusionAccumulator
-from .base import Accumulator
-from .metrics import calibration as _calibration
-from .metrics import curves as _curves
-from .metrics import topk as _topk
-from .metrics.calibration import Norm, ReliabilityDiagram
-from .metrics.curves import Bounded, CurveAverage, OperatingPoint, WithinBins
+from .._inputs import as_array
+from ..base import Accumulator
+from ..confusion.accumulator import ConfusionAccumulator
+from ..metrics import calibration as _calibration
+from ..metrics import curves as _curves
+from ..metrics import topk as _topk
+from ..metrics.calibration import Norm, ReliabilityDiagram
+from ..metrics.curves import Bounded, CurveAverage, OperatingPoint, WithinBins
+from . import _kernels as _k
 
 __all__ = ["ScoreAccumulator"]
 
@@ -70,7 +70,7 @@ class ScoreAccumulator(Accumulator):
     """Score histograms of a stream: ROC/PR curves, AUROC, AP, calibration and top-k.
 
     Every score lands in a bin of an order-preserving integer key of its float32 bits (see
-    :mod:`metricstream._score_kernels`). Probabilities (the default): ``0`` and ``1`` have bins
+    :mod:`metricstream.scores._kernels`). Probabilities (the default): ``0`` and ``1`` have bins
     of their own, below 1/2 the bin is the top bits of ``p``, above 1/2 the top bits of ``1 -
     p``, so that scores near 1 are resolved as finely as scores near 0 (by default 11
     significant bits for ``2**-16 <= p < 1/2``, 10 for ``1 - p`` and 8 below ``2**-16``, in
@@ -1165,21 +1165,21 @@ class ScoreAccumulator(Accumulator):
     # ------------------------------------------------------------------ plots
     def plot_roc(self, ax: Any = None, **kwargs: Any) -> Any:
         """ROC curves of every class in one figure; see
-        :func:`metricstream.score_plotting.plot_roc`."""
-        from .score_plotting import plot_roc
+        :func:`metricstream.plotting.scores.plot_roc`."""
+        from ..plotting.scores import plot_roc
 
         return plot_roc(self, ax=ax, **kwargs)
 
     def plot_precision_recall(self, ax: Any = None, **kwargs: Any) -> Any:
         """Precision-recall curves of every class in one figure; see
-        :func:`metricstream.score_plotting.plot_precision_recall`."""
-        from .score_plotting import plot_precision_recall
+        :func:`metricstream.plotting.scores.plot_precision_recall`."""
+        from ..plotting.scores import plot_precision_recall
 
         return plot_precision_recall(self, ax=ax, **kwargs)
 
     def plot_calibration(self, n_bins: int = 15, ax: Any = None, **kwargs: Any) -> Any:
-        """The reliability diagram; see :func:`metricstream.score_plotting.plot_calibration`."""
-        from .score_plotting import plot_calibration
+        """The reliability diagram; see :func:`metricstream.plotting.scores.plot_calibration`."""
+        from ..plotting.scores import plot_calibration
 
         return plot_calibration(self, n_bins=n_bins, ax=ax, **kwargs)
 

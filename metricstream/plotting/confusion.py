@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .metrics.counts import Normalize, as_counts, normalize_confusion_matrix
+from ..metrics.counts import Normalize, as_counts, normalize_confusion_matrix
 
 __all__ = ["plot_confusion_matrix", "plot_per_class"]
 
@@ -218,8 +218,8 @@ def plot_per_class(
         >>> len(ax.patches)
         4
     """
-    from .metrics.jaccard import jaccard
-    from .metrics.precision_recall import f1, precision, recall
+    from ..metrics.jaccard import jaccard
+    from ..metrics.precision_recall import f1, precision, recall
 
     functions = {"precision": precision, "recall": recall, "f1": f1, "iou": jaccard}
     if isinstance(metrics, str):

@@ -59,7 +59,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .accumulator import ConfusionAccumulator
+from ..confusion.accumulator import ConfusionAccumulator
 
 # Rows per chunk of Parquet batches and of .npy/.npz reads;
 # with two int64 columns a chunk is 16 MiB, so memory stays flat whatever the file size.

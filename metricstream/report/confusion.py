@@ -22,13 +22,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .metrics._zero_division import ZeroDivision, zero_division_value
-from .metrics.accuracy import accuracy, balanced_accuracy
-from .metrics.agreement import cohen_kappa, matthews_corrcoef
-from .metrics.counts import ClassCounts, Labels, MatrixLike, as_counts, label_indices
-from .metrics.jaccard import fwiou, jaccard, miou
-from .metrics.precision_recall import f1, precision, precision_recall_fscore_support, recall
-from .metrics.rates import negative_predictive_value, specificity
+from ..metrics._zero_division import ZeroDivision, zero_division_value
+from ..metrics.accuracy import accuracy, balanced_accuracy
+from ..metrics.agreement import cohen_kappa, matthews_corrcoef
+from ..metrics.counts import ClassCounts, Labels, MatrixLike, as_counts, label_indices
+from ..metrics.jaccard import fwiou, jaccard, miou
+from ..metrics.precision_recall import f1, precision, precision_recall_fscore_support, recall
+from ..metrics.rates import negative_predictive_value, specificity
 
 __all__ = [
     "classification_report",

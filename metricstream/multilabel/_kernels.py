@@ -37,7 +37,7 @@ from numba.core.imputils import impl_ret_untracked
 from numba.extending import intrinsic, overload
 from numba.np.arrayobj import populate_array
 
-from . import _llvm
+from .._core import llvm as _llvm
 
 OK = 0
 BAD_TRUE = 1  # a true entry that is neither 0, 1 nor the mask value

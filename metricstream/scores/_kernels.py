@@ -112,7 +112,7 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from . import _llvm
+from .._core import llvm as _llvm
 
 OK = 0
 BAD_TRUE = 1

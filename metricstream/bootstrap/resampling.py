@@ -7,7 +7,7 @@ replicate of the confusion matrix ``C`` (``N`` samples) is a draw of
 Poisson(1) times) its cells are independent ``Poisson(C_ij)``. So the bootstrap distribution of
 *any* metric of the matrix — macro F1, mIoU, MCC, your own function — depends on the final
 matrix alone: :func:`bootstrap` costs nothing per update and a few milliseconds at read time.
-Replicates are drawn by exact samplers (:mod:`metricstream._bootstrap_kernels`) straight into
+Replicates are drawn by exact samplers (:mod:`~metricstream.bootstrap._kernels`) straight into
 the per-class counts (``TP_i``, ``AP_i``, ``PP_i``, ``N``) from which the common metrics are
 evaluated for all replicates at once (:mod:`metricstream.metrics.batched`); other metrics and
 user functions get each replicate as a K×K matrix.
@@ -15,7 +15,7 @@ user functions get each replicate as a K×K matrix.
 **Assumption.** Samples are independent and identically distributed. Pixels of one image or
 tokens of one document are not: their errors are correlated, and an i.i.d. bootstrap (or the
 delta method, or a Wilson interval) of such a matrix is too narrow. Use
-:class:`metricstream.clustered.BootstrapConfusionAccumulator`, which resamples whole clusters.
+:class:`metricstream.BootstrapConfusionAccumulator`, which resamples whole clusters.
 
 **Weights.** A weighted matrix is accepted only when its counts are whole numbers, read as
 frequency weights (a sample of weight 3 counts as three samples). Fractional weights are
@@ -43,12 +43,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _bootstrap_kernels as _k
-from . import metrics as _metrics
-from ._dispatch import get_num_threads
-from .exceptions import UndefinedMetricWarning
-from .metrics import batched as _batched
-from .metrics.counts import ClassCounts
+from .. import metrics as _metrics
+from ..confusion._dispatch import get_num_threads
+from ..exceptions import UndefinedMetricWarning
+from ..metrics import batched as _batched
+from ..metrics.counts import ClassCounts
+from . import _kernels as _k
 
 __all__ = [
     "METRIC_ALIASES",
@@ -226,7 +226,7 @@ def _counts_of(source: Any) -> tuple[np.ndarray, Sequence[str] | None]:
                 f"bootstrap of a matrix resamples samples, and a matrix of fractional weights "
                 f"no longer says which samples it summed. Whole-number weights are read as "
                 f"frequency weights; for fractional weights count with "
-                f"`metricstream.clustered.BootstrapConfusionAccumulator(..., weighted=True)`."
+                f"`metricstream.BootstrapConfusionAccumulator(..., weighted=True)`."
             )
         if (array >= 2.0**62).any():
             raise ValueError("`source` holds a count of 2^62 or more; too large to resample.")
@@ -359,7 +359,7 @@ def _score_histogram(
             f"they are not one table of the samples. Only a binary score accumulator's "
             f"{metric} is bootstrapped from its state."
         )
-    from .metrics import curves as _curves
+    from ..metrics import curves as _curves
 
     function = getattr(_curves, metric)
     config = source.config() if callable(getattr(source, "config", None)) else {}
@@ -723,7 +723,7 @@ def interval_from_replicates(
     """Interval of a metric from replicate matrices you already have.
 
     For replicates drawn elsewhere: the clustered accumulator's
-    (:meth:`metricstream.clustered.BootstrapConfusionAccumulator.interval` calls this), or your
+    (:meth:`metricstream.BootstrapConfusionAccumulator.interval` calls this), or your
     own resampling. The estimate is the metric of ``matrix``; ``method`` is ``"percentile"``,
     ``"basic"`` or ``"normal"`` as in :func:`bootstrap` (BCa needs the jackknife of the
     resampled units, which a stack of matrices does not carry). Weighted (float) matrices are
@@ -1076,7 +1076,7 @@ def interval_report(
     """The "intervals" section of a report: each metric's estimate, bounds and standard error.
 
     For an accumulator with its own replicates (a clustered
-    :class:`~metricstream.clustered.BootstrapConfusionAccumulator`) the intervals come from
+    :class:`~metricstream.BootstrapConfusionAccumulator`) the intervals come from
     them (``n_resamples`` and ``seed`` are then the accumulator's); otherwise from
     :func:`bootstrap` of the matrix (independent samples). Scalar metrics only.
 

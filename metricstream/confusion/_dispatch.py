@@ -33,8 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _kernels
-from ._inputs import (
+from .._inputs import (
     LABELS,
     ROWS,
     TENSOR_TYPES,
@@ -46,6 +45,7 @@ from ._inputs import (
     learn_torch,
     tensor_dtype,
 )
+from . import _kernels
 
 # Below this many labels a batch is counted by the calling thread alone. Handing chunks to the
 # pool costs a few tens of microseconds and each helper thread needs a private K×K matrix; on

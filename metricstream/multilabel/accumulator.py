@@ -38,15 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from . import _multilabel_kernels as _k
-from ._dispatch import get_num_threads
-from ._inputs import as_array
-from .base import Accumulator
-from .metrics import multilabel as _ml
-from .metrics._averaging import MultilabelAverage
-from .metrics._selection import LabelCounts
-from .metrics._zero_division import ZeroDivision
-from .metrics.counts import Labels
+from .._inputs import as_array
+from ..base import Accumulator
+from ..confusion._dispatch import get_num_threads
+from ..metrics import multilabel as _ml
+from ..metrics._averaging import MultilabelAverage
+from ..metrics._selection import LabelCounts
+from ..metrics._zero_division import ZeroDivision
+from ..metrics.counts import Labels
+from . import _kernels as _k
 
 __all__ = ["LabelSets", "MultilabelAccumulator", "read_multilabel_csv", "read_multilabel_npz"]
 
@@ -445,7 +445,7 @@ class MultilabelAccumulator(Accumulator):
         return route
 
     def _route_table(self) -> np.ndarray:
-        """The table of :func:`~metricstream._multilabel_kernels.count_routed`: the addresses
+        """The table of :func:`~metricstream.multilabel._kernels.count_routed`: the addresses
         of the state arrays, of the layout and of a scratch buffer held here (the kernel runs
         under the lock). The state arrays are never rebound (only written in place), so their
         addresses stay valid for the accumulator's life."""

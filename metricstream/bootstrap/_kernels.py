@@ -1,7 +1,7 @@
 """Numba kernels of the bootstrap: exact random variates and replicate counting.
 
 Arithmetic only: the Python layer (:mod:`metricstream.bootstrap`,
-:mod:`metricstream.clustered`) validates, allocates and words the errors.
+:mod:`metricstream.bootstrap.accumulator`) validates, allocates and words the errors.
 
 Random numbers
 --------------

@@ -2,7 +2,7 @@
 
 The kernels do arithmetic only. They take flat (or, for scores, 2-D/3-D) arrays and an ``out``
 matrix, and count into it. Allocation, dtype decisions, chunking across threads and the wording
-of error messages live in :mod:`metricstream._dispatch` and :mod:`metricstream._inputs`.
+of error messages live in :mod:`metricstream.confusion._dispatch` and :mod:`metricstream._inputs`.
 
 Every kernel validates as it counts, so valid data pays for no extra pass over memory. A kernel
 stops at the first bad element and returns ``(status, position, counted_until)``: ``position`` is
@@ -71,7 +71,7 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from . import _llvm
+from .._core import llvm as _llvm
 
 # Status codes returned by kernels (position is the flat index of the first bad element).
 OK = 0

@@ -1,6 +1,6 @@
 """Numba kernels of the metric views (reading a confusion matrix, never counting into one).
 
-Like :mod:`metricstream._kernels`, they do arithmetic only; the metric functions of
+Like :mod:`metricstream.confusion._kernels`, they do arithmetic only; the metric functions of
 :mod:`metricstream.metrics` choose dtypes and allocate.
 """
 
@@ -11,7 +11,7 @@ from numba import njit
 
 def _kernel(function):
     """``njit(nogil=True)`` with the on-disk cache when there is somewhere to write it (see
-    :func:`metricstream._kernels._kernel`)."""
+    :func:`metricstream.confusion._kernels._kernel`)."""
     try:
         return njit(cache=True, nogil=True)(function)
     except RuntimeError:  # "cannot cache function ...: no locator available"

@@ -1,0 +1,519 @@
+"""Clustered bootstrap: B replicate confusion matrices kept while counting, for correlated data.
+
+The read-time bootstrap of :mod:`metricstream.bootstrap` assumes independent samples. The pixels
+of one image, the tokens of one document or the frames of one video are not independent: their
+errors come in clumps, and an interval that treats them as independent is far too narrow (see
+``docs/intervals.md``). The honest resampling unit is the *cluster* (the image, the document).
+
+:class:`BootstrapConfusionAccumulator` implements the Poisson bootstrap by cluster (Chamandy,
+Muralidharan, Najmi & Naidu 2012, "Estimating uncertainty for massive data streams"; Oza &
+Russell's online bagging): besides the K×K matrix it keeps B replicate matrices, and every
+cluster is added to replicate ``b`` with weight ``w ~ Poisson(1)``. The weight is a hash of
+``(cluster id, b, seed)``, not a draw from a random stream, so every shard, thread and rank
+computes the same weight for the same cluster without communicating, and replicates merge, sync
+and serialize by summing like any other state. At the end, the spread of a metric over the B
+replicate matrices estimates its sampling spread: :meth:`BootstrapConfusionAccumulator.interval`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from .._inputs import as_array, prepare_batch
+from ..base import Accumulator
+from ..confusion._dispatch import count_batch
+from ..confusion.accumulator import ConfusionAccumulator
+from . import _kernels as _k
+from .resampling import MetricInterval, interval_from_replicates
+
+__all__ = ["BootstrapConfusionAccumulator"]
+
+_INT64_MAX = np.iinfo(np.int64).max
+# The largest main-matrix cell whose replicate cells (at most MAX_POISSON1_WEIGHT times it)
+# still fit int64.
+_CELL_LIMIT = _INT64_MAX // (_k.MAX_POISSON1_WEIGHT + 1)
+# Items (first-axis slices) of at least this many samples, each its own cluster, are counted
+# one by one by the plain counting kernel; smaller ones go through the per-sample kernel.
+ITEM_MIN_SAMPLES = 1024
+# Accumulator methods that are not views of the matrix.
+_NOT_VIEWS = frozenset({"from_batch", "from_matrix", "update", "bootstrap"})
+
+
+@dataclass(slots=True)
+class _ClusterBatch:
+    """One update, validated: its K×K counts, and how its samples map to clusters."""
+
+    local: np.ndarray  # the batch's own K×K counts (what the main matrix gets)
+    key: int | None  # the cluster key when the whole batch is one cluster
+    y_true: np.ndarray | None = None  # flat labels, when clusters are given per sample
+    y_pred: np.ndarray | None = None
+    weights: np.ndarray | None = None
+    cluster_ids: np.ndarray | None = None
+    run_length: int = 1
+    items: list[tuple[int, np.ndarray]] | None = None  # (cluster key, its K×K counts)
+
+
+class BootstrapConfusionAccumulator(Accumulator):
+    """A confusion matrix plus ``n_replicates`` Poisson-bootstrap replicates of it, by cluster.
+
+    Each update adds its samples to ``matrix`` and, for every replicate ``b``, adds each cluster
+    ``c``'s counts times ``w(c, b) ~ Poisson(1)`` to ``replicates[b]``, where ``w`` is a hash
+    of ``(c, b, seed)``. A cluster is
+
+    * the whole ``update`` call when ``cluster_ids`` is None (one image per call, say), with a
+      fresh random key (replicates are then not bit-reproducible between runs, only
+      statistically equivalent; pass ids to fix them);
+    * ``cluster_ids`` itself when it is one integer (e.g. the image's dataset index);
+    * ``cluster_ids[i]`` for item ``i`` of the batch's first axis (a ``(N,)`` id array for
+      ``(N, H, W)`` masks), or for each sample (an id array of ``y_true``'s shape, e.g. the
+      document of each token).
+
+    A cluster may span several updates, shards and ranks: wherever its samples are counted they
+    get the same weights, so the state is the same however the stream is split, merged or
+    synced. Give distinct clusters distinct ids (the id is hashed with the seed; ids are
+    integers, compared exactly).
+
+    State: ``{"matrix": (K, K), "replicates": (B, K, K)}``, int64 (float64 when ``weighted``),
+    i.e. ``(B + 1) × K² × 8`` bytes: 348 KiB for K = 21, B = 100; 84 MiB for K = 1000, B = 10.
+    Cost per update: the plain count of the batch, plus ``B ×`` (distinct cells of each
+    cluster) multiply-adds; for one cluster per call (a 256×256 mask, B = 100) that is well
+    under the cost of counting the mask once more.
+
+    Views: every metric method of :class:`~metricstream.ConfusionAccumulator` (``f1``,
+    ``miou``, ``summary``, ...) on the main matrix, :meth:`confusion` (that accumulator), and
+    :meth:`interval` from the replicates.
+
+    Invariants (tested): the main matrix equals a ``ConfusionAccumulator`` fed the same
+    batches (float weights: up to rounding); any split into batches, shards or merge order
+    gives the same state; a failed update leaves the state bit-identical; counts never wrap
+    (an update that could take a replicate past 2**63 - 1 raises).
+
+    Args:
+        num_classes: K.
+        n_replicates: B, at least 2 (100 gives standard errors to about ±7%; use 1,000 for the
+            tails of 95% percentile intervals).
+        seed: an int; shards that merge must share it (it is part of the configuration).
+        class_names, ignore_index, weighted, class_axis, threshold: as
+            :class:`~metricstream.ConfusionAccumulator`.
+
+    Example:
+        >>> import numpy as np
+        >>> acc = BootstrapConfusionAccumulator(3, n_replicates=200, seed=0)
+        >>> rng = np.random.default_rng(0)
+        >>> for image in range(40):                       # one cluster per update call
+        ...     truth = rng.integers(0, 3, size=(16, 16))
+        ...     noisy = np.where(rng.random((16, 16)) < 0.8, truth, rng.integers(0, 3))
+        ...     _ = acc.update(truth, noisy, cluster_ids=image)
+        >>> result = acc.interval("miou")
+        >>> bool(result.low < acc.miou() < result.high)
+        True
+    """
+
+    state_format = 1
+
+    def __init__(
+        self,
+        num_classes: int,
+        n_replicates: int = 100,
+        seed: int = 0,
+        class_names: Sequence[str] | None = None,
+        ignore_index: int | None = None,
+        *,
+        weighted: bool = False,
+        class_axis: int = 1,
+        threshold: float | None = None,
+    ) -> None:
+        # The confusion accumulator validates the shared settings (and words the errors).
+        prototype = ConfusionAccumulator(
+            num_classes,
+            class_names,
+            ignore_index,
+            weighted=weighted,
+            class_axis=class_axis,
+            threshold=threshold,
+        )
+        if isinstance(n_replicates, bool) or not isinstance(n_replicates, (int, np.integer)):
+            raise TypeError(f"`n_replicates` must be an int, got {n_replicates!r}.")
+        if n_replicates < 2:
+            raise ValueError(f"`n_replicates` must be at least 2, got {n_replicates}.")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"`seed` must be an int, got {seed!r}.")
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"`seed` must be in [0, 2**64), got {seed}.")
+        self._num_classes = prototype.num_classes
+        self._class_names = prototype.class_names
+        self._ignore_index = prototype.ignore_index
+        self._weighted = prototype.weighted
+        self._class_axis = prototype.class_axis
+        self._threshold = prototype.threshold
+        self._n_replicates = int(n_replicates)
+        self._seed = int(seed)
+        k = self._num_classes
+        dtype = np.float64 if self._weighted else np.int64
+        super().__init__(
+            {"matrix": ((k, k), dtype), "replicates": ((self._n_replicates, k, k), dtype)}
+        )
+
+    def _init_runtime(self) -> None:
+        super()._init_runtime()
+        self._confusion_cache: tuple[int, ConfusionAccumulator] | None = None
+
+    def config(self) -> dict[str, Any]:
+        """Everything two shards must share to merge: the confusion settings, B and the seed."""
+        return {
+            "num_classes": self._num_classes,
+            "n_replicates": self._n_replicates,
+            "seed": self._seed,
+            "class_names": None if self._class_names is None else list(self._class_names),
+            "ignore_index": self._ignore_index,
+            "weighted": self._weighted,
+            "class_axis": self._class_axis,
+            "threshold": self._threshold,
+        }
+
+    # ------------------------------------------------------------------ configuration
+    @property
+    def num_classes(self) -> int:
+        """K, the number of classes."""
+        return self._num_classes
+
+    @property
+    def n_replicates(self) -> int:
+        """B, the number of replicate matrices."""
+        return self._n_replicates
+
+    @property
+    def seed(self) -> int:
+        """The seed hashed into every cluster's weights."""
+        return self._seed
+
+    @property
+    def class_names(self) -> tuple[str, ...] | None:
+        """The class names, or None."""
+        return self._class_names
+
+    @property
+    def ignore_index(self) -> int | None:
+        """The true label whose samples are skipped, or None."""
+        return self._ignore_index
+
+    @property
+    def weighted(self) -> bool:
+        """Whether counts are float64 weights."""
+        return self._weighted
+
+    @property
+    def state_nbytes(self) -> int:
+        """Bytes of state: ``(B + 1) × K² × 8``."""
+        return (self._n_replicates + 1) * self._num_classes**2 * 8
+
+    # ------------------------------------------------------------------ counting
+    def update(
+        self, y_true: Any, y_pred: Any, weights: Any = None, *, cluster_ids: Any = None
+    ) -> BootstrapConfusionAccumulator:
+        """Count a batch into the matrix and, cluster by cluster, into the replicates.
+
+        Args:
+            y_true, y_pred, weights: as :meth:`ConfusionAccumulator.update`.
+            cluster_ids: None (this call is one cluster), one integer (the cluster of the whole
+                batch), integers of length ``y_true.shape[0]`` (one cluster per item of the
+                first axis) or of ``y_true``'s shape (one per sample).
+
+        Raises:
+            TypeError / ValueError: as :meth:`ConfusionAccumulator.update`, or bad
+                ``cluster_ids`` (named, with its shape or value); nothing is counted.
+        """
+        return super().update(y_true, y_pred, weights, cluster_ids=cluster_ids)
+
+    def _prepare(
+        self, y_true: Any, y_pred: Any, weights: Any = None, *, cluster_ids: Any = None
+    ) -> _ClusterBatch:
+        ids = None if cluster_ids is None else as_array(cluster_ids, "cluster_ids")
+        if ids is not None and ids.dtype.kind not in "iu":
+            raise TypeError(f"`cluster_ids` must hold integers, got dtype {ids.dtype}.")
+        if ids is not None and ids.ndim > 0:
+            items = self._prepare_items(y_true, y_pred, weights, ids)
+            if items is not None:
+                return items
+            y_true, y_pred = self._labels_for_clusters(y_true, y_pred)
+        if self._threshold is None:
+            batch = prepare_batch(y_true, y_pred, weights, self._num_classes, self._class_axis)
+        else:
+            batch = prepare_batch(
+                y_true,
+                y_pred,
+                weights,
+                self._num_classes,
+                self._class_axis,
+                threshold=self._threshold,
+            )
+        dtype = np.float64 if self._weighted else np.int64
+        local: np.ndarray = np.zeros((self._num_classes, self._num_classes), dtype=dtype)
+        count_batch(local, batch, self._ignore_index)  # validates labels and weights
+        if ids is None:
+            return _ClusterBatch(local, secrets.randbits(64))
+        if ids.ndim == 0:
+            return _ClusterBatch(local, int(ids.astype(np.uint64)))
+        shape = batch.label_shape
+        if ids.shape == shape:
+            flat_ids = ids.reshape(-1, order=batch.order)
+            run = 1
+        elif ids.ndim == 1 and len(shape) >= 1 and ids.shape[0] == shape[0]:
+            if batch.order == "C" or len(shape) == 1:
+                flat_ids, run = ids, max(1, int(np.prod(shape[1:], dtype=np.int64)))
+            else:
+                expanded = np.broadcast_to(ids.reshape((-1,) + (1,) * (len(shape) - 1)), shape)
+                flat_ids, run = expanded.reshape(-1, order="F"), 1
+        else:
+            raise ValueError(
+                f"`cluster_ids` has shape {ids.shape}, but `y_true` has shape {shape}; give one "
+                f"id per sample (shape {shape}), one per item of the first axis "
+                f"({shape[:1]}), one integer, or None (the call is one cluster)."
+            )
+        return _ClusterBatch(
+            local,
+            None,
+            batch.y_true,
+            batch.y_pred,
+            batch.weights,
+            np.ascontiguousarray(flat_ids, dtype=np.int64),
+            run,
+        )
+
+    def _batch(self, y_true: Any, y_pred: Any, weights: Any, class_axis: int) -> Any:
+        if self._threshold is None:
+            return prepare_batch(y_true, y_pred, weights, self._num_classes, class_axis)
+        return prepare_batch(
+            y_true, y_pred, weights, self._num_classes, class_axis, threshold=self._threshold
+        )
+
+    def _prepare_items(
+        self, y_true: Any, y_pred: Any, weights: Any, ids: np.ndarray
+    ) -> _ClusterBatch | None:
+        """One cluster per item of the first axis of large items (images): each item is
+        counted by the plain kernel into its own K×K matrix. None when this does not apply."""
+        true_array = as_array(y_true, "y_true")
+        if not (
+            ids.ndim == 1
+            and true_array.ndim >= 2
+            and ids.shape[0] == true_array.shape[0]
+            and true_array[0].size >= ITEM_MIN_SAMPLES
+        ):
+            return None
+        pred_array = as_array(y_pred, "y_pred")
+        weight_array = None if weights is None else as_array(weights, "weights")
+        item_axis = self._class_axis
+        if pred_array.ndim == true_array.ndim + 1:
+            axis = self._class_axis % pred_array.ndim
+            if axis == 0:
+                return None  # classes on the item axis: items cannot be sliced off
+            item_axis = axis - 1
+        dtype = np.float64 if self._weighted else np.int64
+        local: np.ndarray = np.zeros((self._num_classes, self._num_classes), dtype=dtype)
+        by_key: dict[int, np.ndarray] = {}
+        try:
+            for item in range(true_array.shape[0]):
+                counts: np.ndarray = np.zeros_like(local)
+                count_batch(
+                    counts,
+                    self._batch(
+                        true_array[item],
+                        pred_array[item],
+                        None if weight_array is None else weight_array[item],
+                        item_axis,
+                    ),
+                    self._ignore_index,
+                )
+                key = int(ids[item].astype(np.uint64))
+                if key in by_key:
+                    by_key[key] += counts
+                else:
+                    by_key[key] = counts
+                if not self._weighted:
+                    local += counts  # exact: the batch's counts are the sum of its items'
+        except ValueError:
+            # Word the error with the position in the user's whole array.
+            count_batch(
+                local,
+                self._batch(true_array, pred_array, weight_array, self._class_axis),
+                self._ignore_index,
+            )
+            raise
+        if self._weighted:
+            # The batch's float sums in the order a ConfusionAccumulator adds them.
+            count_batch(
+                local,
+                self._batch(true_array, pred_array, weight_array, self._class_axis),
+                self._ignore_index,
+            )
+        return _ClusterBatch(local, None, items=list(by_key.items()))
+
+    def _labels_for_clusters(self, y_true: Any, y_pred: Any) -> tuple[Any, Any]:
+        """Scores become predicted labels (the per-sample kernel reads labels only)."""
+        true_array = as_array(y_true, "y_true")
+        pred_array = as_array(y_pred, "y_pred")
+        if pred_array.ndim == true_array.ndim + 1 and pred_array.dtype.kind == "f":
+            if np.isnan(pred_array).any():
+                raise ValueError(
+                    "`y_pred` (scores) holds NaN; the predicted class of that sample is undefined."
+                )
+            return true_array, np.argmax(pred_array, axis=self._class_axis)
+        if (
+            self._threshold is not None
+            and pred_array.dtype.kind == "f"
+            and pred_array.size == true_array.size
+        ):
+            if np.isnan(pred_array).any():
+                raise ValueError(
+                    "`y_pred` (scores) holds NaN; the predicted class of that sample is undefined."
+                )
+            labels = (pred_array >= self._threshold).astype(np.int64)
+            return true_array, labels.reshape(true_array.shape)
+        return true_array, pred_array
+
+    def _overflow(self, matrix: np.ndarray, local: np.ndarray, cell: int) -> None:
+        where = divmod(cell, self._num_classes)
+        raise ValueError(
+            f"this update would take cell {where} of the matrix to "
+            f"{int(matrix.flat[cell]) + int(local.flat[cell]):,} samples; the replicates "
+            f"(weights up to {_k.MAX_POISSON1_WEIGHT}) keep counts in int64 only up to "
+            f"{_CELL_LIMIT:,} per cell; nothing was counted."
+        )
+
+    def _count(self, arrays: dict[str, np.ndarray], batch: _ClusterBatch) -> None:
+        matrix, replicates = arrays["matrix"], arrays["replicates"]
+        flat = replicates.reshape(self._n_replicates, -1)
+        integral = matrix.dtype.kind == "i"
+        # A replicate cell is at most MAX_POISSON1_WEIGHT times its main cell (every weight is
+        # at most that), so keeping each main cell below 2^63 / (that weight + 1) keeps every
+        # replicate cell in int64.
+        limit = _CELL_LIMIT if integral else np.inf
+        if batch.key is not None:
+            bad = _k.add_cluster_matrix(
+                batch.local, np.uint64(batch.key), np.uint64(self._seed), flat, matrix, True, limit
+            )
+            if bad >= 0:
+                self._overflow(matrix, batch.local, int(bad))
+            return
+        if integral:
+            over = batch.local > _CELL_LIMIT - matrix
+            if over.any():
+                self._overflow(matrix, batch.local, int(np.flatnonzero(over)[0]))
+        matrix += batch.local
+        if batch.items is not None:
+            # The main matrix got the whole batch's counts, summed as a ConfusionAccumulator
+            # sums them (float weights: the same rounding); the replicates get the items.
+            for key, counts in batch.items:
+                _k.add_cluster_matrix(
+                    counts, np.uint64(key), np.uint64(self._seed), flat, matrix, False, limit
+                )
+            return
+        scratch = np.zeros(self._num_classes**2, dtype=matrix.dtype)
+        touched = np.empty(self._num_classes**2, dtype=np.int64)
+        # Scanning K² cells per flush beats tracking touched cells when runs are long.
+        ids, y_true = batch.cluster_ids, batch.y_true
+        assert ids is not None and y_true is not None  # a batch of clusters per sample
+        runs = 1 + int(np.count_nonzero(ids[1:] != ids[:-1])) if ids.size else 1
+        scan = self._num_classes**2 * runs <= 4 * y_true.shape[0]
+        ignore = 0 if self._ignore_index is None else self._ignore_index
+        _k.add_clusters(
+            batch.y_true,
+            batch.y_pred,
+            batch.weights,
+            batch.cluster_ids,
+            batch.run_length,
+            ignore,
+            self._ignore_index is not None,
+            self._num_classes,
+            np.uint64(self._seed),
+            flat,
+            scratch,
+            touched,
+            scan,
+        )
+
+    # ------------------------------------------------------------------ views
+    @property
+    def matrix(self) -> np.ndarray:
+        """The main K×K matrix, a read-only snapshot."""
+        return self._snapshot()["matrix"]
+
+    @property
+    def replicates(self) -> np.ndarray:
+        """The ``(B, K, K)`` replicate matrices, a read-only snapshot."""
+        return self._snapshot()["replicates"]
+
+    def confusion(self) -> ConfusionAccumulator:
+        """A new :class:`~metricstream.ConfusionAccumulator` holding the main matrix."""
+        return self._confusion().copy()
+
+    def _confusion(self) -> ConfusionAccumulator:
+        cached = self._confusion_cache
+        snapshot = self._snapshot()
+        version = self._version
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        acc = ConfusionAccumulator.from_matrix(
+            snapshot["matrix"], self._class_names, self._ignore_index, weighted=self._weighted
+        )
+        self._confusion_cache = (version, acc)
+        return acc
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names this class does not define: the metric views of the main
+        # matrix, delegated to a confusion accumulator that holds it (cached per state).
+        if name == "bootstrap":
+            # An i.i.d. bootstrap of the main matrix would ignore the clusters: say which to use.
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute 'bootstrap': use "
+                f"`acc.interval(metric)` for the cluster bootstrap of its replicates, or "
+                f"`metricstream.bootstrap.bootstrap(acc, metric)` to treat the samples as "
+                f"independent."
+            )
+        if name.startswith("_") or name in _NOT_VIEWS or not hasattr(ConfusionAccumulator, name):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(self._confusion(), name)
+
+    def __dir__(self) -> list[str]:
+        views = [
+            n for n in dir(ConfusionAccumulator) if not n.startswith("_") and n not in _NOT_VIEWS
+        ]
+        return sorted(set(super().__dir__()) | set(views))
+
+    def interval(
+        self,
+        metric: str | Callable[..., Any],
+        *,
+        method: Literal["percentile", "basic", "normal"] = "percentile",
+        confidence: float = 0.95,
+        **metric_kwargs: Any,
+    ) -> MetricInterval:
+        """Cluster-bootstrap interval of a metric, from the B replicate matrices.
+
+        The estimate is the metric of the main matrix; the standard error is the standard
+        deviation over the replicates; ``method`` is ``"percentile"``, ``"basic"`` or
+        ``"normal"`` (BCa needs a jackknife over clusters, which the state does not keep).
+        ``metric`` and ``metric_kwargs`` as :func:`metricstream.bootstrap.bootstrap`.
+
+        Raises:
+            ValueError: nothing counted yet, or a bad argument (named).
+        """
+        snapshot = self._snapshot()
+        if not snapshot["matrix"].any():
+            raise ValueError("the accumulator holds no samples yet: there is no interval.")
+        return interval_from_replicates(
+            snapshot["matrix"],
+            snapshot["replicates"],
+            metric,
+            method=method,
+            confidence=confidence,
+            resampling="cluster-poisson",
+            seed=self._seed,
+            class_names=self._class_names,
+            **metric_kwargs,
+        )
