@@ -804,6 +804,9 @@ class MultilabelAccumulator(Accumulator):
         labels, per_sample = snap["labels"], snap["per_sample"]
         rows = per_sample[_k.ROWS]
         total = np.full(self._num_labels, rows) if labels.shape[0] == 3 else rows - labels[3]
+        # read-only like the state arrays beside it: the counts are cached until the next update,
+        # so a write through one view would change every later view
+        total.flags.writeable = False
         label_counts = LabelCounts(tp=labels[0], ap=labels[1], pp=labels[2], total=total)
         lay = self._layout
         size = self._num_labels + 1
