@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .confusion import _kernels
+from ._core import flags as _flags  # the kernels' flag bits, without importing Numba
 
 _NUMERIC_KINDS = frozenset("biuf")
 
@@ -38,8 +38,8 @@ GENERAL = 2  # y_pred: (A, C, R) scores, classes on the middle axis
 THRESHOLD = 3  # y_pred: flat binary scores, class 1 where score >= threshold
 
 # Marks of _convert: the array holds float16/bfloat16 bits (the kernels' flags), or was bool.
-_HALF = _kernels.HALF
-_BFLOAT16 = _kernels.BFLOAT16
+_HALF = _flags.HALF
+_BFLOAT16 = _flags.BFLOAT16
 _BOOL = 1 << 10
 
 
@@ -104,7 +104,7 @@ def learn_torch(value: Any) -> bool:
 
 def tensor_dtype(dtype: Any) -> tuple[np.dtype, int] | None:
     """The numpy dtype in which the kernels read the elements of a torch ``dtype``, and a mark:
-    float16 and bfloat16 as int16 bits marked ``_kernels.HALF`` or ``BFLOAT16``, the other
+    float16 and bfloat16 as int16 bits marked ``_flags.HALF`` or ``BFLOAT16``, the other
     numeric dtypes as themselves (mark 0). None for dtypes the kernels do not read (bool,
     complex, quantized...)."""
     return _torch_dtypes.get(dtype)
@@ -236,7 +236,7 @@ class Batch:
     ``y_pred`` and ``weights`` are 1-D of equal length; for ``ROWS`` ``y_pred`` is ``(N, C)``; for
     ``GENERAL`` ``y_true`` and ``weights`` are ``(A, R)`` and ``y_pred`` is ``(A, C, R)``.
     ``label_shape`` is the user's ``y_true`` shape (positions in messages are given in it).
-    ``flags`` carries ``_kernels.HALF``/``BFLOAT16`` when int16 scores hold half-precision bits;
+    ``flags`` carries ``_flags.HALF``/``BFLOAT16`` when int16 scores hold half-precision bits;
     ``threshold`` is the float64 threshold (for half-precision scores, the key of the smallest
     value >= the threshold).
     """
@@ -600,8 +600,8 @@ def describe_weight_error(
             f"`weights` holds {value!r} at position {where}, but weights must be finite and "
             f"non-negative."
         )
-    if integral and value >= _kernels.MAX_INTEGRAL_WEIGHT and float(value).is_integer():
-        limit = "2^63" if isinstance(value, int) else f"{_kernels.MAX_INTEGRAL_WEIGHT:.2g}"
+    if integral and value >= _flags.MAX_INTEGRAL_WEIGHT and float(value).is_integer():
+        limit = "2^63" if isinstance(value, int) else f"{_flags.MAX_INTEGRAL_WEIGHT:.2g}"
         return ValueError(
             f"`weights` holds {value!r} at position {where}, but this accumulator counts in "
             f"int64 and takes whole weights below {limit} only; create it with "

@@ -37,6 +37,8 @@ SYNC_PROTOCOL = 2
 NUM_FIELDS = 6
 _ERROR_MARK = -1
 _INT64_MAX = 2**63 - 1
+# As merge: the float64 total of an int64 array keeps a margin below 2**63 for its rounding.
+_TOTAL_LIMIT = 2.0**63 - 2.0**20
 
 Syncable = Accumulator | AccumulatorGroup
 
@@ -88,7 +90,12 @@ def synchronize(
         floats = [array for array in arrays.values() if array.dtype.kind == "f"]
         try:
             description = _describe(work, arrays)
-            int_max = max((int(a.max()) for a in ints if a.size), default=0)
+            # The largest total of an int64 array (not its largest cell): the ranks' totals must
+            # add up below 2**63, as a merge's do, or N of the summed matrix would wrap.
+            int_max = min(
+                max((int(a.sum(dtype=np.float64)) for a in ints if a.size), default=0),
+                _INT64_MAX,
+            )
             float_max = max((float(a.max()) for a in floats if a.size), default=0.0)
             vector = np.array(
                 [
@@ -175,10 +182,10 @@ def _check(
             f"{detail}. Every rank must create its accumulators with the same configuration; "
             f"nothing was summed."
         )
-    if sum(int(v) for v in table[:, 4]) > _INT64_MAX:
+    if sum(int(v) for v in table[:, 4]) >= _TOTAL_LIMIT:
         raise ValueError(
-            f"cannot {engine}: the summed int64 counts could pass 2**63 - 1 (the ranks' largest "
-            f"counts add up to {sum(int(v) for v in table[:, 4])}); nothing was summed."
+            f"cannot {engine}: the summed int64 counts could reach 2**63 (the ranks' largest "
+            f"totals add up to {sum(int(v) for v in table[:, 4])}); nothing was summed."
         )
     float_maxima = table[:, 5].copy().view(np.float64)
     with np.errstate(over="ignore"):  # an overflow is the finding here, not a warning

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
+import inspect
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
@@ -44,6 +46,19 @@ G = TypeVar("G", bound="AccumulatorGroup")
 # Every concrete accumulator class by its serialized type name (its class name), so that a blob or
 # a group's state can name the types it holds. Filled by ``Accumulator.__init_subclass__``.
 _TYPES: dict[str, type[Accumulator]] = {}
+# metricstream's own types and the module of each: a state naming one loads even when its family
+# was not imported yet (families load on first use), and no other class may take the name.
+BUILTIN_TYPES = {
+    "ConfusionAccumulator": "metricstream.confusion.accumulator",
+    "ScoreAccumulator": "metricstream.scores.accumulator",
+    "MultilabelAccumulator": "metricstream.multilabel.accumulator",
+    "BootstrapConfusionAccumulator": "metricstream.bootstrap.accumulator",
+    "RegressionAccumulator": "metricstream.regression.accumulator",
+    "SegmentationAccumulator": "metricstream.segmentation.accumulator",
+}
+# Views cached per state version: beyond this many distinct calls the cache starts again, so a
+# loop of calls with ever new arguments cannot grow it without bound between two updates.
+_MAX_CACHED_VIEWS = 256
 
 # While a state from outside (bytes, a state dict, another rank) is restored, the number of state
 # bytes it carries: a configuration that asks for more is refused before anything is allocated,
@@ -64,10 +79,12 @@ def accumulator_type(name: object) -> type[Accumulator]:
     Raises:
         ValueError: no such accumulator type is known (it may live in a module not imported yet).
     """
+    if isinstance(name, str) and name not in _TYPES and name in BUILTIN_TYPES:
+        importlib.import_module(BUILTIN_TYPES[name])
     try:
         return _TYPES[name]  # type: ignore[index]  # anything hashable may be asked
     except (KeyError, TypeError):
-        known = ", ".join(sorted(_TYPES))
+        known = ", ".join(sorted(set(_TYPES) | set(BUILTIN_TYPES)))
         raise ValueError(
             f"unknown accumulator type {name!r}; known types: {known}. Import the module that "
             f"defines it first."
@@ -98,9 +115,25 @@ class Accumulator:
 
     _arrays: dict[str, np.ndarray]
 
+    #: How :class:`AccumulatorGroup` and the Dask reduction may split a batch: ``"elementwise"``
+    #: (each element of ``y_true`` is a sample, with any leading shape: ``(B, H, W)`` masks) or
+    #: ``"rows"`` (samples are the rows of the first axis, e.g. ``(N, C)`` scores).
+    input_layout: ClassVar[str] = "rows"
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _TYPES[cls.__name__] = cls
+        name = cls.__name__
+        module = BUILTIN_TYPES.get(name)
+        if module is not None and cls.__module__ != module:
+            # Serialized states name their type by class name: a second class of this name
+            # would make saved states load as the wrong type, or fail to load with a misleading
+            # message. Refuse it now, where the fix is obvious.
+            raise TypeError(
+                f"{cls.__module__}.{cls.__qualname__}: the name {name!r} belongs to "
+                f"metricstream's own {module}.{name}, and states are saved under their class "
+                f"name; give your accumulator another name."
+            )
+        _TYPES[name] = cls
 
     def __init__(self, arrays: Mapping[str, ArraySpec | np.ndarray]) -> None:
         """Declare the state arrays: ``{name: (shape, dtype)}`` (zero-filled here) or arrays.
@@ -150,6 +183,7 @@ class Accumulator:
         self._version = 0
         self._frozen: tuple[int, dict[str, np.ndarray]] | None = None
         self._views: dict[Any, Any] = {}
+        self._derived_values: dict[Any, tuple[int, Any]] = {}
 
     # ------------------------------------------------------------------ what subclasses write
     def config(self) -> dict[str, Any]:
@@ -173,7 +207,7 @@ class Accumulator:
         """Count a batch and return ``self``; on error nothing is counted."""
         batch = self._prepare(*args, **kwargs)
         with self._lock:
-            self._count(self._arrays, batch)
+            self._count_finite(batch)
             self._changed()
         return self
 
@@ -375,6 +409,13 @@ class Accumulator:
             )
         _codec.check_arrays(arrays, new._arrays)
         for name, array in arrays.items():
+            if array.dtype.kind in "iu" and float(array.sum(dtype=np.float64)) >= _TOTAL_LIMIT:
+                # Each cell fits, but the total (N of a matrix) would not: the next update or
+                # merge could only wrap it. The same rule as merge's.
+                raise ValueError(
+                    f"the counts of state array {name!r} add up to 2**63 or more, beyond int64; "
+                    f"no {cls.__name__} can hold them."
+                )
             new._arrays[name][...] = array
         return new
 
@@ -387,9 +428,13 @@ class Accumulator:
 
     def _snapshot(self) -> dict[str, np.ndarray]:
         """Read-only copies of the state at one version, cached until the next change."""
+        return self._versioned_snapshot()[1]
+
+    def _versioned_snapshot(self) -> tuple[int, dict[str, np.ndarray]]:
+        """``(version, snapshot)``: the snapshot and the version it was taken at, together."""
         frozen = self._frozen
         if frozen is not None:
-            return frozen[1]
+            return frozen
         with self._lock:
             frozen = self._frozen
             if frozen is None:
@@ -400,7 +445,7 @@ class Accumulator:
                     copies[name] = copy
                 frozen = (self._version, copies)
                 self._frozen = frozen
-        return frozen[1]
+        return frozen
 
     def _view_source(self) -> Any:
         """What view functions receive; by default the snapshot mapping of arrays."""
@@ -413,7 +458,7 @@ class Accumulator:
         warning repeats, as scikit-learn repeats it. Arrays are returned as fresh copies.
         """
         cacheable = kwargs.get("zero_division", None) != "warn"
-        key = (function, args, tuple(kwargs.items()))
+        key = (_function_key(function, self), args, tuple(kwargs.items()))
         if cacheable:
             try:
                 hit = self._views.get(key)
@@ -426,8 +471,27 @@ class Accumulator:
         value = function(self._view_source(), *args, **kwargs)
         # A concurrent update may have landed meanwhile: never cache a value of an older state.
         if cacheable and version == self._version:
-            self._views[key] = value
+            views = self._views
+            if len(views) >= _MAX_CACHED_VIEWS:
+                views.clear()
+            views[key] = value
             return _fresh(value)
+        return value
+
+    def _derived(self, key: Any, build: Callable[[Mapping[str, np.ndarray]], Any]) -> Any:
+        """``build(snapshot)``, cached with the version of the snapshot it was built from.
+
+        For what views share (per-class counts, a confusion accumulator of one state array): the
+        value is tied to the version of the very snapshot it came from, so an update landing
+        meanwhile can only make it recomputed, never stale. The value is shared, not copied:
+        ``build`` must return something its users do not modify.
+        """
+        version, snapshot = self._versioned_snapshot()
+        hit = self._derived_values.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        value = build(snapshot)
+        self._derived_values[key] = (version, value)
         return value
 
     def _check_compatible(self, other: Accumulator) -> None:
@@ -440,6 +504,40 @@ class Accumulator:
                     f"be configured alike."
                 )
 
+    def _count_finite(self, batch: Any) -> None:
+        """:meth:`_count` (lock held), refused and undone if it leaves a float sum non-finite.
+
+        A state holding infinity or NaN could not be loaded back (``load`` refuses it), so the
+        base never lets one come to be, whatever the family's own checks: after counting, every
+        float64 array is checked, and a count that overflowed one is undone exactly (by
+        :meth:`_uncount` and the float arrays' backup, or by a backup of the whole state when
+        there is no ``_uncount``) before a ``ValueError`` names the array.
+        """
+        arrays = self._arrays
+        floats = [name for name, array in arrays.items() if array.dtype.kind == "f"]
+        if not floats:
+            self._count(arrays, batch)
+            return
+        undoable = type(self)._uncount is not Accumulator._uncount
+        backup = {
+            name: array.copy()
+            for name, array in arrays.items()
+            if array.dtype.kind == "f" or not undoable
+        }
+        self._count(arrays, batch)
+        bad = [name for name in floats if not np.isfinite(arrays[name]).all()]
+        if not bad:
+            return
+        if undoable:
+            self._uncount(arrays, batch)
+        for name, array in backup.items():
+            arrays[name][...] = array
+        raise ValueError(
+            f"this batch would take the float64 sums of {type(self).__name__} state {bad[0]!r} "
+            f"to infinity or NaN (weights or values too large), a state that could not be saved "
+            f"and loaded back; nothing was counted."
+        )
+
     def _count_undoable(self, batch: Any) -> Callable[[], None]:
         """Count ``batch`` (lock held) and return a function that undoes it exactly.
 
@@ -447,10 +545,10 @@ class Accumulator:
         Uses :meth:`_uncount` when the subclass has one, else restores a snapshot.
         """
         if type(self)._uncount is not Accumulator._uncount:
-            self._count(self._arrays, batch)
+            self._count_finite(batch)
             return lambda: self._uncount(self._arrays, batch)
         backup = {name: array.copy() for name, array in self._arrays.items()}
-        self._count(self._arrays, batch)
+        self._count_finite(batch)
 
         def restore() -> None:
             for name, array in backup.items():
@@ -462,6 +560,31 @@ class Accumulator:
 def _a(name: str) -> str:
     """``"a ConfusionAccumulator"``, ``"an AccumulatorGroup"``."""
     return f"{'an' if name[:1].upper() in 'AEIOU' else 'a'} {name}"
+
+
+def _function_key(function: Callable[..., Any], owner: object) -> Any:
+    """What identifies a view function in the cache.
+
+    A function defined once (a module's, a method) is its own key. A lambda or closure written
+    inside a view method is a new object at every call: it is keyed by its code and the values
+    it captured, so ``self._view(lambda state: ...)`` hits the cache like a named function (an
+    unhashable captured value makes the call uncached, as an unhashable argument does).
+    ``owner`` is the accumulator whose cache this is.
+    """
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return function
+    closure = function.__closure__  # type: ignore[attr-defined]
+    defaults = function.__defaults__  # type: ignore[attr-defined]
+    if closure is None and defaults is None and code.co_name != "<lambda>":
+        return function
+    # The accumulator itself (a lambda using ``self``) is unhashable, and the cache is its own.
+    captured = (
+        ()
+        if closure is None
+        else tuple(None if cell.cell_contents is owner else cell.cell_contents for cell in closure)
+    )
+    return code, captured, defaults
 
 
 def _fresh(value: Any) -> Any:
@@ -570,14 +693,34 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         return f"AccumulatorGroup({inner})"
 
     # ------------------------------------------------------------------ protocol
-    def update(self: G, y_true: Any, y_pred: Any, weights: Any = None) -> G:
-        """Feed every member the same batch; atomic across the group. Returns ``self``."""
+    def update(self: G, y_true: Any, y_pred: Any, weights: Any = None, **member_kwargs: Any) -> G:
+        """Feed every member the same batch; atomic across the group. Returns ``self``.
+
+        Other keyword arguments (``cluster_ids=`` of a bootstrap member, say) go to every member
+        whose ``update`` takes them; one that no member takes is refused by name.
+        """
         # Convert once: a torch tensor is read through DLPack here, not once per member.
         y_true = _once(y_true, "y_true")
         y_pred = _once(y_pred, "y_pred")
         weights = None if weights is None else _once(weights, "weights")
         members = list(self._members.values())
-        batches = [member._prepare(y_true, y_pred, weights) for member in members]
+        taken = {name: _keywords(type(member)._prepare) for name, member in self._members.items()}
+        unused = sorted(set(member_kwargs) - set().union(*taken.values()))
+        if unused:
+            raise TypeError(
+                f"AccumulatorGroup.update() got the keyword argument(s) {unused}, which no "
+                f"member takes (members: "
+                f"{', '.join(f'{n}: {type(m).__name__}' for n, m in self._members.items())})."
+            )
+        batches = [
+            member._prepare(
+                y_true,
+                y_pred,
+                weights,
+                **{key: value for key, value in member_kwargs.items() if key in taken[name]},
+            )
+            for name, member in self._members.items()
+        ]
         with self._locked():
             undo: list[Callable[[], None]] = []
             try:
@@ -601,7 +744,7 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
                 f"cannot merge groups with different members: {list(self._members)} here, "
                 f"{list(other._members)} in the other."
             )
-        incoming = {}
+        incoming = other._state_arrays() if other is not self else None
         for name, member in self._members.items():
             theirs = other._members[name]
             if type(theirs) is not type(member):
@@ -613,8 +756,12 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
                 member._check_compatible(theirs)
             except ValueError as error:
                 raise ValueError(f"member {name!r}: {error}") from None
-            incoming[name] = theirs.state_arrays()
         with self._locked():
+            if incoming is None:  # the group merged into itself: doubled, under the locks
+                incoming = {
+                    name: {key: array.copy() for key, array in member._arrays.items()}
+                    for name, member in self._members.items()
+                }
             sums = {
                 name: _checked_sums(
                     member._arrays, incoming[name], f"{type(member).__name__} {name!r}"
@@ -634,8 +781,15 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         return self
 
     def copy(self: G) -> G:
-        """An independent group of copies of the members."""
-        return type(self)({name: member.copy() for name, member in self._members.items()})
+        """An independent group of copies of the members (one consistent group state)."""
+        arrays = self._state_arrays()
+        copies = {}
+        for name, member in self._members.items():
+            twin = type(member)(**member.config())
+            for key, array in arrays[name].items():
+                twin._arrays[key][...] = array
+            copies[name] = twin
+        return type(self)(copies)
 
     __copy__ = copy
 
@@ -676,12 +830,30 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """``{"type": "AccumulatorGroup", "format": 1, "members": {name: member state dict}}``."""
+        """``{"type": "AccumulatorGroup", "format": 1, "members": {name: member state dict}}``.
+
+        One state: every member's arrays are copied together, under all the members' locks, so
+        a group updated from other threads meanwhile is saved as it was between two updates.
+        """
+        arrays = self._state_arrays()
         return {
             "type": "AccumulatorGroup",
             "format": 1,
-            "members": {name: member.state_dict() for name, member in self._members.items()},
+            "members": {
+                name: _codec.make_state_dict(
+                    type(member).__name__, member.state_format, member.config(), arrays[name]
+                )
+                for name, member in self._members.items()
+            },
         }
+
+    def _state_arrays(self) -> dict[str, dict[str, np.ndarray]]:
+        """Copies of every member's arrays, taken together (one consistent group state)."""
+        with self._locked():
+            return {
+                name: {key: array.copy() for key, array in member._arrays.items()}
+                for name, member in self._members.items()
+            }
 
     @classmethod
     def from_state_dict(cls: type[G], state: Any) -> G:
@@ -717,8 +889,8 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         }
         arrays = {
             f"{name}/{array_name}": array
-            for name, member in self._members.items()
-            for array_name, array in member.state_arrays().items()
+            for name, member_arrays in self._state_arrays().items()
+            for array_name, array in member_arrays.items()
         }
         return _codec.encode("AccumulatorGroup", 1, config, arrays)
 
@@ -818,6 +990,24 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
             for member in sorted(self._members.values(), key=id):
                 stack.enter_context(member._lock)
             yield
+
+
+def _keywords(prepare: Callable[..., Any]) -> frozenset[str]:
+    """The keyword arguments a member's ``_prepare`` takes beyond the batch itself."""
+    cached = _KEYWORDS.get(prepare)
+    if cached is None:
+        parameters = inspect.signature(prepare).parameters
+        cached = frozenset(
+            name
+            for name, parameter in parameters.items()
+            if name not in ("self", "y_true", "y_pred", "weights")
+            and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+        )
+        _KEYWORDS[prepare] = cached
+    return cached
+
+
+_KEYWORDS: dict[Callable[..., Any], frozenset[str]] = {}
 
 
 def _once(value: Any, name: str) -> Any:

@@ -34,18 +34,46 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
 from .base import Accumulator, AccumulatorGroup
-from .confusion.accumulator import ConfusionAccumulator
 
 __all__ = ["accumulate", "confusion"]
 
 INSTALL_HINT = 'pip install "metricstream[dask]"'
 
-T = TypeVar("T", Accumulator, AccumulatorGroup)
+# Bound, not constrained: accumulate(ScoreAccumulator(...), ...) is a ScoreAccumulator to mypy.
+T = TypeVar("T", bound=Accumulator | AccumulatorGroup)
+
+
+@overload
+def accumulate(
+    template: T,
+    y_true: Any,
+    y_pred: Any,
+    weights: Any = None,
+    *,
+    class_axis: int | None = None,
+    split_every: int = 8,
+    compute: Literal[True] = True,
+    **compute_kwargs: Any,
+) -> T: ...
+
+
+@overload
+def accumulate(
+    template: T,
+    y_true: Any,
+    y_pred: Any,
+    weights: Any = None,
+    *,
+    class_axis: int | None = None,
+    split_every: int = 8,
+    compute: Literal[False] = ...,
+    **compute_kwargs: Any,
+) -> Any: ...
 
 
 def accumulate(
@@ -102,7 +130,7 @@ def accumulate(
     """
     recipe = _recipe(template)
     members = template.values() if isinstance(template, AccumulatorGroup) else [template]
-    elementwise = all(isinstance(member, ConfusionAccumulator) for member in members)
+    elementwise = all(member.input_layout == "elementwise" for member in members)
     if class_axis is None:
         axes = {
             member.config()["class_axis"] for member in members if "class_axis" in member.config()
@@ -171,6 +199,8 @@ def confusion(
         ValueError: shapes or partitions that do not line up, or a bad label, weight or score;
             the message names the chunk or partition that held it.
     """
+    from .confusion.accumulator import ConfusionAccumulator
+
     # Validates the configuration before any task runs.
     template = ConfusionAccumulator(
         num_classes, class_names, ignore_index, weighted=weighted, class_axis=class_axis

@@ -31,7 +31,7 @@ Typical use at the end of an epoch, inside a DDP job::
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -46,13 +46,17 @@ __all__ = ["all_reduce"]
 INSTALL_HINT = 'pip install "metricstream[torch]"'
 
 
+# Bound, not constrained: the sum of a ScoreAccumulator is a ScoreAccumulator to mypy.
+T = TypeVar("T", bound=Accumulator | AccumulatorGroup)
+
+
 def all_reduce(
-    acc: Accumulator | AccumulatorGroup,
+    acc: T,
     group: Any = None,
     *,
     inplace: bool = True,
     device: torch.device | str | None = None,
-) -> Any:
+) -> T:
     """Sum ``acc`` over every rank of ``group``; every rank gets the global counts.
 
     Must be called by every rank of the group, like any collective. The result is exact

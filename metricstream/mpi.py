@@ -26,7 +26,7 @@ Run under ``mpirun -n 4 python evaluate.py``::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -38,9 +38,11 @@ __all__ = ["allreduce"]
 INSTALL_HINT = 'pip install "metricstream[mpi]"'
 
 
-def allreduce(
-    acc: Accumulator | AccumulatorGroup, comm: Any = None, *, inplace: bool = True
-) -> Any:
+# Bound, not constrained: the sum of a ScoreAccumulator is a ScoreAccumulator to mypy.
+T = TypeVar("T", bound=Accumulator | AccumulatorGroup)
+
+
+def allreduce(acc: T, comm: Any = None, *, inplace: bool = True) -> T:
     """Sum ``acc`` over every rank of ``comm`` (default ``MPI.COMM_WORLD``).
 
     Must be called by every rank of ``comm``. ``inplace=True`` (default) sums into ``acc`` and

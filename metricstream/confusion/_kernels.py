@@ -71,6 +71,7 @@ from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from .._core import flags as _flags
 from .._core import llvm as _llvm
 
 # Status codes returned by kernels (position is the flat index of the first bad element).
@@ -82,12 +83,14 @@ BAD_SCORE = 4
 # The weights of the call would pass ``headroom``; nothing of the block was counted.
 OVER_BOUND = 5
 
-# Bits of ``flags``.
-COMMIT = 1
-HAS_IGNORE = 2
-INTEGRAL = 4
-HALF = 8
-BFLOAT16 = 16
+# Bits of ``flags`` (shared with the input layer).
+COMMIT, HAS_IGNORE, INTEGRAL, HALF, BFLOAT16 = (
+    _flags.COMMIT,
+    _flags.HAS_IGNORE,
+    _flags.INTEGRAL,
+    _flags.HALF,
+    _flags.BFLOAT16,
+)
 
 # Key of +inf among the sortable int16 keys of float16 and bfloat16 bits (NaNs lie beyond it).
 FLOAT16_INF_KEY = 0x7C00
@@ -157,7 +160,7 @@ INT_TOTAL_LIMIT = 2.0**63 * (1.0 - 2.0**-16)
 FLOAT_TOTAL_LIMIT = 1e308
 
 # Integral weights are converted to int64; larger values cannot be represented exactly.
-MAX_INTEGRAL_WEIGHT = 9.2e18
+MAX_INTEGRAL_WEIGHT = _flags.MAX_INTEGRAL_WEIGHT
 _INT64_MAX = 2**63 - 1
 _TWO_63 = 9.223372036854775808e18
 

@@ -159,6 +159,8 @@ class ConfusionAccumulator(Accumulator):
         0.8888888888888888
     """
 
+    # Every element of y_true is a sample, whatever its shape: batches split anywhere.
+    input_layout = "elementwise"
     state_format = STATE_FORMAT
     state_upgrades = {1: _upgrade_v1}
 
