@@ -160,8 +160,8 @@ def clustered_update(repeats: int) -> None:
     # a segmentation-like prediction: right on 90% of pixels, errors to a few classes
     pred = np.where(rng.random((256, 256)) < 0.9, truth, (truth + rng.integers(1, 3)) % k)
     plain = ConfusionAccumulator(k)
-    clustered = BootstrapConfusionAccumulator(k, n_replicates=b, seed=0)
-    per_item = BootstrapConfusionAccumulator(k, n_replicates=b, seed=0)
+    clustered = BootstrapConfusionAccumulator(k, n_resamples=b, seed=0)
+    per_item = BootstrapConfusionAccumulator(k, n_resamples=b, seed=0)
     masks_true = np.stack([np.roll(truth, shift, axis=0) for shift in range(8)])
     masks_pred = np.stack([np.roll(pred, shift, axis=0) for shift in range(8)])
     ids = np.arange(8)

@@ -2,6 +2,11 @@
 
 ``python -m benchmarks.coverage_study [--repetitions 1000] [--resamples 1000] [--json FILE]``
 
+``python -m benchmarks.coverage_study --sweep 50 100 200 400 1000`` instead measures the
+clustered accumulator alone at several B (the replicates of a smaller B are the first ones of a
+larger B, so one accumulator of the largest B serves every column); this is how its default B
+was chosen.
+
 Simulated segmentation streams with a known population confusion distribution: each stream is
 ``--images`` images of ``--pixels`` pixels. Every image has a class mix ``π`` and an accuracy
 ``a``; a pixel of class ``i`` is predicted ``i`` with probability ``a`` and otherwise class
@@ -38,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from metricstream import metrics
-from metricstream.bootstrap import bootstrap, delta_method
+from metricstream.bootstrap import bootstrap, delta_method, interval_from_replicates
 from metricstream.clustered import BootstrapConfusionAccumulator
 
 K = 5
@@ -88,7 +93,7 @@ def one_repetition(
 ) -> dict[str, dict[str, tuple[bool, float]]]:
     rng = np.random.default_rng([rep, int(clustered)])
     y_true, y_pred = simulate(rng, clustered, images, pixels)
-    acc = BootstrapConfusionAccumulator(K, n_replicates=resamples, seed=rep)
+    acc = BootstrapConfusionAccumulator(K, n_resamples=resamples, seed=rep)
     acc.update(y_true, y_pred, cluster_ids=np.arange(images))
     matrix = acc.matrix
     out: dict[str, dict[str, tuple[bool, float]]] = {}
@@ -145,6 +150,61 @@ def run(
     return report
 
 
+def sweep(
+    repetitions: int, sizes: list[int], images: int, pixels: int, scenarios: list[str]
+) -> dict[str, Any]:
+    """Coverage of the clustered accumulator's percentile intervals for each B in ``sizes``."""
+    p = population()
+    truth = {name: float(fn(p)) for name, (_, _, fn) in METRICS.items()}
+    largest = max(sizes)
+    report: dict[str, Any] = {
+        "repetitions": repetitions,
+        "sizes": sizes,
+        "images": images,
+        "pixels": pixels,
+        "coverage": {},
+        "seconds": {},
+    }
+    for scenario in scenarios:
+        clustered = scenario == "clustered"
+        hits = {m: dict.fromkeys(sizes, 0) for m in METRICS}
+        start = time.perf_counter()
+        for rep in range(repetitions):
+            rng = np.random.default_rng([rep, int(clustered)])
+            y_true, y_pred = simulate(rng, clustered, images, pixels)
+            acc = BootstrapConfusionAccumulator(K, n_resamples=largest, seed=rep)
+            acc.update(y_true, y_pred, cluster_ids=np.arange(images))
+            matrix, replicates = acc.matrix, acc.replicates
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for name, (metric, kwargs, _) in METRICS.items():
+                    for b in sizes:
+                        r = interval_from_replicates(matrix, replicates[:b], metric, **kwargs)
+                        hits[name][b] += bool(r.low <= truth[name] <= r.high)
+        report["coverage"][scenario] = {
+            m: {b: v / repetitions for b, v in row.items()} for m, row in hits.items()
+        }
+        report["seconds"][scenario] = time.perf_counter() - start
+    return report
+
+
+def sweep_markdown(report: dict[str, Any]) -> str:
+    sizes = report["sizes"]
+    lines = [
+        f"Clustered accumulator, nominal 95% percentile intervals; {report['repetitions']} "
+        f"repetitions of {report['images']} images × {report['pixels']} pixels (K = {K}). "
+        f"Coverage in % by B.",
+        "",
+        "| data | metric | " + " | ".join(f"B = {b}" for b in sizes) + " |",
+        "|---|---" + "|---" * len(sizes) + "|",
+    ]
+    for scenario, rows in report["coverage"].items():
+        for name, row in rows.items():
+            cells = [f"{100 * row[b]:.1f}" for b in sizes]
+            lines.append(f"| {scenario} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"Nominal 95% intervals; {report['repetitions']} repetitions of a stream of "
@@ -174,10 +234,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--scenarios", nargs="+", default=["i.i.d.", "clustered"], choices=["i.i.d.", "clustered"]
     )
+    parser.add_argument(
+        "--sweep",
+        nargs="+",
+        type=int,
+        metavar="B",
+        help="measure only the clustered accumulator, at each of these B",
+    )
     parser.add_argument("--json", help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
-    report = run(args.repetitions, args.resamples, args.images, args.pixels, args.scenarios)
-    print(markdown(report))
+    if args.sweep:
+        report = sweep(args.repetitions, args.sweep, args.images, args.pixels, args.scenarios)
+        print(sweep_markdown(report))
+    else:
+        report = run(args.repetitions, args.resamples, args.images, args.pixels, args.scenarios)
+        print(markdown(report))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     seconds = ", ".join(f"{k}: {v:.0f} s" for k, v in report["seconds"].items())
     print(f"\n({seconds}; load average {load:.1f})")

@@ -14,6 +14,7 @@ from metricstream import AccumulatorGroup, ConfusionAccumulator, metrics
 from metricstream.bootstrap import _kernels as kernels
 from metricstream.bootstrap import bootstrap, interval_from_replicates
 from metricstream.clustered import BootstrapConfusionAccumulator
+from metricstream.exceptions import UndefinedMetricWarning
 
 K = 4
 
@@ -42,7 +43,7 @@ def _expected_replicates(y_true, y_pred, clusters, seed, b, k=K, weights=None):
 
 def test_main_matrix_and_replicates_by_definition() -> None:
     y_true, y_pred, clusters = _data()
-    acc = BootstrapConfusionAccumulator(K, n_replicates=30, seed=5)
+    acc = BootstrapConfusionAccumulator(K, n_resamples=30, seed=5)
     acc.update(y_true, y_pred, cluster_ids=clusters)
     plain = ConfusionAccumulator(K).update(y_true, y_pred)
     assert np.array_equal(acc.matrix, plain.matrix)
@@ -53,7 +54,7 @@ def test_main_matrix_and_replicates_by_definition() -> None:
 def test_weighted_replicates() -> None:
     y_true, y_pred, clusters = _data(1)
     weights = np.random.default_rng(1).random(y_true.size)
-    acc = BootstrapConfusionAccumulator(K, n_replicates=10, seed=2, weighted=True)
+    acc = BootstrapConfusionAccumulator(K, n_resamples=10, seed=2, weighted=True)
     acc.update(y_true, y_pred, weights, cluster_ids=clusters)
     np.testing.assert_allclose(
         acc.replicates,
@@ -69,14 +70,14 @@ def test_weighted_replicates() -> None:
 
 def test_one_cluster_per_call_and_scalar_ids() -> None:
     y_true, y_pred, _ = _data(2)
-    by_scalar = BootstrapConfusionAccumulator(K, n_replicates=20, seed=1)
-    by_array = BootstrapConfusionAccumulator(K, n_replicates=20, seed=1)
+    by_scalar = BootstrapConfusionAccumulator(K, n_resamples=20, seed=1)
+    by_array = BootstrapConfusionAccumulator(K, n_resamples=20, seed=1)
     for image in range(4):
         part = slice(50 * image, 50 * image + 50)
         by_scalar.update(y_true[part], y_pred[part], cluster_ids=image + 100)
         by_array.update(y_true[part], y_pred[part], cluster_ids=np.full(50, image + 100))
     assert by_scalar == by_array
-    anonymous = BootstrapConfusionAccumulator(K, n_replicates=20, seed=1)
+    anonymous = BootstrapConfusionAccumulator(K, n_resamples=20, seed=1)
     for image in range(4):
         part = slice(50 * image, 50 * image + 50)
         anonymous.update(y_true[part], y_pred[part])
@@ -91,15 +92,15 @@ def test_per_item_ids_equal_per_sample_ids_in_any_memory_order() -> None:
     masks_true = rng.integers(0, K, (6, 8, 8))
     masks_pred = np.where(rng.random((6, 8, 8)) < 0.8, masks_true, 0)
     ids = np.array([7, 3, 3, 9, 1, 7])
-    per_item = BootstrapConfusionAccumulator(K, n_replicates=16, seed=4)
+    per_item = BootstrapConfusionAccumulator(K, n_resamples=16, seed=4)
     per_item.update(masks_true, masks_pred, cluster_ids=ids)
-    per_sample = BootstrapConfusionAccumulator(K, n_replicates=16, seed=4)
+    per_sample = BootstrapConfusionAccumulator(K, n_resamples=16, seed=4)
     per_sample.update(
         masks_true, masks_pred, cluster_ids=np.broadcast_to(ids[:, None, None], masks_true.shape)
     )
-    fortran = BootstrapConfusionAccumulator(K, n_replicates=16, seed=4)
+    fortran = BootstrapConfusionAccumulator(K, n_resamples=16, seed=4)
     fortran.update(np.asfortranarray(masks_true), np.asfortranarray(masks_pred), cluster_ids=ids)
-    one_by_one = BootstrapConfusionAccumulator(K, n_replicates=16, seed=4)
+    one_by_one = BootstrapConfusionAccumulator(K, n_resamples=16, seed=4)
     for i in range(6):
         one_by_one.update(masks_true[i], masks_pred[i], cluster_ids=int(ids[i]))
     assert per_item == per_sample == fortran == one_by_one
@@ -113,12 +114,12 @@ def test_per_item_ids_equal_per_sample_ids_in_any_memory_order() -> None:
 )
 def test_any_split_shard_and_merge_order_gives_the_same_state(splits, order, shards) -> None:
     y_true, y_pred, clusters = _data(4)
-    whole = BootstrapConfusionAccumulator(K, n_replicates=8, seed=9)
+    whole = BootstrapConfusionAccumulator(K, n_resamples=8, seed=9)
     whole.update(y_true, y_pred, cluster_ids=clusters)
     bounds = sorted({0, y_true.size, *splits})
     pieces = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     order.shuffle(pieces)
-    parts = [BootstrapConfusionAccumulator(K, n_replicates=8, seed=9) for _ in range(shards)]
+    parts = [BootstrapConfusionAccumulator(K, n_resamples=8, seed=9) for _ in range(shards)]
     for i, piece in enumerate(pieces):
         parts[i % shards].update(y_true[piece], y_pred[piece], cluster_ids=clusters[piece])
     order.shuffle(parts)
@@ -143,9 +144,7 @@ def test_poisson1_weights_are_poisson_and_independent() -> None:
 
 def test_views_delegate_to_the_main_matrix() -> None:
     y_true, y_pred, clusters = _data(5)
-    acc = BootstrapConfusionAccumulator(
-        K, n_replicates=10, seed=0, class_names=["a", "b", "c", "d"]
-    )
+    acc = BootstrapConfusionAccumulator(K, n_resamples=10, seed=0, class_names=["a", "b", "c", "d"])
     acc.update(y_true, y_pred, cluster_ids=clusters)
     plain = ConfusionAccumulator(K, ["a", "b", "c", "d"]).update(y_true, y_pred)
     assert acc.f1(average="macro") == plain.f1(average="macro")
@@ -159,15 +158,15 @@ def test_views_delegate_to_the_main_matrix() -> None:
         acc.f2()  # type: ignore[attr-defined]
     with pytest.raises(AttributeError):
         acc.from_matrix  # noqa: B018
-    with pytest.raises(AttributeError, match=r"use `acc.interval\(metric\)`"):
-        acc.bootstrap  # noqa: B018
+    with pytest.warns(DeprecationWarning, match=r"use `acc.interval\(metric\)`"):
+        assert acc.bootstrap("accuracy") == acc.interval("accuracy")
     acc.update([0], [0], cluster_ids=[999])
     assert acc.num_samples == plain.num_samples + 1  # the cached view follows the state
 
 
 def test_interval_from_the_replicates() -> None:
     y_true, y_pred, clusters = _data(6, n=2000)
-    acc = BootstrapConfusionAccumulator(K, n_replicates=200, seed=1)
+    acc = BootstrapConfusionAccumulator(K, n_resamples=200, seed=1)
     acc.update(y_true, y_pred, cluster_ids=clusters)
     result = acc.interval("macro_f1")
     values = [metrics.f1(m, average="macro") for m in acc.replicates]
@@ -183,13 +182,14 @@ def test_interval_from_the_replicates() -> None:
     assert custom.low < custom.estimate < custom.high
     with pytest.raises(ValueError, match="'percentile', 'basic' or 'normal'"):
         acc.interval("accuracy", method="bca")
-    with pytest.raises(ValueError, match="holds no samples yet"):
-        BootstrapConfusionAccumulator(K).interval("accuracy")
+    with pytest.warns(UndefinedMetricWarning, match="no samples have been counted"):
+        empty = BootstrapConfusionAccumulator(K).interval("accuracy")
+    assert np.isnan([empty.estimate, empty.low, empty.high, empty.standard_error]).all()
 
 
 def test_singleton_clusters_match_the_iid_bootstrap() -> None:
     y_true, y_pred, _ = _data(7, n=3000)
-    acc = BootstrapConfusionAccumulator(K, n_replicates=1000, seed=3)
+    acc = BootstrapConfusionAccumulator(K, n_resamples=1000, seed=3)
     acc.update(y_true, y_pred, cluster_ids=np.arange(y_true.size))
     iid = bootstrap(acc.matrix, "macro_f1", n_resamples=4000, seed=0, resampling="poisson")
     assert acc.interval("macro_f1").standard_error == pytest.approx(iid.standard_error, rel=0.1)
@@ -198,14 +198,14 @@ def test_singleton_clusters_match_the_iid_bootstrap() -> None:
 def test_clustered_data_widen_the_interval() -> None:
     """Whole images right or wrong: the cluster bootstrap sees the clumps, the i.i.d. one not."""
     rng = np.random.default_rng(8)
-    acc = BootstrapConfusionAccumulator(2, n_replicates=400, seed=0)
+    acc = BootstrapConfusionAccumulator(2, n_resamples=400, seed=0)
     for image in range(60):
         truth = rng.integers(0, 2, (16, 16))
         good = rng.random() < 0.7
         pred = truth if good else 1 - truth
         acc.update(truth, pred, cluster_ids=image)
     clustered = acc.interval("accuracy").standard_error
-    iid = bootstrap(acc, "accuracy", n_resamples=1000, seed=0).standard_error
+    iid = bootstrap(acc.matrix, "accuracy", n_resamples=1000, seed=0).standard_error
     assert clustered > 5 * iid
 
 
@@ -213,15 +213,15 @@ def test_scores_and_threshold_inputs() -> None:
     rng = np.random.default_rng(9)
     y_true = rng.integers(0, 3, (5, 6))
     scores = rng.normal(size=(5, 3, 6)).astype(np.float32)  # the segmentation kernel tests use
-    acc = BootstrapConfusionAccumulator(3, n_replicates=6, seed=0)
+    acc = BootstrapConfusionAccumulator(3, n_resamples=6, seed=0)
     acc.update(y_true, scores, cluster_ids=np.arange(5))
-    labels = BootstrapConfusionAccumulator(3, n_replicates=6, seed=0)
+    labels = BootstrapConfusionAccumulator(3, n_resamples=6, seed=0)
     labels.update(y_true, scores.argmax(axis=1), cluster_ids=np.arange(5))
     assert acc == labels
-    one_call = BootstrapConfusionAccumulator(3, n_replicates=6, seed=0)
+    one_call = BootstrapConfusionAccumulator(3, n_resamples=6, seed=0)
     one_call.update(y_true, scores)
     assert np.array_equal(one_call.matrix, labels.matrix)
-    binary = BootstrapConfusionAccumulator(2, n_replicates=4, threshold=0.5)
+    binary = BootstrapConfusionAccumulator(2, n_resamples=4, threshold=0.5)
     probabilities = rng.random(10)
     truth = rng.integers(0, 2, 10)
     binary.update(truth, probabilities, cluster_ids=np.arange(10))
@@ -235,7 +235,7 @@ def test_scores_and_threshold_inputs() -> None:
 def test_ignore_index() -> None:
     y_true = np.array([0, 255, 1, 1, 255, 2])
     y_pred = np.array([0, 1, 1, 2, 0, 2])
-    acc = BootstrapConfusionAccumulator(3, n_replicates=5, seed=0, ignore_index=255)
+    acc = BootstrapConfusionAccumulator(3, n_resamples=5, seed=0, ignore_index=255)
     acc.update(y_true, y_pred, cluster_ids=np.array([1, 1, 2, 2, 3, 3]))
     assert acc.num_samples == 4
     assert np.array_equal(
@@ -248,7 +248,7 @@ def test_ignore_index() -> None:
 
 def test_state_round_trips() -> None:
     y_true, y_pred, clusters = _data(10)
-    acc = BootstrapConfusionAccumulator(K, n_replicates=7, seed=2**63 + 5)
+    acc = BootstrapConfusionAccumulator(K, n_resamples=7, seed=2**63 + 5)
     acc.update(y_true, y_pred, cluster_ids=clusters)
     assert pickle.loads(pickle.dumps(acc)) == acc
     assert BootstrapConfusionAccumulator.from_bytes(acc.to_bytes()) == acc
@@ -262,7 +262,7 @@ def test_state_round_trips() -> None:
 
 def test_group_member() -> None:
     group = AccumulatorGroup(
-        plain=ConfusionAccumulator(K), boot=BootstrapConfusionAccumulator(K, n_replicates=4)
+        plain=ConfusionAccumulator(K), boot=BootstrapConfusionAccumulator(K, n_resamples=4)
     )
     y_true, y_pred, _ = _data(11)
     group.update(y_true, y_pred)
@@ -271,7 +271,7 @@ def test_group_member() -> None:
 
 def test_bad_input_leaves_the_state_unchanged() -> None:
     y_true, y_pred, clusters = _data(12)
-    acc = BootstrapConfusionAccumulator(K, n_replicates=4, seed=0)
+    acc = BootstrapConfusionAccumulator(K, n_resamples=4, seed=0)
     acc.update(y_true, y_pred, cluster_ids=clusters)
     before = acc.state_arrays()
     with pytest.raises(ValueError, match=r"`cluster_ids` has shape \(3,\), but `y_true` has"):
@@ -289,26 +289,30 @@ def test_bad_input_leaves_the_state_unchanged() -> None:
 
 
 def test_counts_never_wrap() -> None:
-    acc = BootstrapConfusionAccumulator(2, n_replicates=2)
-    limit = np.iinfo(np.int64).max // (kernels.MAX_POISSON1_WEIGHT + 1)
+    from metricstream.bootstrap.accumulator import count_limit
+
+    acc = BootstrapConfusionAccumulator(2, n_resamples=2)
+    limit = count_limit(2)
     with acc.exclusive_state() as arrays:
         arrays["matrix"][0, 0] = limit - 1
     before = acc.state_arrays()
-    with pytest.raises(ValueError, match=r"cell \(0, 0\) .* nothing was counted"):
+    with pytest.raises(ValueError, match=r"to [\d,]+ samples; .* nothing was counted"):
         acc.update([0, 0], [0, 0])
     with pytest.raises(ValueError, match="nothing was counted"):
         acc.update([0, 0], [0, 0], cluster_ids=[1, 2])
+    with pytest.raises(ValueError, match="nothing was counted"):  # another cell: the total
+        acc.update([1, 1], [0, 1])
     after = acc.state_arrays()
     assert all(np.array_equal(before[name], after[name]) for name in before)
-    acc.update([1, 1], [0, 1])  # other cells still count
-    assert acc.matrix[1].sum() == 2
+    acc.update([1], [0])  # up to the limit still counts
+    assert acc.matrix.sum() == limit
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"n_replicates": 1}, ValueError, "`n_replicates` must be at least 2, got 1"),
-        ({"n_replicates": 2.5}, TypeError, "`n_replicates` must be an int"),
+        ({"n_resamples": 1}, ValueError, "`n_resamples` must be at least 2, got 1"),
+        ({"n_resamples": 2.5}, TypeError, "`n_resamples` must be an int"),
         ({"seed": -1}, ValueError, r"`seed` must be in \[0, 2\*\*64\), got -1"),
         ({"seed": "s"}, TypeError, "`seed` must be an int"),
         ({"class_names": ["a"]}, ValueError, "`class_names` has 1 names"),
@@ -322,9 +326,9 @@ def test_bad_configuration(kwargs: dict, error: type, match: str) -> None:
 def test_merge_requires_the_same_seed_and_replicates() -> None:
     with pytest.raises(ValueError, match="different `seed`: 0 here, 1 in the other"):
         BootstrapConfusionAccumulator(K, seed=0).merge(BootstrapConfusionAccumulator(K, seed=1))
-    with pytest.raises(ValueError, match="different `n_replicates`"):
-        BootstrapConfusionAccumulator(K, n_replicates=3).merge(
-            BootstrapConfusionAccumulator(K, n_replicates=4)
+    with pytest.raises(ValueError, match="different `n_resamples`"):
+        BootstrapConfusionAccumulator(K, n_resamples=3).merge(
+            BootstrapConfusionAccumulator(K, n_resamples=4)
         )
 
 
@@ -338,9 +342,9 @@ def test_interval_from_replicates_checks_its_input() -> None:
 def test_negative_and_large_ids_are_consistent_across_forms() -> None:
     y_true, y_pred, _ = _data(13, n=30)
     for cluster in (-5, 2**63 - 1, 0):
-        scalar = BootstrapConfusionAccumulator(K, n_replicates=12, seed=3)
+        scalar = BootstrapConfusionAccumulator(K, n_resamples=12, seed=3)
         scalar.update(y_true, y_pred, cluster_ids=cluster)
-        array = BootstrapConfusionAccumulator(K, n_replicates=12, seed=3)
+        array = BootstrapConfusionAccumulator(K, n_resamples=12, seed=3)
         array.update(y_true, y_pred, cluster_ids=np.full(30, cluster, dtype=np.int64))
         assert scalar == array
 
@@ -349,7 +353,7 @@ def test_interval_report_uses_the_replicates() -> None:
     from metricstream.bootstrap import interval_report
 
     y_true, y_pred, clusters = _data(14, n=500)
-    acc = BootstrapConfusionAccumulator(K, n_replicates=50, seed=4)
+    acc = BootstrapConfusionAccumulator(K, n_resamples=50, seed=4)
     acc.update(y_true, y_pred, cluster_ids=clusters)
     data = interval_report(acc, ["accuracy", "macro_f1"])
     assert isinstance(data, dict)
@@ -383,7 +387,7 @@ def test_item_path_equals_per_sample_path(layout: str, monkeypatch: pytest.Monke
 
     def run(minimum: int) -> BootstrapConfusionAccumulator:
         monkeypatch.setattr(module, "ITEM_MIN_SAMPLES", minimum)
-        acc = BootstrapConfusionAccumulator(3, n_replicates=9, seed=6, **kwargs)
+        acc = BootstrapConfusionAccumulator(3, n_resamples=9, seed=6, **kwargs)
         return acc.update(truth, pred, weights, cluster_ids=ids)
 
     by_items, by_samples = run(1), run(10**9)
@@ -395,7 +399,7 @@ def test_item_path_errors_name_the_position_in_the_batch(monkeypatch: pytest.Mon
     import metricstream.bootstrap.accumulator as module
 
     monkeypatch.setattr(module, "ITEM_MIN_SAMPLES", 1)
-    acc = BootstrapConfusionAccumulator(3, n_replicates=4)
+    acc = BootstrapConfusionAccumulator(3, n_resamples=4)
     truth = np.zeros((2, 4, 4), dtype=np.int64)
     truth[1, 2, 3] = 7
     with pytest.raises(ValueError, match=r"`y_true` holds label 7 at position \(1, 2, 3\)"):
@@ -405,9 +409,7 @@ def test_item_path_errors_name_the_position_in_the_batch(monkeypatch: pytest.Mon
 
 def test_per_class_intervals_with_names() -> None:
     y_true, y_pred, clusters = _data(16, n=800)
-    acc = BootstrapConfusionAccumulator(
-        K, n_replicates=60, seed=2, class_names=["a", "b", "c", "d"]
-    )
+    acc = BootstrapConfusionAccumulator(K, n_resamples=60, seed=2, class_names=["a", "b", "c", "d"])
     acc.update(y_true, y_pred, cluster_ids=clusters)
     result = acc.interval("recall", labels=["d", "a"])
     assert result.estimate.shape == (2,) and result.replicates.shape == (60, 2)
@@ -423,7 +425,7 @@ def test_interleaved_cluster_ids(shuffle: bool, weighted: bool) -> None:
         order = np.random.default_rng(0).permutation(y_true.size)
         y_true, y_pred, clusters = y_true[order], y_pred[order], clusters[order]
     weights = np.random.default_rng(1).random(y_true.size) if weighted else None
-    acc = BootstrapConfusionAccumulator(K, n_replicates=11, seed=8, weighted=weighted)
+    acc = BootstrapConfusionAccumulator(K, n_resamples=11, seed=8, weighted=weighted)
     acc.update(y_true, y_pred, weights, cluster_ids=clusters)
     np.testing.assert_allclose(
         acc.replicates,
@@ -435,7 +437,7 @@ def test_interleaved_cluster_ids(shuffle: bool, weighted: bool) -> None:
 def test_save_load_and_groups(tmp_path) -> None:
     y_true, y_pred, clusters = _data(18)
     acc = BootstrapConfusionAccumulator(
-        K, n_replicates=5, seed=1, class_names=list("abcd"), ignore_index=255
+        K, n_resamples=5, seed=1, class_names=list("abcd"), ignore_index=255
     )
     acc.update(y_true, y_pred, cluster_ids=clusters)
     path = acc.save(tmp_path / "boot.msacc")

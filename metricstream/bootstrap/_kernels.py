@@ -24,8 +24,22 @@ Exact samplers (all are exact up to float64 rounding, none is a normal approxima
 * Multinomial(N, C/N) over the non-zero cells: conditional binomials,
   ``X_k ~ Binomial(N - sum_{j<k} X_j, C_k / sum_{j>=k} C_j)``; the last cell takes the rest.
 * Poisson(1) weights of the clustered bootstrap: inversion of a 53-bit uniform that is a hash
-  of (key, replicate) against the cumulative table of Poisson(1), so any process computes the
-  same weight for the same cluster without communicating.
+  of (seed, cluster, replicate) against the cumulative table of Poisson(1), so any process
+  computes the same weight for the same cluster without communicating.
+
+Cluster hash
+------------
+The weight of cluster ``c`` in replicate ``b`` under ``seed`` is drawn from
+``u = mix64(h ^ mix64((b + 1)·φ))`` with ``h = mix64(mix64(c ^ k1) + k2)``, where
+``k1 = mix64(seed + φ)`` and ``k2 = mix64(seed ^ SEED_SALT)`` are keys of the seed (``φ`` the
+golden-ratio constant, ``mix64`` SplitMix64's bijective finaliser). Two rounds keyed by
+different functions of the seed make the map from ``(seed, cluster)`` to ``h`` a pseudo-random
+permutation of the cluster ids for every seed, with no algebraic relation between seeds.
+
+The earlier scheme, ``h = mix64(c ^ seed)`` (``legacy``), kept for states saved with it, gave
+cluster ``c`` under seed ``s`` exactly the weights of cluster ``c ^ s`` under seed 0: within
+one seed its weights are valid, but two seeds resampled the same clusters' weights, merely
+relabelled.
 """
 
 from __future__ import annotations
@@ -56,6 +70,10 @@ _S27 = np.uint64(27)
 _S31 = np.uint64(31)
 _S11 = np.uint64(11)
 _TWO_M53 = 1.0 / 9007199254740992.0
+# Salt of the second key of a seed (any odd constant other than the golden ratio: the first
+# key is derived from ``seed + φ``); the fractional digits of sqrt(3).
+SEED_SALT = 0xBB67AE8584CAA73B
+_MASK64 = (1 << 64) - 1
 
 # Below this mean the inversion samplers are cheaper than the rejection ones (and the rejection
 # constants of BTRS/PTRS are only valid from about 10 on).
@@ -102,6 +120,32 @@ def mix64(z):
     z = (z ^ (z >> _S30)) * _M1
     z = (z ^ (z >> _S27)) * _M2
     return z ^ (z >> _S31)
+
+
+def mix64_int(z: int) -> int:
+    """:func:`mix64` on a Python int (for keys computed once per call, outside the kernels)."""
+    z &= _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def seed_keys(seed: int, legacy: bool = False) -> tuple[np.uint64, np.uint64]:
+    """``(k1, k2)``, the keys of ``seed`` for :func:`cluster_hash` (``(seed, 0)`` if legacy)."""
+    if legacy:
+        return np.uint64(seed & _MASK64), np.uint64(0)
+    return (
+        np.uint64(mix64_int(seed + 0x9E3779B97F4A7C15)),
+        np.uint64(mix64_int(seed ^ SEED_SALT)),
+    )
+
+
+@_inline
+def cluster_hash(cluster, k1, k2, legacy):
+    """``h`` of a cluster id (uint64) under the seed keys ``k1, k2`` (see the module notes)."""
+    if legacy:
+        return mix64(cluster ^ k1)
+    return mix64(mix64(cluster ^ k1) + k2)
 
 
 @_inline
@@ -439,19 +483,26 @@ def replicate_marginals(rows, cols, counts, num_classes, seed, first, stop, mult
 
 # ---------------------------------------------------------------------------- clustered
 @_kernel
-def poisson1_weights(keys, seed, num_replicates, out):
-    """``out[c, b]`` = the Poisson(1) weight of cluster key ``keys[c]`` in replicate ``b``."""
-    seed64 = np.uint64(seed)
+def _poisson1_weights(keys, k1, k2, legacy, num_replicates, out):
     for c in range(keys.shape[0]):
-        key = mix64(np.uint64(keys[c]) ^ seed64)
+        hashed = cluster_hash(np.uint64(keys[c]), k1, k2, legacy)
         for b in range(num_replicates):
-            out[c, b] = _poisson1_from_uniform(hash_uniform(key, np.uint64(b)))
+            out[c, b] = _poisson1_from_uniform(hash_uniform(hashed, np.uint64(b)))
+
+
+def poisson1_weights(
+    keys: np.ndarray, seed: int, num_replicates: int, out: np.ndarray, legacy: bool = False
+) -> None:
+    """``out[c, b]`` = the Poisson(1) weight of cluster id ``keys[c]`` in replicate ``b`` under
+    ``seed`` (``legacy``: the earlier hash, see the module notes)."""
+    k1, k2 = seed_keys(int(seed), legacy)
+    _poisson1_weights(keys, k1, k2, bool(legacy), num_replicates, out)
 
 
 @_inline
-def _cluster_weights(key, seed, out):
+def _cluster_weights(key, k1, k2, legacy, out):
     """The Poisson(1) weight of cluster ``key`` in each replicate, into ``out``."""
-    hashed = mix64(np.uint64(key) ^ seed)
+    hashed = cluster_hash(np.uint64(key), k1, k2, legacy)
     for b in range(out.shape[0]):
         out[b] = _poisson1_from_uniform(hash_uniform(hashed, np.uint64(b)))
 
@@ -469,10 +520,10 @@ def _flush(cells, values, count, weights, replicates):
 
 
 @_kernel
-def add_cluster_matrix(local, key, seed, replicates, matrix, add_main, limit):
+def add_cluster_matrix(local, key, k1, k2, legacy, replicates, matrix, add_main, limit):
     """Add one cluster's K×K counts ``local`` to ``matrix`` (if ``add_main``) and, with weight
-    Poisson(1) drawn from ``(key, b, seed)``, to each replicate ``replicates[b]`` (``(B,
-    K*K)``, flat).
+    Poisson(1) drawn from ``(seed, key, b)`` (the seed's keys ``k1, k2``), to each replicate
+    ``replicates[b]`` (``(B, K*K)``, flat).
 
     With ``add_main``, first checks that no cell of ``matrix`` would pass ``limit``; if one
     would, returns its flat index and changes nothing. Returns -1 on success.
@@ -494,7 +545,7 @@ def add_cluster_matrix(local, key, seed, replicates, matrix, add_main, limit):
         for m in range(count):
             main[cells[m]] += values[m]
     weights = np.empty(replicates.shape[0], dtype=replicates.dtype)
-    _cluster_weights(key, seed, weights)
+    _cluster_weights(key, k1, k2, legacy, weights)
     _flush(cells, values, count, weights, replicates)
     return -1
 
@@ -509,7 +560,9 @@ def add_clusters(
     ignore_index,
     has_ignore,
     num_classes,
-    seed,
+    k1,
+    k2,
+    legacy,
     replicates,
     scratch,
     touched,
@@ -549,7 +602,7 @@ def add_clusters(
                 for m in range(num_touched):
                     values[m] = scratch[touched[m]]
                     scratch[touched[m]] = 0
-            _cluster_weights(current, seed, wts)
+            _cluster_weights(current, k1, k2, legacy, wts)
             _flush(touched, values, num_touched, wts, replicates)
             num_touched = 0
             runs += 1

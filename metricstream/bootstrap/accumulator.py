@@ -18,6 +18,7 @@ replicate matrices estimates its sampling spread: :meth:`BootstrapConfusionAccum
 from __future__ import annotations
 
 import secrets
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,19 +30,101 @@ from ..base import Accumulator
 from ..confusion._dispatch import count_batch
 from ..confusion.accumulator import ConfusionAccumulator
 from . import _kernels as _k
-from .resampling import MetricInterval, interval_from_replicates
+from .resampling import MetricInterval, interval_from_replicates, undefined_interval
 
-__all__ = ["BootstrapConfusionAccumulator"]
+__all__ = ["BootstrapConfusionAccumulator", "DEFAULT_RESAMPLES", "WEIGHT_HASHES"]
 
-_INT64_MAX = np.iinfo(np.int64).max
-# The largest main-matrix cell whose replicate cells (at most MAX_POISSON1_WEIGHT times it)
-# still fit int64.
-_CELL_LIMIT = _INT64_MAX // (_k.MAX_POISSON1_WEIGHT + 1)
+WeightHash = Literal["keyed", "xor-legacy"]
+#: How a cluster's weights are hashed from ``(seed, cluster, replicate)``: ``"keyed"`` (two
+#: SplitMix64 rounds keyed by the seed; every new accumulator), or ``"xor-legacy"``, the hash of
+#: states saved before format 2, under which cluster ``c`` with seed ``s`` got the weights of
+#: cluster ``c ^ s`` with seed 0 (valid within one seed; seeds were not independent).
+WEIGHT_HASHES: tuple[WeightHash, ...] = ("keyed", "xor-legacy")
+#: The default B: percentile intervals from fewer replicates under-cover (see docs/intervals.md).
+DEFAULT_RESAMPLES = 100
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+_MAX_WEIGHT = _k.MAX_POISSON1_WEIGHT
+# A replicate cell is a sum of its main cell's counts times weights of at most _MAX_WEIGHT, so
+# every replicate cell is at most _MAX_WEIGHT times the main matrix's, and the B replicates
+# together hold at most _MAX_WEIGHT × B times its total N. Updates keep N at most
+# count_limit(B) (counts: the replicates' int64 total, which merges and restores check, stays
+# below 2**63) or WEIGHT_LIMIT (float weights: every replicate stays finite, with a margin of
+# one more weight for rounding).
+WEIGHT_LIMIT = float(np.finfo(np.float64).max) / (2 * (_MAX_WEIGHT + 1))
+# A state's int64 totals must stay below this (a float64 sum is exact to 2**53 and within a
+# few ulps beyond, so a margin below 2**63 keeps the true total an int64).
+_TOTAL_LIMIT = 2.0**63 - 2.0**20
+
+
+def count_limit(n_resamples: int) -> int:
+    """The most samples an unweighted accumulator with ``n_resamples`` replicates counts:
+    ``(2**63 - 2**22) // (MAX_POISSON1_WEIGHT × B + 1)`` (5.1e15 for B = 100)."""
+    return (2**63 - 2**22) // (_MAX_WEIGHT * n_resamples + 1)
+
+
 # Items (first-axis slices) of at least this many samples, each its own cluster, are counted
 # one by one by the plain counting kernel; smaller ones go through the per-sample kernel.
 ITEM_MIN_SAMPLES = 1024
 # Accumulator methods that are not views of the matrix.
 _NOT_VIEWS = frozenset({"from_batch", "from_matrix", "update", "bootstrap"})
+
+
+def _exact_total(counts: np.ndarray) -> int:
+    """The sum of non-negative int64 counts as a Python int (never wraps)."""
+    if float(counts.sum(dtype=np.float64)) < 2.0**62:
+        return int(counts.sum())  # no int64 sum of these can wrap
+    return sum(int(v) for v in counts.reshape(-1))
+
+
+def _check_restored(matrix: np.ndarray, replicates: np.ndarray) -> None:
+    """Refuse a state from outside that no sequence of updates and merges can make: totals past
+    int64 (or infinite), or a replicate cell above the largest weight times its main cell (the
+    bound every later update relies on to keep the replicates from wrapping)."""
+    integral = matrix.dtype.kind == "i"
+    if integral:
+        total = _exact_total(matrix)
+        if total > _INT64_MAX:
+            raise ValueError(
+                f"state `matrix` holds {total:,} samples in all, beyond int64 (2**63 - 1): the "
+                f"cells of a real state never sum past it; it is damaged or forged."
+            )
+        sums = replicates.sum(axis=(1, 2), dtype=np.float64)
+        if (sums >= _TOTAL_LIMIT).any():
+            b = int(np.argmax(sums >= _TOTAL_LIMIT))
+            raise ValueError(
+                f"state `replicates` holds about {sums[b]:.6g} samples in replicate {b}, beyond "
+                f"int64 (2**63 - 1); it is damaged or forged."
+            )
+        # r <= W m  <=>  ceil(r / W) <= m, computed without overflow.
+        over = -(-replicates // _MAX_WEIGHT) > matrix
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = bool(np.isfinite(matrix.sum())) and bool(
+                np.isfinite(replicates.sum(axis=(1, 2))).all()
+            )
+            over = replicates > (_MAX_WEIGHT + 1) * matrix
+        if not finite:
+            raise ValueError(
+                "the state's weights sum to infinity (in `matrix` or in a replicate); a real "
+                "state never does; it is damaged or forged."
+            )
+    if over.any():
+        b, i, j = (int(v) for v in np.argwhere(over)[0])
+        raise ValueError(
+            f"state `replicates` holds {replicates[b, i, j].item()!r} at ({b}, {i}, {j}), more "
+            f"than {_MAX_WEIGHT} (the largest weight) times the matrix's cell ({i}, {j}) = "
+            f"{matrix[i, j].item()!r}; no stream makes that state: it is damaged or forged."
+        )
+
+
+def _upgrade_format_1(state: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 -> 2: ``n_replicates`` is renamed ``n_resamples``; the replicates were drawn
+    with the earlier hash, which the state keeps using (``weight_hash="xor-legacy"``)."""
+    config = dict(state["config"])
+    config["n_resamples"] = config.pop("n_replicates")
+    config["weight_hash"] = "xor-legacy"
+    return {**state, "config": config, "format": 2}
 
 
 @dataclass(slots=True)
@@ -59,11 +142,11 @@ class _ClusterBatch:
 
 
 class BootstrapConfusionAccumulator(Accumulator):
-    """A confusion matrix plus ``n_replicates`` Poisson-bootstrap replicates of it, by cluster.
+    """A confusion matrix plus ``n_resamples`` Poisson-bootstrap replicates of it, by cluster.
 
     Each update adds its samples to ``matrix`` and, for every replicate ``b``, adds each cluster
-    ``c``'s counts times ``w(c, b) ~ Poisson(1)`` to ``replicates[b]``, where ``w`` is a hash
-    of ``(c, b, seed)``. A cluster is
+    ``c``'s counts times ``w(c, b) ~ Poisson(1)`` to ``replicates[b]``, where ``w`` is a keyed
+    hash of ``(seed, c, b)`` (see :mod:`metricstream.bootstrap._kernels`). A cluster is
 
     * the whole ``update`` call when ``cluster_ids`` is None (one image per call, say), with a
       fresh random key (replicates are then not bit-reproducible between runs, only
@@ -86,24 +169,40 @@ class BootstrapConfusionAccumulator(Accumulator):
 
     Views: every metric method of :class:`~metricstream.ConfusionAccumulator` (``f1``,
     ``miou``, ``summary``, ...) on the main matrix, :meth:`confusion` (that accumulator), and
-    :meth:`interval` from the replicates.
+    :meth:`interval` from the replicates (``metricstream.bootstrap.bootstrap(acc, ...)`` gives
+    the same interval). Before any update, views follow the confusion accumulator's rule and
+    intervals are NaN with an ``UndefinedMetricWarning``.
 
     Invariants (tested): the main matrix equals a ``ConfusionAccumulator`` fed the same
     batches (float weights: up to rounding); any split into batches, shards or merge order
     gives the same state; a failed update leaves the state bit-identical; counts never wrap
-    (an update that could take a replicate past 2**63 - 1 raises).
+    and weighted sums never become infinite: an update that would take the matrix past
+    :func:`count_limit` samples (5.1e15 for B = 100), or its weights past ``WEIGHT_LIMIT``,
+    raises; a restored state is checked to be one that counting can make.
+
+    Saved states: format 2. A state saved by an earlier release (format 1) loads with
+    ``weight_hash="xor-legacy"``: its replicates were drawn with the earlier hash, under which
+    cluster ``c`` with seed ``s`` got the weights of cluster ``c ^ s`` with seed 0. Within the
+    one accumulator those are valid bootstrap weights, so its intervals mean what they meant;
+    it keeps counting with that hash (a cluster spanning the checkpoint keeps its weights) and
+    merges only with states of the same hash. Runs with different seeds under it were not
+    independent resamples.
 
     Args:
         num_classes: K.
-        n_replicates: B, at least 2 (100 gives standard errors to about ±7%; use 1,000 for the
-            tails of 95% percentile intervals).
-        seed: an int; shards that merge must share it (it is part of the configuration).
+        n_resamples: B, at least 2 (default 500: fewer replicates under-cover 95% percentile
+            intervals; see ``docs/intervals.md``). Memory and update cost grow with B.
+        seed: an int (default 0); shards that merge must share it (it is part of the
+            configuration).
         class_names, ignore_index, weighted, class_axis, threshold: as
             :class:`~metricstream.ConfusionAccumulator`.
+        weight_hash: ``"keyed"`` (default); ``"xor-legacy"`` only describes states of format
+            1 (see above).
+        n_replicates: deprecated name of ``n_resamples`` (warns).
 
     Example:
         >>> import numpy as np
-        >>> acc = BootstrapConfusionAccumulator(3, n_replicates=200, seed=0)
+        >>> acc = BootstrapConfusionAccumulator(3, n_resamples=200, seed=0)
         >>> rng = np.random.default_rng(0)
         >>> for image in range(40):                       # one cluster per update call
         ...     truth = rng.integers(0, 3, size=(16, 16))
@@ -114,12 +213,15 @@ class BootstrapConfusionAccumulator(Accumulator):
         True
     """
 
-    state_format = 1
+    #: 2: the configuration says ``n_resamples`` (was ``n_replicates``) and ``weight_hash``;
+    #: a format-1 state is the ``"xor-legacy"`` hash (see :data:`WEIGHT_HASHES`).
+    state_format = 2
+    state_upgrades = {1: _upgrade_format_1}
 
     def __init__(
         self,
         num_classes: int,
-        n_replicates: int = 100,
+        n_resamples: int | None = None,
         seed: int = 0,
         class_names: Sequence[str] | None = None,
         ignore_index: int | None = None,
@@ -127,6 +229,8 @@ class BootstrapConfusionAccumulator(Accumulator):
         weighted: bool = False,
         class_axis: int = 1,
         threshold: float | None = None,
+        weight_hash: WeightHash = "keyed",
+        n_replicates: int | None = None,
     ) -> None:
         # The confusion accumulator validates the shared settings (and words the errors).
         prototype = ConfusionAccumulator(
@@ -137,27 +241,56 @@ class BootstrapConfusionAccumulator(Accumulator):
             class_axis=class_axis,
             threshold=threshold,
         )
-        if isinstance(n_replicates, bool) or not isinstance(n_replicates, (int, np.integer)):
-            raise TypeError(f"`n_replicates` must be an int, got {n_replicates!r}.")
-        if n_replicates < 2:
-            raise ValueError(f"`n_replicates` must be at least 2, got {n_replicates}.")
+        if n_replicates is not None:
+            if n_resamples is not None:
+                raise TypeError(
+                    "give `n_resamples` only (`n_replicates` is its deprecated name), not both."
+                )
+            warnings.warn(
+                "`n_replicates` is deprecated; the number of replicates is `n_resamples` "
+                "everywhere (bootstrap(), interval_report(), MetricInterval).",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            n_resamples = n_replicates
+        if n_resamples is None:
+            n_resamples = DEFAULT_RESAMPLES
+        if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)):
+            raise TypeError(f"`n_resamples` must be an int, got {n_resamples!r}.")
+        if n_resamples < 2:
+            raise ValueError(f"`n_resamples` must be at least 2, got {n_resamples}.")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"`seed` must be an int, got {seed!r}.")
         if not 0 <= seed < 2**64:
             raise ValueError(f"`seed` must be in [0, 2**64), got {seed}.")
+        if weight_hash not in WEIGHT_HASHES:
+            raise ValueError(
+                f"`weight_hash` must be one of {list(WEIGHT_HASHES)}, got {weight_hash!r}."
+            )
         self._num_classes = prototype.num_classes
         self._class_names = prototype.class_names
         self._ignore_index = prototype.ignore_index
         self._weighted = prototype.weighted
         self._class_axis = prototype.class_axis
         self._threshold = prototype.threshold
-        self._n_replicates = int(n_replicates)
+        self._n_resamples = int(n_resamples)
         self._seed = int(seed)
+        self._weight_hash: WeightHash = weight_hash
+        self._legacy = weight_hash == "xor-legacy"
+        self._keys = _k.seed_keys(self._seed, self._legacy)
         k = self._num_classes
         dtype = np.float64 if self._weighted else np.int64
         super().__init__(
-            {"matrix": ((k, k), dtype), "replicates": ((self._n_replicates, k, k), dtype)}
+            {"matrix": ((k, k), dtype), "replicates": ((self._n_resamples, k, k), dtype)}
         )
+
+    @classmethod
+    def _restore(
+        cls, config: dict[str, Any], arrays: dict[str, np.ndarray]
+    ) -> BootstrapConfusionAccumulator:
+        new = super()._restore(config, arrays)
+        _check_restored(new._arrays["matrix"], new._arrays["replicates"])
+        return new
 
     def _init_runtime(self) -> None:
         super()._init_runtime()
@@ -167,13 +300,14 @@ class BootstrapConfusionAccumulator(Accumulator):
         """Everything two shards must share to merge: the confusion settings, B and the seed."""
         return {
             "num_classes": self._num_classes,
-            "n_replicates": self._n_replicates,
+            "n_resamples": self._n_resamples,
             "seed": self._seed,
             "class_names": None if self._class_names is None else list(self._class_names),
             "ignore_index": self._ignore_index,
             "weighted": self._weighted,
             "class_axis": self._class_axis,
             "threshold": self._threshold,
+            "weight_hash": self._weight_hash,
         }
 
     # ------------------------------------------------------------------ configuration
@@ -183,14 +317,27 @@ class BootstrapConfusionAccumulator(Accumulator):
         return self._num_classes
 
     @property
-    def n_replicates(self) -> int:
+    def n_resamples(self) -> int:
         """B, the number of replicate matrices."""
-        return self._n_replicates
+        return self._n_resamples
+
+    @property
+    def n_replicates(self) -> int:
+        """Deprecated name of :attr:`n_resamples`."""
+        warnings.warn(
+            "`n_replicates` is deprecated; use `n_resamples`.", DeprecationWarning, stacklevel=2
+        )
+        return self._n_resamples
 
     @property
     def seed(self) -> int:
         """The seed hashed into every cluster's weights."""
         return self._seed
+
+    @property
+    def weight_hash(self) -> WeightHash:
+        """How cluster weights are hashed: ``"keyed"``, or ``"xor-legacy"`` for old states."""
+        return self._weight_hash
 
     @property
     def class_names(self) -> tuple[str, ...] | None:
@@ -210,7 +357,7 @@ class BootstrapConfusionAccumulator(Accumulator):
     @property
     def state_nbytes(self) -> int:
         """Bytes of state: ``(B + 1) × K² × 8``."""
-        return (self._n_replicates + 1) * self._num_classes**2 * 8
+        return (self._n_resamples + 1) * self._num_classes**2 * 8
 
     # ------------------------------------------------------------------ counting
     def update(
@@ -376,41 +523,49 @@ class BootstrapConfusionAccumulator(Accumulator):
             return true_array, labels.reshape(true_array.shape)
         return true_array, pred_array
 
-    def _overflow(self, matrix: np.ndarray, local: np.ndarray, cell: int) -> None:
-        where = divmod(cell, self._num_classes)
-        raise ValueError(
-            f"this update would take cell {where} of the matrix to "
-            f"{int(matrix.flat[cell]) + int(local.flat[cell]):,} samples; the replicates "
-            f"(weights up to {_k.MAX_POISSON1_WEIGHT}) keep counts in int64 only up to "
-            f"{_CELL_LIMIT:,} per cell; nothing was counted."
-        )
+    def _check_room(self, matrix: np.ndarray, local: np.ndarray) -> None:
+        """Refuse (before anything changes) a batch that would take the main matrix's total past
+        the limit that keeps every replicate in int64, or finite."""
+        if matrix.dtype.kind == "i":
+            total, added = _exact_total(matrix), _exact_total(local)
+            limit = count_limit(self._n_resamples)
+            if total + added > limit:
+                raise ValueError(
+                    f"this update would take the matrix to {total + added:,} samples; its "
+                    f"{self._n_resamples} replicates (each sample weighted up to {_MAX_WEIGHT} "
+                    f"times) keep counts in int64 only up to {limit:,} samples in all; nothing "
+                    f"was counted. Count further samples into a new accumulator."
+                )
+            return
+        with np.errstate(over="ignore", invalid="ignore"):
+            weight = float(matrix.sum()) + float(local.sum())
+        if not (np.isfinite(local).all() and weight <= WEIGHT_LIMIT):
+            raise ValueError(
+                f"this update would take the matrix's total weight to {weight:.6g}; the "
+                f"replicates (each weight multiplied by up to {_MAX_WEIGHT}) stay finite only up "
+                f"to {WEIGHT_LIMIT:.6g} in all; nothing was counted. Rescale the weights."
+            )
 
     def _count(self, arrays: dict[str, np.ndarray], batch: _ClusterBatch) -> None:
         matrix, replicates = arrays["matrix"], arrays["replicates"]
-        flat = replicates.reshape(self._n_replicates, -1)
-        integral = matrix.dtype.kind == "i"
-        # A replicate cell is at most MAX_POISSON1_WEIGHT times its main cell (every weight is
-        # at most that), so keeping each main cell below 2^63 / (that weight + 1) keeps every
-        # replicate cell in int64.
-        limit = _CELL_LIMIT if integral else np.inf
+        flat = replicates.reshape(self._n_resamples, -1)
+        # Checked here, under the lock, against the live matrix; the kernels' own cell limit
+        # then never binds (it is the dtype's largest value).
+        self._check_room(matrix, batch.local)
+        limit = _INT64_MAX if matrix.dtype.kind == "i" else np.inf
         if batch.key is not None:
-            bad = _k.add_cluster_matrix(
-                batch.local, np.uint64(batch.key), np.uint64(self._seed), flat, matrix, True, limit
+            key = np.uint64(batch.key)
+            _k.add_cluster_matrix(
+                batch.local, key, *self._keys, self._legacy, flat, matrix, True, limit
             )
-            if bad >= 0:
-                self._overflow(matrix, batch.local, int(bad))
             return
-        if integral:
-            over = batch.local > _CELL_LIMIT - matrix
-            if over.any():
-                self._overflow(matrix, batch.local, int(np.flatnonzero(over)[0]))
         matrix += batch.local
         if batch.items is not None:
             # The main matrix got the whole batch's counts, summed as a ConfusionAccumulator
             # sums them (float weights: the same rounding); the replicates get the items.
             for key, counts in batch.items:
                 _k.add_cluster_matrix(
-                    counts, np.uint64(key), np.uint64(self._seed), flat, matrix, False, limit
+                    counts, np.uint64(key), *self._keys, self._legacy, flat, matrix, False, limit
                 )
             return
         scratch = np.zeros(self._num_classes**2, dtype=matrix.dtype)
@@ -430,7 +585,8 @@ class BootstrapConfusionAccumulator(Accumulator):
             ignore,
             self._ignore_index is not None,
             self._num_classes,
-            np.uint64(self._seed),
+            *self._keys,
+            self._legacy,
             flat,
             scratch,
             touched,
@@ -467,14 +623,6 @@ class BootstrapConfusionAccumulator(Accumulator):
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this class does not define: the metric views of the main
         # matrix, delegated to a confusion accumulator that holds it (cached per state).
-        if name == "bootstrap":
-            # An i.i.d. bootstrap of the main matrix would ignore the clusters: say which to use.
-            raise AttributeError(
-                f"{type(self).__name__!r} object has no attribute 'bootstrap': use "
-                f"`acc.interval(metric)` for the cluster bootstrap of its replicates, or "
-                f"`metricstream.bootstrap.bootstrap(acc, metric)` to treat the samples as "
-                f"independent."
-            )
         if name.startswith("_") or name in _NOT_VIEWS or not hasattr(ConfusionAccumulator, name):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self._confusion(), name)
@@ -497,15 +645,43 @@ class BootstrapConfusionAccumulator(Accumulator):
 
         The estimate is the metric of the main matrix; the standard error is the standard
         deviation over the replicates; ``method`` is ``"percentile"``, ``"basic"`` or
-        ``"normal"`` (BCa needs a jackknife over clusters, which the state does not keep).
-        ``metric`` and ``metric_kwargs`` as :func:`metricstream.bootstrap.bootstrap`.
+        ``"normal"`` (BCa needs a jackknife over clusters, which the state does not keep; the
+        delta method assumes independent samples). ``metric`` and ``metric_kwargs`` as
+        :func:`metricstream.bootstrap.bootstrap`, which gives this same interval for this
+        accumulator. Before any sample is counted: NaN estimate and bounds, with an
+        ``UndefinedMetricWarning``.
 
         Raises:
-            ValueError: nothing counted yet, or a bad argument (named).
+            ValueError: a bad argument (named).
         """
+        if method in ("delta", "bca"):
+            raise ValueError(
+                f"`method` {method!r} is not available for clustered samples: "
+                + (
+                    "the delta method assumes independent samples; method='normal' gives "
+                    "estimate ± z·SE with the clusters' standard error."
+                    if method == "delta"
+                    else "BCa needs a jackknife over the clusters, which the state does not "
+                    "keep; use 'percentile', 'basic' or 'normal'."
+                )
+            )
         snapshot = self._snapshot()
         if not snapshot["matrix"].any():
-            raise ValueError("the accumulator holds no samples yet: there is no interval.")
+            if method not in ("percentile", "basic", "normal"):
+                raise ValueError(
+                    f"`method` must be 'percentile', 'basic' or 'normal', got {method!r}."
+                )
+            return undefined_interval(
+                metric,
+                snapshot["matrix"].shape,
+                method=method,
+                confidence=confidence,
+                n_resamples=self._n_resamples,
+                resampling="cluster-poisson",
+                seed=self._seed,
+                class_names=self._class_names,
+                **metric_kwargs,
+            )
         return interval_from_replicates(
             snapshot["matrix"],
             snapshot["replicates"],
@@ -517,3 +693,20 @@ class BootstrapConfusionAccumulator(Accumulator):
             class_names=self._class_names,
             **metric_kwargs,
         )
+
+    def bootstrap(
+        self,
+        metric: str | Callable[..., Any],
+        *,
+        method: Literal["percentile", "basic", "normal"] = "percentile",
+        confidence: float = 0.95,
+        **metric_kwargs: Any,
+    ) -> MetricInterval:
+        """Deprecated name of :meth:`interval` (every accumulator's interval is ``interval``)."""
+        warnings.warn(
+            "`acc.bootstrap(metric)` is deprecated; use `acc.interval(metric)` (the same "
+            "cluster-bootstrap interval).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.interval(metric, method=method, confidence=confidence, **metric_kwargs)

@@ -55,14 +55,19 @@ __all__ = [
     "MetricInterval",
     "bootstrap",
     "delta_method",
+    "interval",
     "interval_from_replicates",
     "interval_report",
 ]
 
 Method = Literal["percentile", "basic", "bca", "normal"]
+IntervalMethod = Literal["percentile", "basic", "bca", "normal", "delta"]
 Resampling = Literal["multinomial", "poisson"]
 METHODS = ("percentile", "basic", "bca", "normal")
+INTERVAL_METHODS = (*METHODS, "delta")
 RESAMPLINGS = ("multinomial", "poisson")
+#: B of the read-time bootstrap when ``n_resamples`` is not given.
+DEFAULT_RESAMPLES = 1000
 
 # Short names for the metrics people compare models on: name -> (function, arguments).
 METRIC_ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -588,15 +593,115 @@ def _interval(
     return np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64), se
 
 
+def _is_clustered(source: Any) -> bool:
+    """Whether ``source`` carries its own cluster-bootstrap replicates."""
+    if isinstance(source, np.ndarray) or not callable(getattr(source, "state_arrays", None)):
+        return False
+    from .accumulator import BootstrapConfusionAccumulator  # imported late: a cycle
+
+    return isinstance(source, BootstrapConfusionAccumulator)
+
+
+def undefined_interval(
+    metric: str | Callable[..., Any],
+    shape: tuple[int, ...],
+    *,
+    method: str,
+    confidence: float,
+    n_resamples: int,
+    resampling: str | None,
+    seed: int | None,
+    class_names: Sequence[str] | None = None,
+    **metric_kwargs: Any,
+) -> MetricInterval:
+    """The interval of a metric of counts that hold no samples: NaN estimate, bounds and
+    standard error (per class where the metric is), with an ``UndefinedMetricWarning``.
+
+    ``shape`` is the shape of the counts (K×K for a confusion matrix).
+    """
+    resolved = _resolve(metric, dict(metric_kwargs), class_names)
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            value_shape = np.shape(resolved.scalar(np.zeros(shape, dtype=np.int64)))
+    except Exception:  # a user function may fail on no samples: the result is one NaN
+        value_shape = ()
+    warnings.warn(
+        f"no samples have been counted: the {confidence:.0%} interval of {resolved.name} is "
+        f"undefined (NaN).",
+        UndefinedMetricWarning,
+        stacklevel=3,
+    )
+    nan: Any = np.full(value_shape, np.nan) if value_shape else float("nan")
+    return MetricInterval(
+        metric=resolved.name,
+        estimate=nan,
+        low=nan,
+        high=nan,
+        standard_error=nan,
+        method=method,
+        confidence=confidence,
+        n_resamples=n_resamples,
+        resampling=resampling,
+        seed=seed,
+    )
+
+
+def _clustered(
+    source: Any,
+    metric: str | Callable[..., Any],
+    *,
+    n_resamples: Any,
+    seed: Any,
+    resampling: Any,
+    method: str,
+    confidence: float,
+    metric_kwargs: dict[str, Any],
+) -> MetricInterval:
+    """An interval of a clustered accumulator: from its own replicates, never the i.i.d. ones.
+
+    ``n_resamples``, ``seed`` and ``resampling`` are the accumulator's; other values are
+    refused rather than silently replaced."""
+    name = type(source).__name__
+    if n_resamples is not None and n_resamples != source.n_resamples:
+        raise ValueError(
+            f"`n_resamples` is {n_resamples!r}, but this {name} holds {source.n_resamples} "
+            f"cluster-bootstrap replicates, drawn while counting; omit `n_resamples` to use "
+            f"them (a different B needs an accumulator configured with it)."
+        )
+    # 0 is the default: it stands for "the accumulator's seed".
+    same_seed = isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)
+    if not same_seed or seed not in (0, source.seed):
+        raise ValueError(
+            f"`seed` is {seed!r}, but this {name}'s replicates were drawn with seed "
+            f"{source.seed}, its configuration; omit `seed` to use them."
+        )
+    if resampling not in (None, "cluster-poisson"):
+        raise ValueError(
+            f"`resampling` is {resampling!r}, but this {name} resamples whole clusters "
+            f"(its replicates are 'cluster-poisson'); omit `resampling`, or pass "
+            f"`acc.matrix` to treat its samples as independent on purpose."
+        )
+    if method == "bca":
+        raise ValueError(
+            f"`method` 'bca' needs a jackknife over the clusters, which a {name} does not "
+            f"keep; use 'percentile', 'basic' or 'normal'."
+        )
+    interval_method: Literal["percentile", "basic", "normal"] = method  # type: ignore[assignment]
+    return source.interval(  # type: ignore[no-any-return]
+        metric, method=interval_method, confidence=confidence, **metric_kwargs
+    )
+
+
 def bootstrap(
     source: Any,
     metric: str | Callable[..., Any],
     *,
-    n_resamples: int = 1000,
+    n_resamples: int | None = None,
     confidence: float = 0.95,
     method: Method = "percentile",
-    seed: int | np.random.Generator | None = None,
-    resampling: Resampling = "multinomial",
+    seed: int | np.random.Generator | None = 0,
+    resampling: Resampling | None = None,
     **metric_kwargs: Any,
 ) -> MetricInterval:
     """Bootstrap confidence interval of any metric of a confusion matrix, at read time.
@@ -617,6 +722,14 @@ def bootstrap(
 
     Replicates whose metric is undefined follow ``zero_division`` as the metric does
     (``"warn"`` gives 0.0 without B warnings; ``np.nan`` leaves them out of the quantiles).
+    Counts with no samples give NaN estimate and bounds with an ``UndefinedMetricWarning``.
+
+    A :class:`~metricstream.BootstrapConfusionAccumulator` (correlated samples) gives the
+    interval of its own cluster-bootstrap replicates, as its ``interval`` method does: its
+    samples are not independent, and resampling them as if they were would be far too narrow.
+    ``n_resamples``, ``seed`` and ``resampling`` are then the accumulator's (other values are
+    refused), and ``method="bca"`` is refused. Pass ``acc.matrix`` to resample its samples as
+    independent on purpose.
 
     Args:
         source: a confusion accumulator (its matrix), a K×K matrix or ``ClassCounts``. With a
@@ -628,13 +741,14 @@ def bootstrap(
             :class:`~metricstream.ConfusionAccumulator` (``"f1"``, ``"miou"``, ...) or an alias
             of ``METRIC_ALIASES`` (``"macro_f1"``, ``"mcc"``, ``"kappa"``, ...) — or a
             function of a matrix returning a number or an array.
-        n_resamples: B, at least 2 (1,000 or more for 95% intervals; BCa wants more).
+        n_resamples: B, at least 2 (default 1,000; 1,000 or more for 95% intervals; BCa wants
+            more).
         confidence: nominal coverage in (0, 1).
         method: ``"percentile"``, ``"basic"``, ``"bca"`` or ``"normal"``.
-        seed: an int (reproducible: replicate ``b`` depends only on ``(seed, b)``), a numpy
-            ``Generator`` to draw one from, or None for fresh entropy (the result's ``seed``
-            then reproduces it).
-        resampling: ``"multinomial"`` or ``"poisson"``.
+        seed: an int (default 0: reproducible; replicate ``b`` depends only on ``(seed, b)``),
+            a numpy ``Generator`` to draw one from, or None for fresh entropy (the result's
+            ``seed`` then reproduces it).
+        resampling: ``"multinomial"`` (default) or ``"poisson"``.
         **metric_kwargs: arguments of the metric, e.g. ``average="macro"``, ``labels=[0, 2]``
             (class names for an accumulator with ``class_names``), ``zero_division=np.nan``.
 
@@ -642,8 +756,8 @@ def bootstrap(
         A :class:`MetricInterval` with the estimate, bounds, standard error and replicates.
 
     Raises:
-        TypeError / ValueError: a bad argument (named), a matrix with no samples, or one with
-            fractional (weighted) counts.
+        TypeError / ValueError: a bad argument (named), or a matrix with fractional (weighted)
+            counts.
 
     Example:
         >>> import numpy as np
@@ -654,13 +768,29 @@ def bootstrap(
         >>> round(result.standard_error, 2)
         0.03
     """
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)):
-        raise TypeError(f"`n_resamples` must be an int, got {n_resamples!r}.")
-    if n_resamples < 2:
-        raise ValueError(f"`n_resamples` must be at least 2, got {n_resamples}.")
+    if n_resamples is not None:
+        if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)):
+            raise TypeError(f"`n_resamples` must be an int, got {n_resamples!r}.")
+        if n_resamples < 2:
+            raise ValueError(f"`n_resamples` must be at least 2, got {n_resamples}.")
     confidence = _check_confidence(confidence)
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {list(METHODS)}, got {method!r}.")
+    if _is_clustered(source):
+        return _clustered(
+            source,
+            metric,
+            n_resamples=n_resamples,
+            seed=seed,
+            resampling=resampling,
+            method=method,
+            confidence=confidence,
+            metric_kwargs=metric_kwargs,
+        )
+    if n_resamples is None:
+        n_resamples = DEFAULT_RESAMPLES
+    if resampling is None:
+        resampling = "multinomial"
     if resampling not in RESAMPLINGS:
         raise ValueError(f"`resampling` must be one of {list(RESAMPLINGS)}, got {resampling!r}.")
     seed_value = _check_seed(seed)
@@ -679,7 +809,17 @@ def bootstrap(
             f"got shape {counts.shape}; pass a function to bootstrap other counts."
         )
     if counts.sum() == 0:
-        raise ValueError("`source` holds no samples: there is nothing to resample.")
+        return undefined_interval(
+            metric,
+            counts.shape,
+            method=method,
+            confidence=confidence,
+            n_resamples=int(n_resamples),
+            resampling=resampling,
+            seed=seed_value,
+            class_names=names,
+            **metric_kwargs,
+        )
     resolved = _resolve(metric, dict(metric_kwargs), names)
     estimate = _as_value(resolved.scalar(counts))  # warns like the metric itself
     values = _replicate_values(
@@ -705,6 +845,71 @@ def bootstrap(
         resampling=resampling,
         seed=seed_value,
         replicates=values,
+    )
+
+
+def interval(
+    source: Any,
+    metric: str | Callable[..., Any],
+    *,
+    method: IntervalMethod = "percentile",
+    confidence: float = 0.95,
+    n_resamples: int | None = None,
+    seed: int | np.random.Generator | None = 0,
+    resampling: Resampling | None = None,
+    **metric_kwargs: Any,
+) -> MetricInterval:
+    """A confidence interval of a metric, by any method: the one entry point.
+
+    ``method`` is ``"percentile"`` (default), ``"basic"``, ``"normal"`` or ``"bca"`` (the
+    bootstrap: :func:`bootstrap`) or ``"delta"`` (the closed form: :func:`delta_method`, which
+    takes no ``n_resamples``, ``seed`` or ``resampling``). A
+    :class:`~metricstream.BootstrapConfusionAccumulator` gives the interval of its own
+    cluster-bootstrap replicates (its ``n_resamples`` and ``seed``); ``"delta"`` and ``"bca"``
+    are refused for it. Counts with no samples give NaN bounds with an
+    ``UndefinedMetricWarning``.
+
+    Example:
+        >>> matrix = [[50, 3, 2], [4, 40, 6], [1, 5, 39]]
+        >>> round(interval(matrix, "macro_f1", method="delta").standard_error, 4)
+        0.0286
+        >>> result = interval(matrix, "macro_f1", n_resamples=2000)  # percentile, seed 0
+        >>> result.low < result.estimate < result.high
+        True
+    """
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"`method` must be one of {list(INTERVAL_METHODS)}, got {method!r}.")
+    if method == "delta":
+        given = {
+            name: value
+            for name, value in (
+                ("n_resamples", n_resamples),
+                ("seed", None if seed == 0 else seed),
+                ("resampling", resampling),
+            )
+            if value is not None
+        }
+        if given:
+            raise ValueError(
+                f"`method` 'delta' is a closed form: it draws no replicates, so "
+                f"{', '.join(f'`{n}`' for n in given)} cannot apply; omit "
+                f"{'it' if len(given) == 1 else 'them'}."
+            )
+        if not isinstance(metric, str):
+            raise TypeError(
+                f"`metric` must be a metric name for method 'delta', got {metric!r}; the delta "
+                f"method needs a closed-form gradient (use a bootstrap method for functions)."
+            )
+        return delta_method(source, metric, confidence=confidence, **metric_kwargs)
+    return bootstrap(
+        source,
+        metric,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        method=method,
+        seed=seed,
+        resampling=resampling,
+        **metric_kwargs,
     )
 
 
@@ -983,6 +1188,12 @@ def delta_method(
     MCC). The set of classes in an average (``ignore_absent``, undefined classes) is held
     fixed. Same independence assumption as :func:`bootstrap`.
 
+    Counts with no samples give NaN estimate and bounds with an ``UndefinedMetricWarning``.
+    A :class:`~metricstream.BootstrapConfusionAccumulator` is refused: its samples are
+    clustered, and the closed form, which assumes independent samples, would be far too narrow
+    (its ``interval`` method gives the cluster bootstrap; ``method="normal"`` is the estimate
+    ± z·SE with the clusters' standard error).
+
     Args:
         source: a confusion accumulator, a K×K matrix or ``ClassCounts``.
         metric: one of ``DELTA_METRICS`` (``"accuracy"``, ``"precision"``, ``"recall"``,
@@ -998,13 +1209,19 @@ def delta_method(
         (0.8577, 0.0286)
     """
     confidence = _check_confidence(confidence)
+    if _is_clustered(source):
+        raise ValueError(
+            f"`source` is a {type(source).__name__}: its samples come in clusters, and the "
+            f"delta method assumes independent samples (its interval would be far too "
+            f"narrow). Use `acc.interval(metric)` for the cluster bootstrap (method='normal' "
+            f"gives estimate ± z·SE from the clusters), or `delta_method(acc.matrix, metric)` "
+            f"to treat the samples as independent on purpose."
+        )
     counts, names = _counts_of(source)
     if counts.ndim != 2 or counts.shape[0] != counts.shape[1]:
         raise ValueError(
             f"`source` must be a square K×K confusion matrix, got shape {counts.shape}."
         )
-    if counts.sum() == 0:
-        raise ValueError("`source` holds no samples: the standard error is undefined.")
     if not isinstance(metric, str):
         raise TypeError(
             f"`metric` must be a metric name, got {metric!r}; the delta method "
@@ -1017,6 +1234,18 @@ def delta_method(
         raise ValueError(
             f"`metric` {metric!r} has no closed-form standard error here; use one "
             f"of {list(DELTA_METRICS)} (kappa unweighted), or `bootstrap`."
+        )
+    if counts.sum() == 0:
+        return undefined_interval(
+            metric,
+            counts.shape,
+            method="delta",
+            confidence=confidence,
+            n_resamples=0,
+            resampling=None,
+            seed=None,
+            class_names=names,
+            **metric_kwargs,
         )
     kwargs = resolved.kwargs
     if resolved.function in ("precision", "recall", "fbeta", "f1", "dice", "jaccard"):
@@ -1067,7 +1296,7 @@ def interval_report(
     metrics: Sequence[str] = DEFAULT_REPORT_METRICS,
     *,
     method: Method = "percentile",
-    n_resamples: int = 1000,
+    n_resamples: int | None = None,
     confidence: float = 0.95,
     seed: int | None = 0,
     format: Literal["dict", "text", "markdown"] = "dict",
@@ -1077,8 +1306,10 @@ def interval_report(
 
     For an accumulator with its own replicates (a clustered
     :class:`~metricstream.BootstrapConfusionAccumulator`) the intervals come from
-    them (``n_resamples`` and ``seed`` are then the accumulator's); otherwise from
-    :func:`bootstrap` of the matrix (independent samples). Scalar metrics only.
+    them (``n_resamples`` and ``seed`` are then the accumulator's, and are not used); otherwise
+    from :func:`bootstrap` of the matrix (independent samples; ``n_resamples`` defaults to
+    1,000). Scalar metrics only; with no samples counted, every value is None (NaN) and an
+    ``UndefinedMetricWarning`` is issued.
 
     Args:
         source: an accumulator or a K×K matrix.
@@ -1102,11 +1333,13 @@ def interval_report(
         raise ValueError(f"`format` must be 'dict', 'text' or 'markdown', got {format!r}.")
     if isinstance(metrics, str):
         metrics = [metrics]
-    interval = getattr(source, "interval", None)
+    clustered = _is_clustered(source)
+    if n_resamples is None:
+        n_resamples = DEFAULT_RESAMPLES
     results = []
     for name in metrics:
-        if callable(interval):
-            result = interval(name, method=method, confidence=confidence)
+        if clustered:
+            result = bootstrap(source, name, method=method, confidence=confidence)
         else:
             result = bootstrap(
                 source,
