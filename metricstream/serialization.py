@@ -74,6 +74,14 @@ _PREFIX_V1 = struct.Struct("<8sII")  # magic, binary format, header length
 _PREFIX = struct.Struct("<8sIIQ")  # magic, binary format, header length, payload length
 _CRC = struct.Struct("<I")
 _DTYPES = {"<i8": np.dtype("<i8"), "<f8": np.dtype("<f8")}
+
+
+def _dtype_named(value: Any) -> np.dtype | None:
+    """The state dtype named ``value``, None for anything else (a JSON list or dict included:
+    they are unhashable, and must be refused as a bad name, not raise ``TypeError``)."""
+    return _DTYPES.get(value) if isinstance(value, str) else None
+
+
 # A header is configuration, not data: class names of 10^5 classes fit in a few MiB.
 MAX_HEADER_BYTES = 64 << 20
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -178,7 +186,7 @@ def _read_array(name: Any, record: Any) -> np.ndarray:
         raise ValueError(
             f"state array {name!r} is neither an array nor a dict of dtype, shape and data."
         )
-    dtype = _DTYPES.get(record.get("dtype"))  # type: ignore[arg-type]
+    dtype = _dtype_named(record.get("dtype"))
     shape = _check_shape(record.get("shape"), f"state array {name!r}")
     data = record.get("data")
     if dtype is None:
@@ -294,7 +302,12 @@ def decode(
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"{source} must be bytes made by `to_bytes()`, got {type(data).__name__}.")
-    view = memoryview(data).cast("B")
+    view = memoryview(data)
+    if not view.contiguous:
+        # a strided view (e.g. every other byte of a buffer) cannot be cast to bytes in place;
+        # its bytes in order are a copy of at most the size of the input
+        view = memoryview(view.tobytes())
+    view = view.cast("B")
     size = len(view)
     if size < len(MAGIC) or bytes(view[: len(MAGIC)]) != MAGIC:
         raise ValueError(
@@ -366,7 +379,7 @@ def decode(
             isinstance(entry, list)
             and len(entry) == 3
             and isinstance(entry[0], str)
-            and entry[1] in _DTYPES
+            and _dtype_named(entry[1]) is not None
             and entry[0] not in arrays
         ):
             raise ValueError(f"{source} has an invalid array entry {str(entry)[:80]!r}.")
@@ -394,7 +407,7 @@ def _decode_v1(
     header: dict[str, Any], payload: memoryview, source: str
 ) -> tuple[str, int, dict[str, Any], dict[str, np.ndarray]]:
     """Container format 1: a ConfusionAccumulator's configuration and one K×K matrix."""
-    dtype = _DTYPES.get(header.pop("dtype", None))  # type: ignore[arg-type]
+    dtype = _dtype_named(header.pop("dtype", None))
     shape = header.pop("shape", None)
     state_format = header.pop("format", None)
     if dtype is None or isinstance(state_format, bool) or not isinstance(state_format, int):
@@ -481,18 +494,28 @@ def read_file(path: str | os.PathLike[str]) -> tuple[bytes, str]:
         prefix = handle.read(_PREFIX.size)
         if len(prefix) < _PREFIX_V1.size or prefix[: len(MAGIC)] != MAGIC:
             return prefix, source  # decode names what is wrong (foreign or truncated)
-        version = _PREFIX_V1.unpack_from(prefix)[1]
+        _, version, header_size = _PREFIX_V1.unpack_from(prefix)
+        if not 1 <= version <= BINARY_FORMAT or header_size > MAX_HEADER_BYTES:
+            # decode names what is wrong from the prefix alone: nothing more is read
+            return prefix, source
         if version >= 2 and len(prefix) == _PREFIX.size:
             _, _, header_size, payload_size = _PREFIX.unpack_from(prefix)
             total = _PREFIX.size + header_size + payload_size + _CRC.size
+        elif version == 1:
+            total = _v1_total(handle, prefix, header_size, info.st_size, source)
         else:
-            total = info.st_size  # format 1 announces no total; the size on disk bounds it
+            total = info.st_size  # a prefix cut short: decode says so
         if total != info.st_size:
             problem = "truncated" if info.st_size < total else "followed by extra bytes"
             raise ValueError(
                 f"{source} is {problem}: {info.st_size} bytes on disk, but its "
                 f"prefix announces {total}."
             )
+        if version >= 2 and total > _STREAMED_CHECK_BYTES:
+            # the header (bounded above) says how many payload bytes its arrays fill: a prefix
+            # announcing more is refused before the payload is read
+            _check_announced(handle, prefix, header_size, payload_size, source)
+            handle.seek(len(prefix))
         if total > _STREAMED_CHECK_BYTES:
             # A large file (possibly sparse, or garbage behind a valid prefix) is checksummed
             # in pieces first, in constant memory: only a file whose checksum holds is then
@@ -505,6 +528,60 @@ def read_file(path: str | os.PathLike[str]) -> tuple[bytes, str]:
                 f"{source} changed while it was read (it is shorter than its prefix announces)."
             )
     return prefix + rest, source
+
+
+def _header_of(handle: Any, start: int, header_size: int, source: str) -> dict[str, Any]:
+    """The JSON header of ``header_size`` bytes (at most ``MAX_HEADER_BYTES``) at ``start``."""
+    handle.seek(start)
+    raw = handle.read(header_size)
+    if len(raw) != header_size:
+        raise ValueError(f"{source} is truncated: its header is cut short.")
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        raise ValueError(f"{source} has an unreadable header ({type(error).__name__}).") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{source} has a header that is not a JSON object.")
+    return header
+
+
+def _v1_total(handle: Any, prefix: bytes, header_size: int, on_disk: int, source: str) -> int:
+    """The size a container of format 1 must have: its header describes the one matrix."""
+    if on_disk < _PREFIX_V1.size + header_size + _CRC.size:
+        return on_disk  # decode says it is truncated
+    header = _header_of(handle, _PREFIX_V1.size, header_size, source)
+    dtype = _dtype_named(header.get("dtype"))
+    try:
+        shape = _check_shape(header.get("shape"), f"{source} matrix")
+    except ValueError:
+        shape = None
+    if dtype is None or shape is None or len(shape) != 2:
+        raise ValueError(f"{source} has an invalid format-1 header.")
+    handle.seek(len(prefix))
+    return _PREFIX_V1.size + header_size + _num_items(shape) * dtype.itemsize + _CRC.size
+
+
+def _check_announced(
+    handle: Any, prefix: bytes, header_size: int, payload_size: int, source: str
+) -> None:
+    header = _header_of(handle, _PREFIX.size, header_size, source)
+    entries = header.get("arrays")
+    announced = 0
+    if isinstance(entries, list):
+        for entry in entries:
+            if isinstance(entry, list) and len(entry) == 3:
+                dtype = _dtype_named(entry[1])
+                try:
+                    shape = _check_shape(entry[2], source)
+                except ValueError:
+                    continue
+                if dtype is not None:
+                    announced += _num_items(shape) * dtype.itemsize
+    if announced != payload_size:
+        raise ValueError(
+            f"{source} announces a payload of {payload_size} bytes, but the arrays of its "
+            f"header fill {announced}; it is corrupt."
+        )
 
 
 # Files larger than this are checksummed in 1 MiB pieces before they are read into memory.

@@ -686,7 +686,8 @@ def test_load_of_a_huge_sparse_file_with_a_valid_prefix_is_bounded(tmp_path, tra
     _sparse(path, size, size - 24 - 2 - 4)  # the prefix announces exactly the file's size
     outcome, peak = _peak_while(ConfusionAccumulator.load, path)
     assert isinstance(outcome, ValueError)
-    assert "is corrupt: its checksum does not match" in str(outcome)
+    # the header (no arrays) announces none of the payload: refused before the payload is read
+    assert "but the arrays of its header fill 0; it is corrupt" in str(outcome)
     assert peak <= 16 << 20, f"{peak:,} bytes traced to refuse a {size:,}-byte sparse file"
 
 
@@ -823,3 +824,128 @@ def test_a_format_1_score_state_without_a_config_dict_is_refused_by_name(config)
         ScoreAccumulator.from_state_dict({k: v for k, v in damaged.items() if k != "config"})
     for name, array in acc.state_arrays().items():  # the source is untouched
         np.testing.assert_array_equal(array, before[name])
+
+
+# ---------------------------------------------------------------------------- hostile headers
+def _kinds():
+    from metricstream import MultilabelAccumulator
+
+    return [
+        ConfusionAccumulator(3),
+        ScoreAccumulator("binary"),
+        MultilabelAccumulator(3),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [["<i8"], {"<i8": 1}, 8, None])
+@pytest.mark.parametrize("kind", range(3))
+def test_an_unhashable_or_foreign_dtype_is_a_value_error(kind, dtype):
+    acc = _kinds()[kind]
+    state = acc.state_dict()
+    entries = [[name, dtype, list(array.shape)] for name, array in acc.state_arrays().items()]
+    blob = craft(
+        {
+            "type": type(acc).__name__,
+            "format": state["format"],
+            "config": state["config"],
+            "arrays": entries,
+        },
+        b"".join(array.astype("<i8").tobytes() for array in acc.state_arrays().values()),
+    )
+    with pytest.raises(ValueError, match="invalid array entry"):
+        type(acc).from_bytes(blob)
+    name = next(iter(state["arrays"]))
+    state["arrays"][name] = {**state["arrays"][name], "dtype": dtype}
+    with pytest.raises(ValueError, match="dtype"):
+        type(acc).from_state_dict(state)
+
+
+@pytest.mark.parametrize("dtype", [["<i8"], {"a": 1}])
+def test_a_format_1_blob_with_an_unhashable_dtype_is_a_value_error(dtype):
+    blob = craft({**CONFIG, "format": 1, "dtype": dtype, "shape": [2, 2]}, zeros(4), version=1)
+    with pytest.raises(ValueError, match="invalid format-1 header"):
+        ConfusionAccumulator.from_bytes(blob)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("num_labels", 2**64), ("num_labels", 2**41), ("betas", [1e308]), ("betas", [1e-200])],
+)
+def test_multilabel_configurations_out_of_range_are_value_errors(setting, value):
+    from metricstream import MultilabelAccumulator
+
+    acc = MultilabelAccumulator(3)
+    state = acc.state_dict()
+    blob = craft(
+        {
+            "type": "MultilabelAccumulator",
+            "format": state["format"],
+            "config": {**state["config"], setting: value},
+            "arrays": [[n, "<i8", list(a.shape)] for n, a in acc.state_arrays().items()],
+        },
+        b"".join(a.astype("<i8").tobytes() for a in acc.state_arrays().values()),
+    )
+    with pytest.raises(ValueError, match=setting):
+        MultilabelAccumulator.from_bytes(blob)
+    state["config"][setting] = value
+    with pytest.raises(ValueError, match=setting):
+        MultilabelAccumulator.from_state_dict(state)
+
+
+@pytest.mark.parametrize("kind", range(3))
+def test_a_non_contiguous_memoryview_loads(kind):
+    acc = _kinds()[kind]
+    raw = acc.to_bytes()
+    spread = np.zeros(2 * len(raw), np.uint8)
+    spread[::2] = np.frombuffer(raw, np.uint8)
+    view = memoryview(spread)[::2]
+    assert not view.contiguous
+    assert type(acc).from_bytes(view) == acc
+    spread[1] = 0  # a byte between: not part of the view
+    assert type(acc).from_bytes(view) == acc
+
+
+@pytest.mark.parametrize("version", [0, 3, 2**32 - 1])
+def test_load_of_a_huge_file_of_magic_and_zeros_reads_the_prefix_only(tmp_path, traced, version):
+    path = tmp_path / "zeros.msacc"
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<8sI", MAGIC, version))
+        handle.truncate(4 << 30)  # a hole: 4 GiB to read for a reader that trusted the size
+    outcome, peak = _peak_while(ConfusionAccumulator.load, path)
+    assert isinstance(outcome, ValueError)
+    assert "binary format" in str(outcome)
+    assert peak <= SLACK
+
+
+@pytest.mark.parametrize("header_size", [0, 9, 2**32 - 1])
+def test_load_of_a_huge_format_1_file_is_bounded_by_its_header(tmp_path, traced, header_size):
+    path = tmp_path / "v1.msacc"
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<8sII", MAGIC, 1, header_size))
+        if header_size == 9:
+            handle.write(b'{"a": 1} ')
+        handle.truncate(4 << 30)
+    outcome, peak = _peak_while(ConfusionAccumulator.load, path)
+    assert isinstance(outcome, ValueError)
+    assert peak <= SLACK
+
+
+def test_load_of_a_huge_file_whose_header_announces_less_payload(tmp_path, traced):
+    path = tmp_path / "v2.msacc"
+    text = json.dumps(header()).encode()
+    size = 256 << 20
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<8sIIQ", MAGIC, 2, len(text), size - 28 - len(text)) + text)
+        handle.truncate(size)
+    outcome, peak = _peak_while(ConfusionAccumulator.load, path)
+    assert isinstance(outcome, ValueError)
+    assert "the arrays of its header fill 32" in str(outcome)
+    assert peak <= SLACK
+
+
+def test_saved_files_of_every_version_still_load_through_the_bounded_reader():
+    fixtures = sorted(Path(__file__).parent.glob("fixtures/state_v*.msacc"))
+    assert len(fixtures) >= 4
+    for fixture in fixtures:
+        acc = ConfusionAccumulator.load(fixture)
+        assert acc == ConfusionAccumulator.from_bytes(fixture.read_bytes())

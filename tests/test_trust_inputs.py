@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metricstream import ConfusionAccumulator, MultilabelAccumulator
+from metricstream import MultilabelAccumulator
 from metricstream.multilabel import LabelSets
 
 
@@ -23,3 +23,74 @@ def test_multilabel_counts_are_read_only(ignore_index):
             array[0] = 10**6
     assert np.array_equal(acc.specificity(), before[0])
     assert acc.hamming_loss() == before[1]
+
+
+# ---------------------------------------------------------------------------- malformed CSR
+def _state(acc):
+    return {name: array.copy() for name, array in acc.state_arrays().items()}
+
+
+_GOOD = LabelSets.from_lists([[0], [1]])
+
+
+@pytest.mark.parametrize(
+    ("indptr", "indices", "match"),
+    [
+        ([0, 5, 2], [0, 1], "indptr. decreases after position 1"),
+        ([1, 2, 2], [0, 1], "must start at 0"),
+        ([0, 1, 1], [0, 1, 3], "end at len"),
+        ([0, 2, 1, 2], [0, 1], "decreases"),
+        ([[0, 1, 2]], [0, 1], "1-D integer"),
+    ],
+)
+def test_label_sets_refuse_a_bad_structure(indptr, indices, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        LabelSets(np.array(indptr), np.array(indices))
+    with pytest.raises((ValueError, TypeError), match=match):
+        LabelSets.from_csr(indptr, indices)
+
+
+def test_label_sets_refuse_float_indices():
+    with pytest.raises(TypeError, match="indices. must be a 1-D integer array"):
+        LabelSets(np.array([0, 1, 2]), np.array([0.5, 1.0]))
+
+
+def test_sparse_label_sets_refuse_bad_indptr_and_width():
+    sparse = pytest.importorskip("scipy.sparse")
+    acc = MultilabelAccumulator(4)
+    before = _state(acc)
+    matrix = sparse.csr_matrix((np.ones(2), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 4))
+    matrix.indptr = np.array([0, 3, 2], dtype=np.int32)
+    with pytest.raises(ValueError, match="decreases"):
+        acc.update(matrix, _GOOD)
+    wide = sparse.csr_matrix((np.ones(2), np.array([0, 1]), np.array([0, 1, 2])), shape=(2, 9))
+    with pytest.raises(ValueError, match="9 columns.*`num_labels` is 4"):
+        acc.update(wide, _GOOD)
+    with pytest.raises(ValueError, match="9 columns"):
+        acc.update(_GOOD, wide)
+    assert all(np.array_equal(before[k], v) for k, v in acc.state_arrays().items())
+
+
+def test_sparse_explicit_zeros_and_trailing_empty_rows():
+    sparse = pytest.importorskip("scipy.sparse")
+    # explicit zeros, one in the last non-empty row, then an empty row
+    matrix = sparse.csr_matrix(
+        (np.array([0, 1, 0]), np.array([0, 1, 2]), np.array([0, 2, 3, 3])), shape=(3, 4)
+    )
+    sets = LabelSets.from_sparse(matrix)
+    assert sets.indptr.tolist() == [0, 1, 1, 1] and sets.indices.tolist() == [1]
+
+
+def test_duplicates_refused_and_unsorted_sets_counted_as_the_dense_matrix():
+    acc = MultilabelAccumulator(4)
+    with pytest.raises(ValueError, match="twice"):
+        acc.update(LabelSets.from_csr([0, 2, 2], [1, 1]), _GOOD)
+    # any order within a sample (documented): the counts of the dense equivalent
+    true = LabelSets.from_csr([0, 2, 3], [3, 1, 0])
+    pred = LabelSets.from_csr([0, 3, 3], [2, 0, 1])
+    acc.update(true, pred)
+    dense = MultilabelAccumulator(4).update(
+        [[0, 1, 0, 1], [1, 0, 0, 0]], [[1, 1, 1, 0]] + [[0] * 4]
+    )
+    for name, array in dense.state_arrays().items():
+        assert np.array_equal(acc.state_arrays()[name], array)

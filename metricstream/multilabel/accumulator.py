@@ -51,6 +51,8 @@ from . import _kernels as _k
 __all__ = ["LabelSets", "MultilabelAccumulator", "read_multilabel_csv", "read_multilabel_npz"]
 
 _INT64_MAX = 2**63 - 1
+# More labels could not be allocated anywhere, and their layout's int64 offsets could overflow.
+_MAX_LABELS = 2**40
 # beta² must be a ratio a/b of integers with a + b at most this (the F-beta sums of a sample
 # are grouped by a |T| + b |P|, so the state grows as (a + b) L).
 _MAX_BETA_TERMS = 64
@@ -96,7 +98,10 @@ class LabelSets:
 
     Build it with :meth:`from_lists` (one list of label indices per sample), :meth:`from_csr`
     or :meth:`from_sparse` (a SciPy CSR matrix/array of 0/1 values). Labels of a sample may come
-    in any order but not twice.
+    in any order but not twice. The structure is checked when the sets are made (``indptr``
+    1-D integers starting at 0, never decreasing, ending at ``len(indices)``; ``indices`` 1-D
+    integers); ``num_labels``, when known (the columns of a sparse matrix), must match the
+    accumulator's.
 
     Example:
         >>> sets = LabelSets.from_lists([[0, 3], [], [2]])
@@ -106,6 +111,45 @@ class LabelSets:
 
     indptr: np.ndarray
     indices: np.ndarray
+    num_labels: int | None = None
+
+    def __post_init__(self) -> None:
+        indptr = np.ascontiguousarray(as_array(self.indptr, "indptr"))
+        indices = np.ascontiguousarray(as_array(self.indices, "indices"))
+        for array, label in ((indptr, "indptr"), (indices, "indices")):
+            if array.ndim != 1 or array.dtype.kind not in "iu":
+                raise TypeError(
+                    f"`{label}` must be a 1-D integer array, got {array.dtype} "
+                    f"of shape {array.shape}."
+                )
+        if indptr.shape[0] == 0 or indptr[0] != 0 or indptr[-1] != indices.shape[0]:
+            raise ValueError(
+                f"`indptr` must start at 0 and end at len(indices) = {indices.shape[0]}, got "
+                f"{indptr[:1].tolist()}...{indptr[-1:].tolist()}."
+            )
+        if indptr.shape[0] > 1:
+            down = indptr[1:] < indptr[:-1]
+            if down.any():
+                row = int(np.argmax(down))
+                raise ValueError(
+                    f"`indptr` decreases after position {row}: {int(indptr[row])} > "
+                    f"{int(indptr[row + 1])}; it must never decrease."
+                )
+        if indices.dtype != np.int64:
+            if indices.dtype == np.uint64 and indices.size and int(indices.max()) > 2**63 - 1:
+                raise ValueError(
+                    f"`indices` holds label {int(indices.max())}, past any `num_labels`."
+                )
+            indices = indices.astype(np.int64)
+        num_labels = self.num_labels
+        if num_labels is not None:
+            if isinstance(num_labels, bool) or not isinstance(num_labels, (int, np.integer)):
+                raise TypeError(f"`num_labels` must be an integer or None, got {num_labels!r}.")
+            num_labels = int(num_labels)
+        # frozen: the checked arrays replace the given ones through object.__setattr__
+        object.__setattr__(self, "indptr", indptr.astype(np.int64, copy=False))
+        object.__setattr__(self, "indices", indices)
+        object.__setattr__(self, "num_labels", num_labels)
 
     def __len__(self) -> int:
         return int(self.indptr.shape[0] - 1)
@@ -137,27 +181,7 @@ class LabelSets:
     @classmethod
     def from_csr(cls, indptr: Any, indices: Any) -> LabelSets:
         """Sets from CSR arrays (``indptr`` of length N + 1, starting at 0, non-decreasing)."""
-        indptr = np.ascontiguousarray(as_array(indptr, "indptr"))
-        indices = np.ascontiguousarray(as_array(indices, "indices"))
-        for array, label in ((indptr, "indptr"), (indices, "indices")):
-            if array.ndim != 1 or array.dtype.kind not in "iu":
-                raise TypeError(
-                    f"`{label}` must be a 1-D integer array, got {array.dtype} "
-                    f"of shape {array.shape}."
-                )
-        if indptr.shape[0] == 0 or indptr[0] != 0 or indptr[-1] != indices.shape[0]:
-            raise ValueError(
-                f"`indptr` must start at 0 and end at len(indices) = {indices.shape[0]}, got "
-                f"{indptr[:1].tolist()}...{indptr[-1:].tolist()}."
-            )
-        steps = np.diff(indptr)
-        if (steps < 0).any():
-            row = int(np.argmax(steps < 0))
-            raise ValueError(
-                f"`indptr` decreases after position {row}: {int(indptr[row])} > "
-                f"{int(indptr[row + 1])}."
-            )
-        return cls(indptr.astype(np.int64), indices.astype(np.int64))
+        return cls(indptr, indices)
 
     @classmethod
     def from_sparse(cls, matrix: Any, *, name: str = "`y_true`") -> LabelSets:
@@ -169,15 +193,20 @@ class LabelSets:
                 f"{name} is a sparse matrix holding {data[bad]!r}; a label "
                 "indicator holds only 0 and 1."
             )
-        indptr = np.asarray(matrix.indptr, dtype=np.int64)
-        indices = np.asarray(matrix.indices, dtype=np.int64)
+        shape = getattr(matrix, "shape", None)
+        columns = int(shape[1]) if shape is not None and len(shape) == 2 else None
+        sets = cls(matrix.indptr, matrix.indices, columns)  # checks the structure
+        if data.shape != sets.indices.shape:
+            raise ValueError(
+                f"{name} is a sparse matrix with {data.shape[0]} values for "
+                f"{sets.indices.shape[0]} indices."
+            )
         if data.size and (data == 0).any():
-            keep = data != 0
-            counts = np.add.reduceat(keep.astype(np.int64), indptr[:-1]) if indices.size else 0
-            counts = np.where(np.diff(indptr) == 0, 0, counts)
-            indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-            indices = indices[keep]
-        return cls(indptr, indices)
+            # explicit zeros dropped: each row's new end is the kept entries before it
+            kept = np.zeros(data.shape[0] + 1, dtype=np.int64)
+            np.cumsum(data != 0, out=kept[1:])
+            sets = cls(kept[sets.indptr], sets.indices[data != 0], columns)
+        return sets
 
 
 def _as_sets(value: Any, name: str) -> LabelSets | None:
@@ -264,8 +293,11 @@ class MultilabelAccumulator(Accumulator):
     ) -> None:
         if isinstance(num_labels, bool) or not isinstance(num_labels, (int, np.integer)):
             raise TypeError(f"`num_labels` must be an integer, got {type(num_labels).__name__}.")
-        if num_labels < 1:
-            raise ValueError(f"`num_labels` must be at least 1, got {num_labels}.")
+        if not 1 <= num_labels <= _MAX_LABELS:
+            raise ValueError(
+                f"`num_labels` must be between 1 and 2**40 (the state holds several int64 "
+                f"counts per label), got {num_labels}."
+            )
         self._num_labels = int(num_labels)
         self._label_names = _check_names(label_names, self._num_labels)
         if (
@@ -589,6 +621,11 @@ class MultilabelAccumulator(Accumulator):
         if len(true) != len(pred):
             raise ValueError(f"`y_true` has {len(true)} samples but `y_pred` has {len(pred)}.")
         for sets, name in ((true, "y_true"), (pred, "y_pred")):
+            if sets.num_labels is not None and sets.num_labels != self._num_labels:
+                raise ValueError(
+                    f"`{name}` holds sets over {sets.num_labels} labels (a sparse matrix of "
+                    f"{sets.num_labels} columns), but `num_labels` is {self._num_labels}."
+                )
             indices = sets.indices
             bad = (indices < 0) | (indices >= self._num_labels)
             if bad.any():
@@ -1129,10 +1166,11 @@ def _check_betas(betas: Sequence[float]) -> tuple[tuple[float, ...], list[tuple[
         if isinstance(beta, bool) or not isinstance(beta, (int, float, np.integer, np.floating)):
             raise TypeError(f"`betas` must hold numbers, got {beta!r}.")
         beta = float(beta)
-        if not (np.isfinite(beta) and beta > 0):
+        if not (np.isfinite(beta * beta) and beta * beta > 0):
             raise ValueError(
-                f"`betas` must hold positive finite numbers (beta 0 and inf are "
-                f"precision and recall, always available), got {beta!r}."
+                f"`betas` must hold positive finite numbers whose square is a positive finite "
+                f"float (beta 0 and inf are precision and recall, always available), got "
+                f"{beta!r}."
             )
         ratio = Fraction(beta * beta).limit_denominator(_MAX_BETA_TERMS)
         a, b = ratio.numerator, ratio.denominator
