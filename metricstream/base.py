@@ -36,6 +36,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from . import serialization as _codec
+from ._core import devices as _devices
 from ._inputs import as_array
 
 __all__ = ["Accumulator", "AccumulatorGroup", "accumulator_type"]
@@ -184,6 +185,9 @@ class Accumulator:
         self._frozen: tuple[int, dict[str, np.ndarray]] | None = None
         self._views: dict[Any, Any] = {}
         self._derived_values: dict[Any, tuple[int, Any]] = {}
+        # Counts kept on a device (torch tensors on a GPU) until a reader needs them on the host:
+        # see metricstream.device. None until the first device update.
+        self._device: Any = None
 
     # ------------------------------------------------------------------ what subclasses write
     def config(self) -> dict[str, Any]:
@@ -205,11 +209,26 @@ class Accumulator:
     # ------------------------------------------------------------------ the protocol
     def update(self: A, *args: Any, **kwargs: Any) -> A:
         """Count a batch and return ``self``; on error nothing is counted."""
+        if args and _devices.on_device(args[0]):
+            return self._update_on_device(*args, **kwargs)
         batch = self._prepare(*args, **kwargs)
         with self._lock:
             self._count_finite(batch)
             self._changed()
         return self
+
+    def _update_on_device(self: A, *args: Any, **kwargs: Any) -> A:
+        """Count a batch of device tensors on their device (see :mod:`metricstream.device`)."""
+        from .device import update_on_device  # imports torch: only for device tensors
+
+        update_on_device(self, *args, **kwargs)
+        return self
+
+    def _flush_device(self) -> None:
+        """Add what was counted on a device into the host arrays (lock held); see
+        :mod:`metricstream.device`. Every reader of the state calls it first."""
+        if self._device is not None:
+            self._device.flush_into(self, self._arrays)
 
     def merge(self: A, other: A) -> A:
         """Add ``other``'s state into this accumulator in place and return ``self``.
@@ -227,6 +246,7 @@ class Accumulator:
         self._check_compatible(other)
         incoming = other.state_arrays() if other is not self else None
         with self._lock:
+            self._flush_device()
             if incoming is None:
                 incoming = {name: array.copy() for name, array in self._arrays.items()}
             sums = _checked_sums(self._arrays, incoming, type(self).__name__)
@@ -238,6 +258,8 @@ class Accumulator:
     def reset(self: A) -> A:
         """Set the state to zero and return ``self`` (the configuration is kept)."""
         with self._lock:
+            if self._device is not None:
+                self._device.reset()
             for array in self._arrays.values():
                 array[...] = 0
             self._changed()
@@ -291,6 +313,7 @@ class Accumulator:
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Copies of the state arrays, taken together under the lock (the caller owns them)."""
         with self._lock:
+            self._flush_device()
             return {name: array.copy() for name, array in self._arrays.items()}
 
     @contextlib.contextmanager
@@ -303,6 +326,7 @@ class Accumulator:
         """
         with self._lock:
             try:
+                self._flush_device()
                 yield self._arrays
             finally:
                 self._changed()
@@ -436,6 +460,7 @@ class Accumulator:
         if frozen is not None:
             return frozen
         with self._lock:
+            self._flush_device()
             frozen = self._frozen
             if frozen is None:
                 copies = {}
@@ -757,6 +782,8 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
             except ValueError as error:
                 raise ValueError(f"member {name!r}: {error}") from None
         with self._locked():
+            for member in self._members.values():
+                member._flush_device()
             if incoming is None:  # the group merged into itself: doubled, under the locks
                 incoming = {
                     name: {key: array.copy() for key, array in member._arrays.items()}
@@ -850,6 +877,8 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
     def _state_arrays(self) -> dict[str, dict[str, np.ndarray]]:
         """Copies of every member's arrays, taken together (one consistent group state)."""
         with self._locked():
+            for member in self._members.values():
+                member._flush_device()
             return {
                 name: {key: array.copy() for key, array in member._arrays.items()}
                 for name, member in self._members.items()

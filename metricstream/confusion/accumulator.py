@@ -681,6 +681,12 @@ class ConfusionAccumulator(Accumulator):
     cohen_kappa_interval = _metric(_metrics.cohen_kappa_interval)
 
 
+# The names of the metric views (each a function of metricstream.metrics of the same name).
+_METRIC_METHODS = tuple(
+    name for name, value in vars(ConfusionAccumulator).items() if isinstance(value, MetricView)
+)
+
+
 # ---------------------------------------------------------------------------- checks
 def _check_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
