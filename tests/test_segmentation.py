@@ -197,15 +197,15 @@ def test_every_view_matches_a_per_image_loop(seed, shape):
                             with pytest.raises(ValueError, match="per-image 'macro'"):
                                 view(aggregation, average, absent=rule)
                             continue
-                        got = view(
-                            aggregation, average, include_background=background, absent=rule
-                        )
+                        got = view(aggregation, average, include_background=background, absent=rule)
                         expected = oracle(metric, aggregation, average, inter, t, p, rule, classes)
                         close(got, expected)
     assert acc.num_images == truth.shape[0]
     assert acc.num_empty_images == 1
     assert acc.num_pixels == int((truth != VOID).sum())
-    assert np.array_equal(acc.matrix, ConfusionAccumulator(k, ignore_index=VOID).update(truth, pred).matrix)
+    assert np.array_equal(
+        acc.matrix, ConfusionAccumulator(k, ignore_index=VOID).update(truth, pred).matrix
+    )
 
 
 def test_worked_example():
@@ -264,7 +264,9 @@ def test_torch_tensors_are_read():
     acc.update(torch.from_numpy(truth), scores.to(torch.bfloat16))
     want = SegmentationAccumulator(3, ignore_index=VOID).update(truth, pred)
     arg = scores.detach().numpy().argmax(1)
-    want.update(truth, arg).update(truth, scores.detach().to(torch.bfloat16).float().numpy().argmax(1))
+    want.update(truth, arg).update(
+        truth, scores.detach().to(torch.bfloat16).float().numpy().argmax(1)
+    )
     assert acc == want
 
 
@@ -444,7 +446,9 @@ def test_monai_all_empty_truth_returns_zero_not_nan():
     acc = SegmentationAccumulator(2).update(truth, pred)
     # class 1 is absent everywhere: MONAI's "mean" without background averages nothing: 0.0
     assert acc.reproduce("monai.DiceMetric", include_background=False) == 0.0
-    assert math.isnan(acc.dice("image", "macro", include_background=False, absent="skip_truth_absent"))
+    assert math.isnan(
+        acc.dice("image", "macro", include_background=False, absent="skip_truth_absent")
+    )
 
 
 # ---------------------------------------------------------------------------- mmsegmentation
@@ -491,9 +495,7 @@ def test_interval_from_image_sums():
     per_image = []
     for b in range(len(truth)):
         vals = [
-            value("iou", inter[b, c], t[b, c], p[b, c])
-            for c in range(4)
-            if t[b, c] + p[b, c] > 0
+            value("iou", inter[b, c], t[b, c], p[b, c]) for c in range(4) if t[b, c] + p[b, c] > 0
         ]
         if vals:
             per_image.append(np.mean(vals))
@@ -528,10 +530,10 @@ def test_any_split_and_merge_order_gives_one_state(seed, cuts, order):
     bounds = sorted({0, 8, *cuts})
     parts = [
         SegmentationAccumulator(4, ignore_index=VOID).update(truth[a:b], pred[a:b])
-        for a, b in zip(bounds, bounds[1:])
+        for a, b in zip(bounds, bounds[1:], strict=False)
     ]
     streamed = SegmentationAccumulator(4, ignore_index=VOID)
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in zip(bounds, bounds[1:], strict=False):
         streamed.update(truth[a:b], pred[a:b])
     assert streamed == whole
     assert sum(parts) == whole
@@ -638,9 +640,21 @@ def test_round_trips_and_groups(tmp_path):
 
 
 def test_sync_in_a_fake_world():
-    from tests.sync_fixtures import FakeWorld  # noqa: F401 - the project's N-rank fixture
+    from tests.sync_fixtures import FakeWorld
 
-    pytest.importorskip("tests.sync_fixtures")
+    truth, pred = masks(12, images=9, k=4)
+    whole = SegmentationAccumulator(4, ignore_index=VOID).update(truth, pred)
+    shards = [
+        SegmentationAccumulator(4, ignore_index=VOID).update(truth[r::3], pred[r::3])
+        for r in range(3)
+    ]
+    world = FakeWorld(3)
+    size = sum(array.size for array in whole.state_arrays().values())
+    for rank, result in enumerate(world.run(shards)):
+        assert result is shards[rank] and result == whole
+        assert world.calls[rank] == [("gather", 6, "<i8"), ("sum", size, "<i8")]
+    other = [SegmentationAccumulator(4, ignore_index=VOID), SegmentationAccumulator(4)]
+    assert all(isinstance(r, ValueError) for r in FakeWorld(2).run(other))
 
 
 def test_summary_and_text():

@@ -72,7 +72,7 @@ _FLUSH = 1 << 30
 
 @njit(inline="always")
 def _add_fixed(sums, row, column, value):
-    """Add ``value`` (in [0, 1]) and its square to the fixed-point words ``sums[row + w, column]``."""
+    """Add ``value`` (in [0, 1]) and its square to the fixed-point words of ``column``."""
     q = np.int64(np.rint(value * _SCALE))
     sums[row + SUM_HIGH, column] += q >> HALF_BITS
     sums[row + SUM_LOW, column] += q & _LOW_MASK
@@ -212,19 +212,84 @@ def _per_image(
                 accuracy += i / t
                 weighted_iou += iou * t
                 weighted_dice += dice * t
-        _slot(image_counts, image_sums, variant, MACRO_IOU_SKIP_BOTH, n_both > 0, iou_both / max(n_both, 1))
-        _slot(image_counts, image_sums, variant, MACRO_DICE_SKIP_BOTH, n_both > 0, dice_both / max(n_both, 1))
-        _slot(image_counts, image_sums, variant, MACRO_IOU_SKIP_TRUTH, n_truth > 0, iou_truth / max(n_truth, 1))
-        _slot(image_counts, image_sums, variant, MACRO_DICE_SKIP_TRUTH, n_truth > 0, dice_truth / max(n_truth, 1))
-        _slot(image_counts, image_sums, variant, MACRO_IOU_ONE, included > 0, iou_one / max(included, 1))
-        _slot(image_counts, image_sums, variant, MACRO_DICE_ONE, included > 0, dice_one / max(included, 1))
-        _slot(image_counts, image_sums, variant, MACRO_ACCURACY, n_truth > 0, accuracy / max(n_truth, 1))
+        _slot(
+            image_counts,
+            image_sums,
+            variant,
+            MACRO_IOU_SKIP_BOTH,
+            n_both > 0,
+            iou_both / max(n_both, 1),
+        )
+        _slot(
+            image_counts,
+            image_sums,
+            variant,
+            MACRO_DICE_SKIP_BOTH,
+            n_both > 0,
+            dice_both / max(n_both, 1),
+        )
+        _slot(
+            image_counts,
+            image_sums,
+            variant,
+            MACRO_IOU_SKIP_TRUTH,
+            n_truth > 0,
+            iou_truth / max(n_truth, 1),
+        )
+        _slot(
+            image_counts,
+            image_sums,
+            variant,
+            MACRO_DICE_SKIP_TRUTH,
+            n_truth > 0,
+            dice_truth / max(n_truth, 1),
+        )
+        _slot(
+            image_counts,
+            image_sums,
+            variant,
+            MACRO_IOU_ONE,
+            included > 0,
+            iou_one / max(included, 1),
+        )
+        _slot(
+            image_counts,
+            image_sums,
+            variant,
+            MACRO_DICE_ONE,
+            included > 0,
+            dice_one / max(included, 1),
+        )
+        _slot(
+            image_counts,
+            image_sums,
+            variant,
+            MACRO_ACCURACY,
+            n_truth > 0,
+            accuracy / max(n_truth, 1),
+        )
         union = sum_t + sum_p - sum_i
         _slot(image_counts, image_sums, variant, MICRO_IOU, union > 0, sum_i / max(union, 1))
-        _slot(image_counts, image_sums, variant, MICRO_DICE, sum_t + sum_p > 0, 2.0 * sum_i / max(sum_t + sum_p, 1))
+        _slot(
+            image_counts,
+            image_sums,
+            variant,
+            MICRO_DICE,
+            sum_t + sum_p > 0,
+            2.0 * sum_i / max(sum_t + sum_p, 1),
+        )
         _slot(image_counts, image_sums, variant, MICRO_ACCURACY, sum_t > 0, sum_i / max(sum_t, 1))
-        _slot(image_counts, image_sums, variant, WEIGHTED_IOU, sum_t > 0, weighted_iou / max(sum_t, 1))
-        _slot(image_counts, image_sums, variant, WEIGHTED_DICE, sum_t > 0, weighted_dice / max(sum_t, 1))
+        _slot(
+            image_counts, image_sums, variant, WEIGHTED_IOU, sum_t > 0, weighted_iou / max(sum_t, 1)
+        )
+        _slot(
+            image_counts,
+            image_sums,
+            variant,
+            WEIGHTED_DICE,
+            sum_t > 0,
+            weighted_dice / max(sum_t, 1),
+        )
         if sum_t == 0 and sum_p > 0:
             image_counts[variant, PRED_ONLY_IMAGES] += 1
         if any_both_absent:
@@ -276,8 +341,9 @@ def count_images(
 
     ``y_true`` is ``(B, P)`` labels; predictions are ``y_pred`` ``(B, P)`` labels (``mode``
     LABELS), or the argmax of ``scores``, ``(B, K, P)`` (CHANNELS_FIRST) or ``(B, P, K)``
-    (CHANNELS_LAST); the unused one is an empty placeholder. ``matrix`` is K×K (rows true). Returns ``(status, image, pixel)``: OK, or
-    the first bad true label, predicted label or NaN score, in stream order.
+    (CHANNELS_LAST); the unused one is an empty placeholder. ``matrix`` is K×K (rows true).
+    Returns ``(status, image, pixel)``: OK, or the first bad true label, predicted label or NaN
+    score, in stream order.
     """
     k = matrix.shape[0]
     limit = np.uint64(k)

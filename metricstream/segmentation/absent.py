@@ -91,9 +91,7 @@ def resolve_rule(absent: str | AbsentRule) -> AbsentRule:
         return absent
     if isinstance(absent, str) and absent in RULES:
         return RULES[absent]
-    raise ValueError(
-        f"`absent` must be an AbsentRule or one of {sorted(RULES)}, got {absent!r}."
-    )
+    raise ValueError(f"`absent` must be an AbsentRule or one of {sorted(RULES)}, got {absent!r}.")
 
 
 def _options(anchor: str, given: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

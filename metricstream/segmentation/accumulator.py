@@ -37,7 +37,7 @@ _FIXED_HIGH = 2.0 ** (_k.HALF_BITS - _k.FIXED_BITS)
 _METRICS = ("iou", "dice", "accuracy")
 _DATASET_AVERAGES = ("none", "macro", "micro", "weighted")
 _IMAGE_AVERAGES = ("none", "macro", "micro", "weighted", "class_mean", "pooled")
-_EMPTY_PLACEHOLDER = {
+_EMPTY_PLACEHOLDER: dict[np.dtype, np.ndarray] = {
     np.dtype(np.uint8): np.empty((0, 0), dtype=np.uint8),
     np.dtype(np.int64): np.empty((0, 0), dtype=np.int64),
 }
@@ -344,9 +344,9 @@ class SegmentationAccumulator(Accumulator):
         """The batch's state, counted into fresh arrays (threads take whole images)."""
         ignore = self._ignore_index
         has_ignore = ignore is not None
-        if has_ignore and batch.truth.dtype == np.uint8 and not 0 <= ignore <= 255:  # type: ignore[operator]
+        if ignore is not None and batch.truth.dtype == np.uint8 and not 0 <= ignore <= 255:
             has_ignore = False  # no uint8 label equals it
-        ignore_value = np.int64(ignore if has_ignore else 0)
+        ignore_value = np.int64(ignore if ignore is not None and has_ignore else 0)
         background = -1 if self._background is None else self._background
         images = batch.images
         threads = 1
@@ -389,7 +389,7 @@ class SegmentationAccumulator(Accumulator):
         return total
 
     def _raise_bad(self, batch: _Batch, status: int, image: int, pixel: int) -> None:
-        where = (image, *np.unravel_index(pixel, batch.image_shape))
+        where = (image, *(int(i) for i in np.unravel_index(pixel, batch.image_shape)))
         position = ", ".join(str(int(i)) for i in where)
         k = self._num_classes
         ignore = "" if self._ignore_index is None else f" or `ignore_index` {self._ignore_index}"
@@ -487,7 +487,9 @@ class SegmentationAccumulator(Accumulator):
         if not isinstance(background, bool):
             raise TypeError(f"`include_background` must be True or False, got {background!r}.")
         rule = resolve_rule(absent)
-        return self._view(_compute, metric, aggregation, average, background, rule, self._background)
+        return self._view(
+            _compute, metric, aggregation, average, background, rule, self._background
+        )
 
     def interval(
         self,
@@ -813,18 +815,21 @@ def _interval(
             n > 1, np.maximum(squares - n * mean * mean, 0.0) / np.maximum(n - 1, 1), np.nan
         )
         error = np.sqrt(variance / np.maximum(n, 1))
-    quantile = np.array([t_quantile((1 + confidence) / 2, d) if d >= 1 else math.nan for d in n - 1])
+    quantile = np.array(
+        [t_quantile((1 + confidence) / 2, d) if d >= 1 else math.nan for d in n - 1]
+    )
     low = mean - quantile * error
     high = mean + quantile * error
     label = f"{metric}(aggregation='image', average={average!r}, include_background={background})"
+    shown: list[Any] = [mean, low, high, error]
     if average != "none":
-        mean, low, high, error = (float(x[0]) for x in (mean, low, high, error))
+        shown = [float(x[0]) for x in shown]
     return MetricInterval(
         metric=label,
-        estimate=mean,
-        low=low,
-        high=high,
-        standard_error=error,
+        estimate=shown[0],
+        low=shown[1],
+        high=shown[2],
+        standard_error=shown[3],
         method="t",
         confidence=confidence,
         n_resamples=0,
@@ -910,8 +915,7 @@ def _read(value: Any, name: str) -> np.ndarray:
             value = value.float()  # numpy has no bfloat16; float32 holds every value exactly
         if getattr(value, "device", None) is not None and str(value.device) != "cpu":
             raise TypeError(
-                f"`{name}` is a tensor on {value.device}; move it to the CPU first "
-                f"(`.cpu()`)."
+                f"`{name}` is a tensor on {value.device}; move it to the CPU first (`.cpu()`)."
             )
         try:
             return np.from_dlpack(value)

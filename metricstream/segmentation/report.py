@@ -127,7 +127,8 @@ def summary_text(acc: Any, digits: int = 4) -> str:
     counts = acc.absent_counts()
     for c, name in enumerate(names):
         cases = " / ".join(
-            str(int(counts[case][c])) for case in ("present", "truth_only", "pred_only", "both_absent")
+            str(int(counts[case][c]))
+            for case in ("present", "truth_only", "pred_only", "both_absent")
         )
         lines.append(
             f"{name:<{name_width}}"
@@ -196,7 +197,9 @@ def _read_items(
 
 def cli_section_text(report: Any) -> str:
     """The command line's ``--per-image`` section for a ``.npz`` of masks: ``report.args``
-    gives ``path``, ``truth``, ``pred``, ``ignore`` and ``report.digits`` the digits."""
+    gives ``path``, ``truth`` and ``pred``, ``report.accumulator`` (the report's
+    ``ConfusionAccumulator``) the classes and ``ignore_index``, ``report.digits`` the digits.
+    The file is read a second time, whole images at a time."""
     return summary_text(_from_cli(report), digits=report.digits)
 
 
@@ -212,11 +215,11 @@ def _from_cli(report: Any) -> Any:
     if cached is not None:
         return cached
     args = report.args
-    matrix = report.accumulator.matrix
+    counted = report.accumulator  # the report's ConfusionAccumulator: K, names, ignore_index
     acc = SegmentationAccumulator(
-        matrix.shape[0],
-        class_names=report.accumulator.class_names,
-        ignore_index=args.ignore,
+        counted.num_classes,
+        class_names=counted.class_names,
+        ignore_index=counted.ignore_index,
     )
     for y_true, y_pred in read_npz_masks(
         args.path, truth=args.truth or "y_true", pred=args.pred or "y_pred"
