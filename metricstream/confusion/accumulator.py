@@ -588,6 +588,7 @@ class ConfusionAccumulator(Accumulator):
         counts = self._views.get(_COUNTS_KEY)
         if counts is None:
             with self._lock:  # one consistent copy, not the snapshot dict: this is the hot view
+                self._flush_device()
                 version = self._version
                 matrix = self._matrix.copy()
             matrix.flags.writeable = False
