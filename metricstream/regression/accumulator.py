@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
@@ -63,7 +63,7 @@ class _Exact:
     max_known: bool
 
     @classmethod
-    def of(cls, state: dict[str, np.ndarray]) -> _Exact:
+    def of(cls, state: Mapping[str, np.ndarray]) -> _Exact:
         moments = state["moments"]
         shifts = [K.BITS * k for k in range(K.LIMBS)]
 
@@ -122,7 +122,6 @@ class RegressionAccumulator(Accumulator):
         if num_outputs < 1:
             raise ValueError(f"`num_outputs` must be at least 1, got {num_outputs}.")
         self._num_outputs = int(num_outputs)
-        self._exact_cache: tuple[dict[str, np.ndarray], _Exact] | None = None
         self._canonical = False
         super().__init__(
             {
@@ -246,15 +245,8 @@ class RegressionAccumulator(Accumulator):
         super()._changed()
 
     def _view_source(self) -> _Exact:
-        # Derived from one snapshot and cached by its identity: a later state has a new
-        # snapshot object, so the cache cannot serve an older state.
-        snapshot = self._snapshot()
-        cached = self._exact_cache
-        if cached is not None and cached[0] is snapshot:
-            return cached[1]
-        exact = _Exact.of(snapshot)
-        self._exact_cache = (snapshot, exact)
-        return exact
+        # The exact integers of one snapshot, shared by every view of that state version.
+        return self._derived("exact", _Exact.of)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ views
     @property
