@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from metricstream import AccumulatorGroup, ConfusionAccumulator
 from metricstream.segmentation import RULES, AbsentRule, SegmentationAccumulator
 from metricstream.segmentation.accumulator import t_quantile
+from tests.marks import slow_beyond
 
 TOL = 1e-12
 VOID = 255
@@ -302,7 +303,7 @@ def one_hot(torch, truth, pred, k, dtype):
 
 
 @pytest.mark.parametrize("shape", [(9, 7), (3, 4, 5)], ids=["2d", "3d"])
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", slow_beyond(range(3), 1))
 def test_torchmetrics_mean_iou(float64_torchmetrics, seed, shape):
     torch = float64_torchmetrics
     from torchmetrics.segmentation import MeanIoU
@@ -339,7 +340,7 @@ def test_torchmetrics_mean_iou_unpatched_float32():
 
 
 @pytest.mark.parametrize("shape", [(9, 7), (3, 4, 5)], ids=["2d", "3d"])
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", slow_beyond(range(3), 1))
 def test_torchmetrics_dice_score(float64_torchmetrics, seed, shape):
     torch = float64_torchmetrics
     import warnings
@@ -395,6 +396,7 @@ def monai_reduction(data, reduction):
     return f.sum(0)
 
 
+@pytest.mark.slow  # importing MONAI alone takes 10 s
 @pytest.mark.parametrize("shape", [(9, 7), (3, 4, 5)], ids=["2d", "3d"])
 @pytest.mark.parametrize("seed", range(2))
 def test_monai_dice_and_iou(seed, shape):
@@ -449,6 +451,19 @@ def test_monai_all_empty_truth_returns_zero_not_nan():
     assert math.isnan(
         acc.dice("image", "macro", include_background=False, absent="skip_truth_absent")
     )
+
+
+@pytest.mark.slow  # importing MONAI alone takes 10 s
+def test_monai_itself_returns_zero_for_all_empty_truth():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("monai", reason="MONAI is not installed (pip install monai)")
+    from monai.metrics import DiceMetric
+
+    truth = np.zeros((2, 3, 3), dtype=np.uint8)
+    metric = DiceMetric(include_background=False, num_classes=2)
+    metric(torch.zeros((2, 1, 3, 3)), torch.zeros((2, 1, 3, 3)))
+    acc = SegmentationAccumulator(2).update(truth, truth)
+    assert metric.aggregate().item() == acc.reproduce("monai.DiceMetric", include_background=False)
 
 
 # ---------------------------------------------------------------------------- mmsegmentation
