@@ -152,9 +152,9 @@ def _convert(value: Any, name: str) -> tuple[np.ndarray, int]:
         # nulls and names strings; None means pyarrow is absent (the protocols below try).
         from . import arrow
 
-        converted = arrow.column_as_numpy(value, name)
-        if converted is not None:
-            return _numeric(converted, name)
+        column = arrow.column_as_numpy(value, name)
+        if column is not None:
+            return _numeric(column, name)
     # Autograd-tracked tensors refuse both protocols; the values are what we need.
     if getattr(value, "requires_grad", False) and callable(getattr(value, "detach", None)):
         value = value.detach()
@@ -449,7 +449,10 @@ def _shape_message(
         f"must have the same shape (labels) or one more dimension holding {num_classes} class "
         f"scores (logits/probabilities)."
     )
-    if true_array.ndim == pred_array.ndim + 1 and num_classes in true_array.shape:
+    one_hot = one_hot_hint(true_array, num_classes)
+    if true_array.ndim == pred_array.ndim + 1 and one_hot:
+        message += one_hot
+    elif true_array.ndim == pred_array.ndim + 1 and num_classes in true_array.shape:
         message += (
             f" `y_true` looks like scores ({num_classes} classes on an axis) and `y_pred` like "
             f"labels: were the arguments swapped? The order is `update(y_true, y_pred)`; "
@@ -563,6 +566,82 @@ def _label_problem(value: Any, num_classes: int, ignore_index: int | None) -> st
     return f"`num_classes` is {num_classes}; {allowed}"
 
 
+# The arguments as each family's ``update`` takes them, for the swap hint.
+_SWAP = (
+    " If `y_true` holds scores, the arguments are swapped: the order is "
+    "`update(y_true, y_pred)` (torchmetrics' `update(preds, target)` is the other way round)."
+)
+
+
+def one_hot_hint(true_array: Any, num_classes: int) -> str:
+    """A hint when ``true_array`` is one-hot: 0/1 with exactly one 1 on a last axis of
+    ``num_classes`` entries ("" otherwise). Only for messages: it reads the whole array."""
+    array = np.asarray(true_array)
+    if array.ndim < 2 or array.shape[-1] != num_classes or array.size == 0:
+        return ""
+    if array.dtype.kind not in "biuf":
+        return ""
+    with np.errstate(invalid="ignore"):
+        if not np.isin(array, (0, 1)).all() or not (array.sum(axis=-1) == 1).all():
+            return ""
+    return (
+        f" `y_true` looks one-hot (one 1 in each row of {num_classes} columns): give class "
+        f"indices instead, e.g. `y_true.argmax(axis=-1)` (`y_pred` may stay scores of "
+        f"{num_classes} columns)."
+    )
+
+
+def label_hint(
+    name: str,
+    value: Any,
+    num_classes: int,
+    ignore_index: int | None,
+    *,
+    true_array: Any = None,
+    pred_array: Any = None,
+) -> str:
+    """What most likely went wrong when ``name`` (``"y_true"`` or ``"y_pred"``) holds the
+    invalid label ``value``, for every family's messages ("" when nothing fits):
+
+    * NaN: a missing value (a pandas nullable ``Int64`` column reads its missing entries as NaN),
+      not scores: drop or fill it;
+    * a negative ``y_true`` label while no ``ignore_index`` is set: that value as
+      ``ignore_index`` (-100 is PyTorch's ``CrossEntropyLoss`` default);
+    * a ``y_pred`` score next to a one-hot ``y_true`` of the same shape: class indices;
+    * a fractional ``y_true``: the arguments swapped.
+
+    ``true_array``/``pred_array``: the user's arrays, when known (read only here, on the error
+    path).
+    """
+    if isinstance(value, (float, np.floating)) and np.isnan(value):
+        return (
+            f" A NaN in `{name}` is usually a missing value (a pandas nullable column such as "
+            f"Int64 gives NaN for <NA>): drop those samples (e.g. `.dropna()` on both columns) "
+            f"or fill them with a value given as `ignore_index`."
+        )
+    if name == "y_pred" and true_array is not None:
+        one_hot = one_hot_hint(true_array, num_classes)
+        shape = np.shape(pred_array) if pred_array is not None else None
+        if one_hot and (shape is None or shape == np.shape(true_array)):
+            return one_hot
+    whole = float(value).is_integer() if np.isfinite(value) else False
+    if name == "y_true" and whole and value < 0 and ignore_index is None:
+        label = int(value)
+        if label == -100:
+            return (
+                " -100 marks ignored targets in PyTorch (CrossEntropyLoss' default "
+                "`ignore_index`): to leave those entries out, create the accumulator with "
+                "`ignore_index=-100`."
+            )
+        return (
+            f" If {label} marks entries to leave out, create the accumulator with "
+            f"`ignore_index={label}`."
+        )
+    if name == "y_true" and not whole and np.isfinite(value):
+        return _SWAP
+    return ""
+
+
 def describe_label_error(
     name: str,
     array: np.ndarray,
@@ -570,20 +649,22 @@ def describe_label_error(
     num_classes: int,
     ignore_index: int | None,
     order: Order = "C",
+    *,
+    true_array: Any = None,
+    pred_array: Any = None,
 ) -> ValueError:
     value, where = _value_at(array, flat_index, order)
     message = (
         f"`{name}` holds label {value!r} at position {where}, but "
         f"{_label_problem(value, num_classes, ignore_index)}."
     )
-    if isinstance(value, float) and not float(value).is_integer():
-        if name == "y_true":
-            message += (
-                " If `y_true` holds scores, the arguments are swapped: the order is "
-                "`update(y_true, y_pred)` (torchmetrics' `update(preds, target)` is the "
-                "other way round)."
-            )
-        elif num_classes == 2:
+    hint = label_hint(
+        name, value, num_classes, ignore_index, true_array=true_array, pred_array=pred_array
+    )
+    if hint:
+        message += hint
+    elif name == "y_pred" and num_classes == 2 and isinstance(value, float):
+        if not float(value).is_integer() or value < 0:
             message += (
                 " For binary scores or probabilities, give a `threshold` (or one "
                 "column of scores per class)."

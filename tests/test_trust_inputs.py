@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metricstream import MultilabelAccumulator
+from metricstream import ConfusionAccumulator, MultilabelAccumulator
 from metricstream.multilabel import LabelSets
 
 
@@ -94,3 +94,80 @@ def test_duplicates_refused_and_unsorted_sets_counted_as_the_dense_matrix():
     )
     for name, array in dense.state_arrays().items():
         assert np.array_equal(acc.state_arrays()[name], array)
+
+
+# ---------------------------------------------------------------------------- hints
+_ONE_HOT = np.eye(3, dtype=np.int64)[[0, 1, 2, 1]]
+_LABELS = np.array([0, 1, 2, 1])
+
+
+def _message(function, *args, **kwargs) -> str:
+    with pytest.raises(ValueError) as error:
+        function(*args, **kwargs)
+    return str(error.value)
+
+
+@pytest.mark.parametrize("scores", ["logits", "probabilities", "labels"])
+def test_a_one_hot_y_true_is_named_not_y_pred(scores):
+    rng = np.random.default_rng(0)
+    y_pred = {
+        "logits": rng.normal(size=(4, 3)),
+        "probabilities": rng.dirichlet(np.ones(3), 4),
+        "labels": _LABELS,
+    }[scores]
+    message = _message(ConfusionAccumulator(3).update, _ONE_HOT, y_pred)
+    assert "`y_true` looks one-hot" in message and "argmax(axis=-1)" in message
+    assert "negative labels" not in message or "one-hot" in message
+    assert "swapped" not in message
+
+
+def test_scores_as_y_true_still_get_the_swap_hint():
+    probs = np.random.default_rng(1).dirichlet(np.ones(3), 4)
+    message = _message(ConfusionAccumulator(3).update, probs, _LABELS)
+    assert "swapped" in message and "one-hot" not in message
+    message = _message(ConfusionAccumulator(3).update, np.array([0.2, 0.5]), np.array([0, 1]))
+    assert "swapped" in message
+
+
+def test_the_swap_hint_reaches_the_multilabel_family():
+    probs = np.random.default_rng(2).random((4, 3))
+    message = _message(MultilabelAccumulator(3).update, probs, _ONE_HOT)
+    assert "the arguments are swapped" in message
+
+
+@pytest.mark.parametrize("family", ["confusion", "multilabel"])
+def test_minus_100_suggests_ignore_index(family):
+    if family == "confusion":
+        update = ConfusionAccumulator(3).update
+        args = (np.array([0, -100, 1]), np.array([0, 1, 1]))
+    else:
+        update = MultilabelAccumulator(3).update
+        args = (np.array([[0, -100, 1]]), np.array([[0, 1, 1]]))
+    message = _message(update, *args)
+    assert "ignore_index=-100" in message
+    # and the suggestion works
+    if family == "confusion":
+        acc = ConfusionAccumulator(3, ignore_index=-100).update(*args)
+        assert acc.num_samples == 2
+    else:
+        MultilabelAccumulator(3, ignore_index=-100).update(*args)
+
+
+def test_another_negative_label_suggests_itself_as_ignore_index():
+    message = _message(ConfusionAccumulator(3).update, np.array([0, -1]), np.array([0, 1]))
+    assert "ignore_index=-1" in message
+
+
+def test_a_missing_value_of_a_pandas_int64_column_is_not_a_swap():
+    pd = pytest.importorskip("pandas")
+    column = pd.Series([0, 1, None, 2], dtype="Int64")
+    message = _message(ConfusionAccumulator(3).update, column, _LABELS)
+    assert "swapped" not in message
+    assert "missing value" in message and "dropna" in message
+    message = _message(ConfusionAccumulator(3).update, _LABELS, column)
+    assert "swapped" not in message and "missing value" in message
+
+
+def test_binary_scores_without_threshold_still_get_the_threshold_hint():
+    message = _message(ConfusionAccumulator(2).update, np.array([0, 1]), np.array([0.2, 0.7]))
+    assert "give a `threshold`" in message

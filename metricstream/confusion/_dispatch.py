@@ -886,10 +886,26 @@ def _raise(status, position, batch: Batch, num_classes, ignore_index, integral) 
     position = int(position)
     if status == _kernels.BAD_TRUE:
         raise describe_label_error(
-            "y_true", true_array, position, num_classes, ignore_index, batch.order
+            "y_true",
+            true_array,
+            position,
+            num_classes,
+            ignore_index,
+            batch.order,
+            true_array=true_array,
+            pred_array=pred_array,
         )
     if status == _kernels.BAD_PRED:
-        raise describe_label_error("y_pred", pred_array, position, num_classes, None, batch.order)
+        raise describe_label_error(
+            "y_pred",
+            pred_array,
+            position,
+            num_classes,
+            None,
+            batch.order,
+            true_array=true_array,
+            pred_array=pred_array,
+        )
     if status == _kernels.BAD_WEIGHT:
         assert weight_array is not None
         raise describe_weight_error(weight_array, position, integral, batch.order)

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .._inputs import as_array
+from .._inputs import as_array, label_hint
 from ..base import Accumulator
 from ..confusion._dispatch import get_num_threads
 from ..metrics import multilabel as _ml
@@ -351,7 +351,6 @@ class MultilabelAccumulator(Accumulator):
 
     def _init_runtime(self) -> None:
         super()._init_runtime()
-        self._counts_cache: tuple[int, _ml.MultilabelCounts] | None = None
 
     def config(self) -> dict[str, Any]:
         return {
@@ -829,13 +828,7 @@ class MultilabelAccumulator(Accumulator):
 
     # ------------------------------------------------------------------ views
     def _view_source(self) -> _ml.MultilabelCounts:
-        version = self._version
-        cached = self._counts_cache
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        counts = self._make_counts(self._snapshot())
-        self._counts_cache = (version, counts)
-        return counts
+        return self._derived("counts", self._make_counts)  # type: ignore[no-any-return]
 
     def _make_counts(self, snap: dict[str, np.ndarray]) -> _ml.MultilabelCounts:
         labels, per_sample = snap["labels"], snap["per_sample"]
@@ -1210,11 +1203,13 @@ def _float_indicator(array: np.ndarray, ignore_index: int | None) -> np.ndarray:
     ok = np.isin(array, allowed)
     if not ok.all():
         row, column = (int(i) for i in np.argwhere(~ok)[0])
+        value = array[row, column].item()
         raise ValueError(
-            f"`y_true` holds {array[row, column].item()!r} at row {row}, label {column}; a "
+            f"`y_true` holds {value!r} at row {row}, label {column}; a "
             f"label indicator holds only 0 and 1"
             + ("" if ignore_index is None else f" (or `ignore_index` {ignore_index})")
             + "."
+            + label_hint("y_true", value, 2, ignore_index)
         )
     return array.astype(np.int64 if ignore_index is not None else np.int8)
 
@@ -1231,6 +1226,7 @@ def _dense_error(status: int, row: int, batch: _DenseBatch, ignore_index: int | 
         return (
             f"`y_true` holds {value.item()!r} at row {row}, label {column}, but a label "
             f"indicator holds {allowed}. Nothing was counted."
+            + label_hint("y_true", value.item(), 2, ignore_index)
         )
     if status == _k.BAD_SCORE:
         column = int(np.argmax(np.isnan(batch.y_pred[row])))
