@@ -64,28 +64,22 @@ class _Exact:
 
     @classmethod
     def of(cls, state: Mapping[str, np.ndarray]) -> _Exact:
-        moments = state["moments"]
-        shifts = [K.BITS * k for k in range(K.LIMBS)]
-
-        def exact(j: int, row: int) -> int:
-            return sum(int(v) << s for v, s in zip(moments[j, row].tolist(), shifts, strict=True))
-
-        outputs = range(moments.shape[0])
+        exact = _integers(state["moments"])
 
         def signed(pos: int, neg: int) -> list[int]:
-            return [exact(j, pos) - exact(j, neg) for j in outputs]
+            return [row[pos] - row[neg] for row in exact]
 
         return cls(
             num_samples=int(state["num_samples"][0]),
-            w=exact(0, K.S_W),
+            w=exact[0][K.S_W],
             t=signed(K.S_T_POS, K.S_T_NEG),
-            tt=[exact(j, K.S_TT) for j in outputs],
+            tt=[row[K.S_TT] for row in exact],
             p=signed(K.S_P_POS, K.S_P_NEG),
-            pp=[exact(j, K.S_PP) for j in outputs],
+            pp=[row[K.S_PP] for row in exact],
             e=signed(K.S_E_POS, K.S_E_NEG),
-            ee=[exact(j, K.S_EE) for j in outputs],
+            ee=[row[K.S_EE] for row in exact],
             tp=signed(K.S_TP_POS, K.S_TP_NEG),
-            ae=[exact(j, K.S_AE) for j in outputs],
+            ae=[row[K.S_AE] for row in exact],
             max_error=state["max_error"],
             max_known=int(state["max_parts"][0]) <= 1,
         )
@@ -93,6 +87,23 @@ class _Exact:
     def sst(self) -> list[int]:
         """``W * sum(w (y_true - mean)**2)``, exactly (times 2**2200)."""
         return [tt * self.w - t * t for tt, t in zip(self.tt, self.t, strict=True)]
+
+
+def _integers(moments: np.ndarray) -> list[list[int]]:
+    """The limbs (n_outputs, NUM_STATE, LIMBS) as Python integers, per output and sum."""
+    if moments.size and 0 <= moments.min() and moments.max() <= K.MASK:
+        # Canonical limbs: lay their bits end to end and read the bytes as one integer each.
+        limbs = np.ascontiguousarray(moments, dtype="<i8").view(np.uint8)
+        bits = np.unpackbits(limbs.reshape(*moments.shape, 8), axis=-1, bitorder="little")
+        packed = np.packbits(
+            bits[..., : K.BITS].reshape(*moments.shape[:2], -1), axis=-1, bitorder="little"
+        )
+        return [[int.from_bytes(row.tobytes(), "little") for row in output] for output in packed]
+    shifts = [K.BITS * k for k in range(K.LIMBS)]  # a state restored from elsewhere
+    return [
+        [sum(int(v) << s for v, s in zip(row, shifts, strict=True)) for row in output.tolist()]
+        for output in moments
+    ]
 
 
 class RegressionAccumulator(Accumulator):
@@ -664,8 +675,10 @@ def _pearson(x: _Exact, multioutput: Any, zero_division: Any) -> Any:
             scores[j] = math.nan
             constant = True
             continue
-        squared = min(_ratio(cov * cov, vt * vp), 1.0)
-        scores[j] = -math.sqrt(squared) if cov < 0 else math.sqrt(squared)
+        # cov, vt and vp are exact: scale them into float64 together and round each once.
+        shift = max(0, max(abs(cov), vt, vp).bit_length() - 1000)
+        r = (cov >> shift) / (math.sqrt(vt >> shift) * math.sqrt(vp >> shift))
+        scores[j] = min(1.0, max(-1.0, r))
     if constant:
         _warn(
             "Pearson correlation is not defined for a constant input (zero variance); "
