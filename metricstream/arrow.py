@@ -54,9 +54,7 @@ def _import_pyarrow() -> Any:
     try:
         return importlib.import_module("pyarrow")
     except ImportError as error:
-        raise ImportError(
-            f"metricstream.arrow needs pyarrow ({error}); {INSTALL_HINT}."
-        ) from error
+        raise ImportError(f"metricstream.arrow needs pyarrow ({error}); {INSTALL_HINT}.") from error
 
 
 def column_as_numpy(value: Any, name: str) -> np.ndarray | None:
@@ -249,7 +247,9 @@ def _dictionary_values(chunk: Any, name: str, names: Any, offset: int) -> np.nda
         values = mapping[indices]
         if values.size and values.min() < 0:
             position = int(np.flatnonzero(values < 0)[0])
-            raise _unknown_name(name, dictionary[indices[position]].as_py(), offset + position, names)
+            raise _unknown_name(
+                name, dictionary[indices[position]].as_py(), offset + position, names
+            )
         return values
     decoded = _chunk_values(dictionary, name, None, 0)
     return decoded[indices]
@@ -401,9 +401,7 @@ def _count_stretches(
     return target
 
 
-def _count_arrays(
-    acc: Any, start: int, arrays: dict[str, Any], names: Any, nulls: Nulls
-) -> None:
+def _count_arrays(acc: Any, start: int, arrays: dict[str, Any], names: Any, nulls: Nulls) -> None:
     pc = importlib.import_module("pyarrow.compute")
     rows = None  # table rows of the kept rows, when nulls were skipped
     if any(array.null_count for array in arrays.values()):
@@ -427,12 +425,14 @@ def _count_arrays(
         except ValueError as error:
             if rows is None:
                 raise
-            raise ValueError(f"{error} (Counted among the rows kept after skipping nulls.)") from error
+            raise ValueError(
+                f"{error} (Counted among the rows kept after skipping nulls.)"
+            ) from error
     try:
         acc.update(values["y_true"], values["y_pred"], values.get("weights"))
     except (TypeError, ValueError) as error:
         if rows is not None:
-            where = "the rows kept after skipping nulls, from row " f"{int(rows[0])}"
+            where = f"the rows kept after skipping nulls, from row {int(rows[0])}"
         else:
             where = f"the rows from row {start}"
         raise type(error)(f"{error} (The position is counted within {where}.)") from error
@@ -526,8 +526,7 @@ def update_from_table(
             missing = [c for c in wanted if c not in batch.schema.names]
             if missing:
                 raise KeyError(
-                    f"the table has no column {missing[0]!r}; its columns are "
-                    f"{batch.schema.names}."
+                    f"the table has no column {missing[0]!r}; its columns are {batch.schema.names}."
                 )
             arrays = {"y_true": batch.column(y_true)}
             if len(pred_columns) == 1:

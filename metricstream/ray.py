@@ -1,0 +1,232 @@
+"""Any accumulator (or group) as a Ray Data aggregation: ``ds.aggregate(MetricAggregate(...))``.
+
+ray is imported with this module (``pip install "metricstream[ray]"``); ``import metricstream``
+never imports it.
+
+:class:`MetricAggregate` is an ``AggregateFnV2``: ``aggregate_block`` counts one block into an
+empty accumulator (Arrow blocks are read in place by :mod:`metricstream.arrow` where null-free,
+class names mapped through ``class_names``), ``combine`` merges two partial states, and
+``finalize`` returns the ordinary accumulator. The partial states travel between tasks as their
+``to_bytes()`` serialization (an Arrow binary value, no Python objects in blocks). It works with
+``Dataset.aggregate`` and per group with ``Dataset.groupby(key).aggregate``.
+
+Example::
+
+    import ray
+    from metricstream import ConfusionAccumulator
+    from metricstream.ray import MetricAggregate, aggregate
+
+    ds = ray.data.read_parquet("predictions/")
+    acc = aggregate(ds, ConfusionAccumulator(10), y_true="label", y_pred="pred")
+    print(acc.accuracy())
+
+    # the same, as one aggregation among others
+    row = ds.aggregate(MetricAggregate(ConfusionAccumulator(10), "label", "pred"))
+    acc = row["metricstream"]
+
+For predictions made in a streaming pipeline (``map_batches`` inference), see the recipe in
+``docs/engines.md``: count each batch where it is predicted and merge the small states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+from ray.data.aggregate import AggregateFnV2
+from ray.data.block import BlockAccessor
+
+from . import ConfusionAccumulator, ScoreAccumulator
+from .base import Accumulator, AccumulatorGroup
+
+__all__ = ["MetricAggregate", "aggregate", "confusion", "scores"]
+
+INSTALL_HINT = 'pip install "metricstream[ray]"'
+
+T = TypeVar("T", Accumulator, AccumulatorGroup)
+Recipe = tuple[Any, ...]
+
+
+class MetricAggregate(AggregateFnV2):
+    """A Ray Data aggregation that counts rows into an accumulator like ``template``.
+
+    The result (``finalize``) equals ``template.copy().update(y_true, y_pred, weights)`` on
+    the columns collected as numpy arrays, whatever the blocks: merging is exact, associative
+    and commutative. Empty blocks count nothing.
+
+    Args:
+        template: an empty accumulator or :class:`~metricstream.AccumulatorGroup`; its type
+            and ``config()`` are sent to the tasks (not its arrays), and it is left untouched.
+        y_true: the column of true labels (numbers, or class names), or of 0/1 target lists.
+        y_pred: the column of predictions: labels, names, scores, or a list column of class
+            scores; or several columns, one score per class.
+        weights: an optional column of per-row weights.
+        class_names: the names string columns hold; default: the template's ``class_names``.
+        nulls: ``"raise"`` (default): a null raises ``ValueError`` naming the column and row;
+            ``"skip"``: rows with a null in any used column are dropped, never counted.
+        name: the output column name (default ``"metricstream"``).
+
+    Raises:
+        TypeError: ``template`` is not an accumulator or a group.
+        ValueError: a template that already holds counts, a bad ``nulls``.
+    """
+
+    def __init__(
+        self,
+        template: Accumulator | AccumulatorGroup,
+        y_true: str = "label",
+        y_pred: str | Sequence[str] = "pred",
+        weights: str | None = None,
+        *,
+        class_names: Sequence[str] | None = None,
+        nulls: Literal["raise", "skip"] = "raise",
+        name: str = "metricstream",
+    ) -> None:
+        if nulls not in ("raise", "skip"):
+            raise ValueError(f"`nulls` must be 'raise' or 'skip', got {nulls!r}.")
+        self._recipe = _recipe(template)
+        self._columns = (y_true, y_pred if isinstance(y_pred, str) else list(y_pred), weights)
+        self._class_names = None if class_names is None else list(class_names)
+        self._nulls = nulls
+        # The zero is b"" (no state yet): an empty score state would be megabytes of zeros.
+        super().__init__(name, zero_factory=bytes, on=None, ignore_nulls=False)
+
+    def aggregate_block(self, block: Any) -> bytes:
+        from .arrow import update_from_table
+
+        table = BlockAccessor.for_block(block).to_arrow()
+        if table.num_rows == 0:
+            return b""
+        y_true, y_pred, weights = self._columns
+        acc = _build(self._recipe)
+        update_from_table(
+            acc,
+            table,
+            y_true=y_true,
+            y_pred=y_pred,
+            weights=weights,
+            class_names=self._class_names,
+            nulls=self._nulls,  # type: ignore[arg-type]
+        )
+        return acc.to_bytes()
+
+    def combine(self, current_accumulator: bytes, new: bytes) -> bytes:
+        if not new:
+            return current_accumulator
+        if not current_accumulator:
+            return new
+        total = self._load(current_accumulator)
+        total.merge(self._load(new))
+        return total.to_bytes()
+
+    def finalize(self, accumulator: bytes) -> Any:  # type: ignore[override]
+        return self._load(accumulator) if accumulator else _build(self._recipe)
+
+    def result(self, value: Any) -> Any:
+        """The accumulator from what ``Dataset.aggregate`` returned for this aggregation (the
+        accumulator itself, or its serialized state where Ray kept bytes)."""
+        if isinstance(value, (Accumulator, AccumulatorGroup)):
+            return value
+        return self.finalize(bytes(value) if value is not None else b"")
+
+    def _load(self, data: bytes) -> Any:
+        cls = AccumulatorGroup if self._recipe[0] == "group" else self._recipe[1]
+        return cls.from_bytes(data, source="a Ray block's state")
+
+
+def aggregate(
+    ds: Any,
+    template: T,
+    y_true: str = "label",
+    y_pred: str | Sequence[str] = "pred",
+    weights: str | None = None,
+    *,
+    class_names: Sequence[str] | None = None,
+    nulls: Literal["raise", "skip"] = "raise",
+) -> T:
+    """Count the rows of the Ray Dataset ``ds`` into a new accumulator (or group) configured
+    like ``template``: ``ds.aggregate(MetricAggregate(...))``, unwrapped. Arguments as
+    :class:`MetricAggregate`."""
+    agg = MetricAggregate(template, y_true, y_pred, weights, class_names=class_names, nulls=nulls)
+    return agg.result(ds.aggregate(agg)[agg.name])
+
+
+def confusion(
+    ds: Any,
+    y_true: str = "label",
+    y_pred: str | Sequence[str] = "pred",
+    num_classes: int | None = None,
+    weights: str | None = None,
+    *,
+    class_names: Sequence[str] | None = None,
+    ignore_index: int | None = None,
+    weighted: bool = False,
+    threshold: float | None = None,
+    nulls: Literal["raise", "skip"] = "raise",
+) -> ConfusionAccumulator:
+    """The confusion matrix of two Dataset columns: :func:`aggregate` with an empty
+    :class:`~metricstream.ConfusionAccumulator` (``num_classes`` defaults to
+    ``len(class_names)``; labels may be class names)."""
+    if num_classes is None:
+        if class_names is None:
+            raise ValueError("give `num_classes` (or `class_names`, one per class).")
+        num_classes = len(class_names)
+    template = ConfusionAccumulator(
+        num_classes, class_names, ignore_index, weighted=weighted, threshold=threshold
+    )
+    return aggregate(ds, template, y_true, y_pred, weights, nulls=nulls)
+
+
+def scores(
+    ds: Any,
+    y_true: str = "label",
+    y_score: str | Sequence[str] = "score",
+    task: Literal["binary", "multiclass", "multilabel"] = "binary",
+    num_classes: int | None = None,
+    weights: str | None = None,
+    *,
+    class_names: Sequence[str] | None = None,
+    nulls: Literal["raise", "skip"] = "raise",
+    **options: Any,
+) -> ScoreAccumulator:
+    """Score histograms of Dataset columns: :func:`aggregate` with an empty
+    :class:`~metricstream.ScoreAccumulator` of ``task`` (``options`` configure it)."""
+    template = ScoreAccumulator(task, num_classes, **options)
+    return aggregate(ds, template, y_true, y_score, weights, class_names=class_names, nulls=nulls)
+
+
+# ---------------------------------------------------------------------------- recipes
+# A recipe rebuilds an empty twin of the template in a task: (class, config) for one
+# accumulator, ("group", ((name, class, config), ...)) for a group.
+def _recipe(template: Any) -> Recipe:
+    if isinstance(template, AccumulatorGroup):
+        members = dict(template.items())
+        recipe: Recipe = (
+            "group",
+            tuple((name, type(m), m.config()) for name, m in members.items()),
+        )
+    elif isinstance(template, Accumulator):
+        members = {"": template}
+        recipe = ("single", type(template), template.config())
+    else:
+        raise TypeError(
+            f"`template` must be an accumulator or an AccumulatorGroup, got "
+            f"{type(template).__name__}."
+        )
+    for name, member in members.items():
+        if any(np.any(array) for array in member.state_arrays().values()):
+            where = f" (member {name!r})" if name else ""
+            raise ValueError(
+                f"`template`{where} already holds counts; pass an empty accumulator (e.g. "
+                f"`acc.copy().reset()`) and merge the result into yours."
+            )
+    _build(recipe)  # fails here, not in a task
+    return recipe
+
+
+def _build(recipe: Recipe) -> Any:
+    if recipe[0] == "single":
+        _, cls, config = recipe
+        return cls(**config)
+    return AccumulatorGroup({name: cls(**config) for name, cls, config in recipe[1]})
