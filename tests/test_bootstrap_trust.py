@@ -42,7 +42,7 @@ def _images(n: int = 40, k: int = K, seed: int = 0) -> tuple[np.ndarray, np.ndar
 
 def _clustered(n_resamples: int = 50, seed: int = 3) -> BootstrapConfusionAccumulator:
     truth, pred = _images()
-    acc = BootstrapConfusionAccumulator(K, n_resamples=n_resamples, seed=seed)
+    acc = BootstrapConfusionAccumulator(K, n_resamples, seed=seed)
     return acc.update(truth, pred, cluster_ids=np.arange(truth.shape[0]))
 
 
@@ -54,7 +54,7 @@ def test_seeds_are_not_relabelled_clusters() -> None:
     paired_true, paired_pred = np.repeat(truth, 2, axis=0), np.repeat(pred, 2, axis=0)
     ids = np.arange(60)
     by_seed = [
-        BootstrapConfusionAccumulator(K, n_resamples=40, seed=seed).update(
+        BootstrapConfusionAccumulator(K, 40, seed=seed).update(
             paired_true, paired_pred, cluster_ids=ids
         )
         for seed in (0, 1)
@@ -162,12 +162,12 @@ def test_a_format_1_state_dict_and_pickle_load_too() -> None:
 
 # ---------------------------------------------------------------------------- the default B
 def test_the_default_b_covers() -> None:
-    """B = 100 covered 92.7-93.2% in the coverage study (nominal 95%, below 93.5%)."""
-    from metricstream.bootstrap.accumulator import DEFAULT_RESAMPLES
-
+    """In the coverage study (benchmarks/coverage_study.py --sweep, 2,000 repetitions of 200
+    clustered images), nominal 95% percentile intervals covered 92.2-92.3% with B = 100 and
+    93.0-93.5% with B = 200 (below 93.5%, the Monte-Carlo band), 93.7-93.9% from B = 300 on."""
     acc = BootstrapConfusionAccumulator(K)
-    assert acc.n_resamples == DEFAULT_RESAMPLES >= 400
-    assert acc.replicates.shape == (DEFAULT_RESAMPLES, K, K)
+    assert acc.n_resamples >= 300
+    assert acc.replicates.shape == (acc.n_resamples, K, K)
 
 
 # ---------------------------------------------------------------------------- one interval

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import secrets
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -40,8 +40,10 @@ WeightHash = Literal["keyed", "xor-legacy"]
 #: states saved before format 2, under which cluster ``c`` with seed ``s`` got the weights of
 #: cluster ``c ^ s`` with seed 0 (valid within one seed; seeds were not independent).
 WEIGHT_HASHES: tuple[WeightHash, ...] = ("keyed", "xor-legacy")
-#: The default B: percentile intervals from fewer replicates under-cover (see docs/intervals.md).
-DEFAULT_RESAMPLES = 100
+#: The default B. In the coverage study of docs/intervals.md, nominal 95% percentile intervals
+#: of 200 clustered images covered 92.2-92.3% with B = 100, 93.0-93.5% with 200, 93.7-93.9%
+#: with 300 and 93.9-94.3% with 500 (94.4-94.5% with 1,000).
+DEFAULT_RESAMPLES = 500
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 _MAX_WEIGHT = _k.MAX_POISSON1_WEIGHT
@@ -294,7 +296,6 @@ class BootstrapConfusionAccumulator(Accumulator):
 
     def _init_runtime(self) -> None:
         super()._init_runtime()
-        self._confusion_cache: tuple[int, ConfusionAccumulator] | None = None
 
     def config(self) -> dict[str, Any]:
         """Everything two shards must share to merge: the confusion settings, B and the seed."""
@@ -609,16 +610,14 @@ class BootstrapConfusionAccumulator(Accumulator):
         return self._confusion().copy()
 
     def _confusion(self) -> ConfusionAccumulator:
-        cached = self._confusion_cache
-        snapshot = self._snapshot()
-        version = self._version
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        acc = ConfusionAccumulator.from_matrix(
+        # Tied to the version of the snapshot it holds (the base's derived cache): an update
+        # landing meanwhile makes it rebuilt, never paired with a newer version.
+        return self._derived("confusion", self._make_confusion)  # type: ignore[no-any-return]
+
+    def _make_confusion(self, snapshot: Mapping[str, np.ndarray]) -> ConfusionAccumulator:
+        return ConfusionAccumulator.from_matrix(
             snapshot["matrix"], self._class_names, self._ignore_index, weighted=self._weighted
         )
-        self._confusion_cache = (version, acc)
-        return acc
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this class does not define: the metric views of the main
