@@ -223,3 +223,40 @@ def test_member_keyword_arguments_reach_the_members_that_take_them():
     assert group["plain"] == ConfusionAccumulator(3).update(y_true, y_pred)
     with pytest.raises(TypeError, match=r"\['cluster_id'\], which no member takes"):
         group.update(y_true, y_pred, cluster_id=ids)
+
+
+def test_bootstrap_views_never_pair_a_newer_version_with_an_older_matrix(monkeypatch):
+    """An update landing while the view's confusion accumulator is being built (forced here)
+    must not leave the older matrix cached as the newer state's."""
+    acc = BootstrapConfusionAccumulator(2, n_resamples=10, seed=0).update([0, 1], [0, 1])
+    original = ConfusionAccumulator.from_matrix.__func__
+    landed = []
+
+    def from_matrix(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if not landed:
+            landed.append(1)
+            acc.update([0, 1], [1, 0])  # the other thread's update, mid-view
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(ConfusionAccumulator, "from_matrix", classmethod(from_matrix))
+    assert acc.accuracy() == 1.0  # the view of the state it started from
+    assert acc.matrix.tolist() == [[1, 1], [1, 1]]
+    assert acc.accuracy() == 0.5  # and of the new state next time, as the matrix says
+
+
+def test_bootstrap_views_survive_an_update_right_after_the_snapshot():
+    acc = BootstrapConfusionAccumulator(2, n_resamples=10, seed=0).update([0, 1], [0, 1])
+    taken = []
+    snapshot = acc._snapshot
+
+    def snapshot_then_update() -> Any:
+        state = snapshot()
+        if not taken:
+            taken.append(1)
+            acc.update([0, 1], [1, 0])  # lands between the snapshot and any later read
+        return state
+
+    acc._snapshot = snapshot_then_update  # type: ignore[method-assign]
+    acc.accuracy()
+    matrix = acc.matrix
+    assert acc.accuracy() == np.trace(matrix) / matrix.sum()  # the view agrees with the state

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
@@ -830,7 +830,7 @@ class MultilabelAccumulator(Accumulator):
     def _view_source(self) -> _ml.MultilabelCounts:
         return self._derived("counts", self._make_counts)  # type: ignore[no-any-return]
 
-    def _make_counts(self, snap: dict[str, np.ndarray]) -> _ml.MultilabelCounts:
+    def _make_counts(self, snap: Mapping[str, np.ndarray]) -> _ml.MultilabelCounts:
         labels, per_sample = snap["labels"], snap["per_sample"]
         rows = per_sample[_k.ROWS]
         total = np.full(self._num_labels, rows) if labels.shape[0] == 3 else rows - labels[3]
@@ -1260,6 +1260,9 @@ def _get_pool(workers: int) -> ThreadPoolExecutor:
 
 
 # ---------------------------------------------------------------------------- file input
+# The most labels the file readers make an accumulator for unless told otherwise (the
+# command line's --max-classes default): a stray large index must not allocate gigabytes.
+MAX_LABELS_READ = 4096
 _CSV_CHUNK_ROWS = 65_536
 
 
@@ -1272,6 +1275,7 @@ def read_multilabel_csv(
     pred_column: str = "y_pred",
     weight_column: str | None = None,
     delimiter: str = ",",
+    max_labels: int = MAX_LABELS_READ,
 ) -> MultilabelAccumulator:
     """Count a CSV file whose ``y_true``/``y_pred`` columns hold label sets, e.g. ``0|3``.
 
@@ -1280,7 +1284,8 @@ def read_multilabel_csv(
     and the names (sorted) become ``label_names``. ``weight_column`` names a column of sample
     weights (fractional weights make the accumulator ``weighted``).
 
-    The file is read twice — once for the label vocabulary and the kind of weights, once to
+    At most ``max_labels`` labels are read (a label index or a number of names beyond it is
+    refused before anything is allocated). The file is read twice — once for the label vocabulary and the kind of weights, once to
     count in chunks of 65,536 rows — so memory is bounded by the vocabulary and one chunk,
     whatever the file's length (a stream that cannot seek is held in memory instead).
 
@@ -1314,10 +1319,22 @@ def read_multilabel_csv(
     if all(token.lstrip("-").isdigit() for token in tokens):
         index = {token: int(token) for token in tokens}
         size = num_labels if num_labels is not None else (max(index.values(), default=-1) + 1)
+        largest = max(index.values(), default=-1)
+        if largest >= max_labels:
+            raise ValueError(
+                f"the file lists label {largest:,}, which needs {largest + 1:,} labels, more "
+                f"than the limit of {max_labels:,} (`max_labels`; `--max-classes` on the "
+                f"command line): raise it if the file really has that many labels."
+            )
     else:
         names = sorted(tokens)
         index = {name: position for position, name in enumerate(names)}
         size = len(names) if num_labels is None else num_labels
+        if len(names) > max_labels:
+            raise ValueError(
+                f"the file lists {len(names):,} distinct label names, more than the limit of "
+                f"{max_labels:,} (`max_labels`; `--max-classes` on the command line)."
+            )
     acc = MultilabelAccumulator(
         max(size, 1), names if names and len(names) == size else None, weighted=fractional
     )
@@ -1387,13 +1404,19 @@ def _count_csv_chunk(
 
 
 def read_multilabel_npz(
-    path: Any, *, threshold: float = 0.5, weighted: bool | None = None
+    path: Any,
+    *,
+    threshold: float = 0.5,
+    weighted: bool | None = None,
+    max_labels: int = MAX_LABELS_READ,
 ) -> MultilabelAccumulator:
     """Count an ``.npz`` file holding (N, L) ``y_true`` and ``y_pred`` members.
 
     ``y_pred`` holds 0/1 indicators or scores (positive where ``score >= threshold``);
     optional members: ``weights`` (N,) and ``label_names`` (L strings). ``weighted`` defaults to
-    whether the weights are fractional. Arrays are read lazily member by member (no pickle).
+    whether the weights are fractional. Members are streamed in blocks of rows (never loaded
+    whole, no pickle); at most ``max_labels`` labels are read. A batch that fails leaves the
+    file's earlier blocks counted: the error names the row (a ``ValueError``).
 
     Example:
         >>> import io, numpy as np
@@ -1405,27 +1428,52 @@ def read_multilabel_npz(
         >>> acc.config()["label_names"], acc.subset_accuracy()
         (['cat', 'dog'], 0.5)
     """
-    with np.load(path, allow_pickle=False) as archive:
+    from ..io.readers import InputError, iter_npz_rows, npz_member_shapes
+
+    try:
+        shapes = npz_member_shapes(path)
         for member in ("y_true", "y_pred"):
-            if member not in archive.files:
+            if member not in shapes:
                 raise ValueError(
-                    f"the .npz file has no member {member!r}; its members are {archive.files}."
+                    f"the .npz file has no member {member!r}; its members are {list(shapes)}."
                 )
-        y_true, y_pred = archive["y_true"], archive["y_pred"]
-        weights = archive["weights"] if "weights" in archive.files else None
-        names = (
-            [str(name) for name in archive["label_names"]]
-            if "label_names" in archive.files
-            else None
-        )
-    if y_true.ndim != 2:
-        raise ValueError(
-            f"member 'y_true' must be an (N, L) indicator matrix, got shape {y_true.shape}."
-        )
-    if weighted is None:
-        weighted = weights is not None and bool(np.any(np.asarray(weights) % 1 != 0))
-    acc = MultilabelAccumulator(y_true.shape[1], names, threshold=threshold, weighted=weighted)
-    return acc.update(y_true, y_pred, weights)
+        true_shape = shapes["y_true"][0]
+        if len(true_shape) != 2:
+            raise ValueError(
+                f"member 'y_true' must be an (N, L) indicator matrix, got shape {true_shape}."
+            )
+        if not 1 <= true_shape[1] <= max_labels:
+            raise ValueError(
+                f"member 'y_true' has {true_shape[1]:,} labels, outside 1 to the limit of "
+                f"{max_labels:,} (`max_labels`; `--max-classes` on the command line)."
+            )
+        names = None
+        if "label_names" in shapes:
+            (name_shape, name_dtype) = shapes["label_names"]
+            if len(name_shape) != 1 or name_shape[0] != true_shape[1]:
+                raise ValueError(
+                    f"member 'label_names' must hold {true_shape[1]} names, got shape "
+                    f"{name_shape}."
+                )
+            (block,) = iter_npz_rows(path, ["label_names"], max(1, name_shape[0]))
+            names = [str(name) for name in block["label_names"]]
+        members = ["y_true", "y_pred"] + (["weights"] if "weights" in shapes else [])
+        if weighted is None:
+            weighted = False
+            if "weights" in shapes:
+                for block in iter_npz_rows(path, ["weights"], _NPZ_ROWS):
+                    weighted |= bool(np.any(np.asarray(block["weights"]) % 1 != 0))
+        acc = MultilabelAccumulator(true_shape[1], names, threshold=threshold, weighted=weighted)
+        # rows in blocks of about 2**22 entries: memory bounded whatever the file expands to
+        rows = max(1, (1 << 22) // true_shape[1])
+        for block in iter_npz_rows(path, members, rows):
+            acc.update(block["y_true"], block["y_pred"], block.get("weights"))
+    except InputError as error:
+        raise ValueError(str(error)) from None
+    return acc
+
+
+_NPZ_ROWS = 1 << 20
 
 
 def _split(cell: str | None, separator: str) -> list[str]:
