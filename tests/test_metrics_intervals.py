@@ -7,6 +7,7 @@ import pytest
 
 from metricstream import ConfusionAccumulator
 from metricstream import metrics as ms
+from metricstream.exceptions import UndefinedMetricWarning
 
 METHODS = ["wilson", "normal", "agresti-coull"]
 
@@ -54,12 +55,33 @@ def test_bounds_are_clipped_and_ordered(method):
     rng = np.random.default_rng(0)
     n = rng.integers(0, 40, size=2000)
     x = np.floor(rng.random(2000) * (n + 1)).astype(int)
-    low, high = ms.proportion_interval(x, n, method=method)
-    assert ((0 <= low) & (low <= high) & (high <= 1)).all()
+    empty = n == 0
+    with pytest.warns(UndefinedMetricWarning, match=f"{empty.sum()} of the proportions have no"):
+        low, high = ms.proportion_interval(x, n, method=method)
+    assert ((0 <= low) & (low <= high) & (high <= 1))[~empty].all()
     p = np.divide(x, n, out=np.full(n.shape, 0.5), where=n > 0)
     if method != "agresti-coull":  # Agresti–Coull is centred on p~, not p
-        assert ((low <= p + 1e-12) & (p - 1e-12 <= high)).all()
-    assert (low[n == 0] == 0).all() and (high[n == 0] == 1).all()
+        assert ((low <= p + 1e-12) & (p - 1e-12 <= high))[~empty].all()
+    assert np.isnan(low[empty]).all() and np.isnan(high[empty]).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_no_trials_is_nan_with_a_warning(method):
+    """0/0 follows the rule of every view of no samples: NaN with an UndefinedMetricWarning
+    (the interval was [0, 1], silently)."""
+    with pytest.warns(UndefinedMetricWarning, match="a proportion has no trials"):
+        low, high = ms.proportion_interval(0, 0, method=method)
+    assert np.isnan(low) and np.isnan(high)
+    empty = ConfusionAccumulator(3)
+    with pytest.warns(UndefinedMetricWarning, match="no trials"):
+        assert np.isnan(empty.accuracy_interval()).all()
+    with pytest.warns(UndefinedMetricWarning, match="3 of the proportions"):
+        low, high = ms.recall_interval(np.zeros((3, 3)), method=method)
+    assert np.isnan(low).all() and np.isnan(high).all()
+    # an absent class is 0/0 too; the others keep their intervals
+    with pytest.warns(UndefinedMetricWarning, match="its interval is undefined"):
+        low, high = ms.recall_interval([[5, 1, 0], [2, 3, 0], [0, 0, 0]], method=method)
+    assert np.isnan(low[2]) and np.isfinite(low[:2]).all() and (high[:2] <= 1).all()
 
 
 @pytest.fixture(scope="module")

@@ -22,17 +22,20 @@ Methods, with ``p = x/n`` and ``z`` the standard normal quantile ``Φ⁻¹(1 - �
   ``ñ = n + z²`` and ``p̃ = (x + z²/2)/ñ``.
 
 Every bound is clipped to [0, 1] (the Wald and Agresti–Coull intervals otherwise leave it;
-PyCM reports them unclipped). With no trials (``n = 0``) the proportion is undefined and the
-interval is the uninformative ``[0, 1]``, without a warning.
+PyCM reports them unclipped). With no trials (``n = 0``: nothing counted yet, or a class absent
+from truth or prediction) the proportion is 0/0, undefined: both bounds are NaN, with an
+``UndefinedMetricWarning`` (the rule of every metricstream view of no samples).
 """
 
 from __future__ import annotations
 
+import warnings
 from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
 
+from ..exceptions import UndefinedMetricWarning
 from ._selection import select
 from ._zero_division import ZeroDivision, undefined_scalar, zero_division_value
 from .agreement import _single_class, cohen_kappa, cohen_kappa_standard_error
@@ -87,7 +90,8 @@ def proportion_interval(
 
     Works element-wise on arrays; scalars give floats. ``z`` overrides the critical value
     computed from ``confidence`` (e.g. ``z=1.96`` as in tables and PyCM). Bounds are clipped
-    to [0, 1]; zero trials give ``(0.0, 1.0)``. See the module docstring for the formulas.
+    to [0, 1]. Zero trials (0/0) give NaN bounds with an ``UndefinedMetricWarning``. See the
+    module docstring for the formulas.
 
     Example:
         >>> low, high = proportion_interval(12, 25)           # accuracy 0.48 of 25 samples
@@ -121,8 +125,17 @@ def proportion_interval(
         half = crit * np.sqrt(center * (1 - center) / n_tilde)
     low = np.clip(center - half, 0.0, 1.0)
     high = np.clip(center + half, 0.0, 1.0)
-    low = np.where(empty, 0.0, low)
-    high = np.where(empty, 1.0, high)
+    if empty.any():
+        count = int(np.count_nonzero(empty))
+        warnings.warn(
+            f"{'a proportion has' if scalar else f'{count} of the proportions have'} no trials "
+            f"(0/0): {'its interval is' if count == 1 else 'their intervals are'} undefined "
+            f"and set to NaN.",
+            UndefinedMetricWarning,
+            stacklevel=3,
+        )
+        low = np.where(empty, np.nan, low)
+        high = np.where(empty, np.nan, high)
     if scalar:
         return float(low), float(high)
     return low, high
