@@ -258,5 +258,5 @@ def test_bootstrap_views_survive_an_update_right_after_the_snapshot():
 
     acc._snapshot = snapshot_then_update  # type: ignore[method-assign]
     acc.accuracy()
-    matrix = acc.matrix
+    matrix = acc.state_arrays()["matrix"]
     assert acc.accuracy() == np.trace(matrix) / matrix.sum()  # the view agrees with the state
