@@ -1,0 +1,158 @@
+"""metricstream.keras: ConfusionMetrics on the torch backend in-process, and model.fit/evaluate
+with jit_compile=True on the JAX and torch backends in subprocesses (the backend is fixed when
+Keras is first imported)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+keras = pytest.importorskip("keras", reason="metricstream.keras needs Keras 3")
+from sklearn import metrics as skm  # noqa: E402
+
+from metricstream.keras import ConfusionMetrics  # noqa: E402
+
+K = 4
+
+
+def _data(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, K, n)
+    logits = rng.normal(size=(n, K)).astype("float32") + 1.5 * np.eye(K, dtype="float32")[y]
+    return y, logits
+
+
+def test_eager_equals_sklearn_and_hands_over_exact_counts():
+    y, logits = _data(301, 0)
+    y[:5] = 3  # with the ignored label, too
+    metric = ConfusionMetrics(K + 1, ignore_index=-1, name="cm")
+    y_ignored = y.copy()
+    y_ignored[-7:] = -1
+    scores = np.concatenate([logits, np.full((len(y), 1), -9.0, "float32")], axis=1)
+    for chunk in np.array_split(np.arange(len(y)), 4):
+        metric.update_state(y_ignored[chunk], scores[chunk])
+    keep = y_ignored != -1
+    pred = scores.argmax(1)
+    want = skm.confusion_matrix(y[keep], pred[keep], labels=range(K + 1))
+    assert np.array_equal(metric.counts(), want)
+    result = {k: float(v) for k, v in metric.result().items()}
+    assert result["cm_accuracy"] == pytest.approx(skm.accuracy_score(y[keep], pred[keep]), 1e-6)
+    f1 = skm.f1_score(y[keep], pred[keep], average="macro")
+    assert result["cm_f1_macro"] == pytest.approx(f1, rel=1e-6)  # float32, present classes
+    exact = metric.scalars()
+    assert exact["cm_f1_macro"] == f1  # float64 from the exact counts
+    assert exact["cm_precision_weighted"] == pytest.approx(
+        skm.precision_score(y[keep], pred[keep], average="weighted"), rel=1e-15
+    )
+    metric.reset_state()
+    assert metric.counts().sum() == 0
+
+
+def test_binary_one_hot_and_whole_weights():
+    metric = ConfusionMetrics(2, threshold=0.5)
+    metric.update_state(np.array([[0], [1], [1], [0]]), np.array([[0.2], [0.5], [0.4], [0.9]]))
+    assert metric.counts().tolist() == [[1, 1], [1, 1]]  # score >= threshold is class 1
+    one_hot = ConfusionMetrics(3)
+    one_hot.update_state(np.eye(3)[[0, 2, 1]], np.eye(3)[[0, 2, 2]], np.array([2.0, 1.0, 5.0]))
+    assert one_hot.counts().tolist() == [[2, 0, 0], [0, 0, 5], [0, 0, 1]]
+
+
+def test_counters_pass_2_24_and_2_31_without_sticking_or_wrapping():
+    # Whole sample weights make huge counts cheap: 3 samples of weight 2**24 - 1 per step.
+    metric = ConfusionMetrics(2)
+    y = np.array([0, 0, 1])
+    p = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    w = np.full(3, 2.0**24 - 1)
+    steps = 200  # 600 * (2**24 - 1) ~ 1.0e10 > 2**33
+    for _ in range(steps):
+        metric.update_state(y, p, w)
+    metric.update_state(y[:1], p[:1])  # and one more: a float32 counter would not move
+    counts = metric.counts()
+    assert counts[0, 0] == 2 * steps * (2**24 - 1) + 1 > 2**31
+    assert counts[1, 1] == steps * (2**24 - 1) > 2**31
+    assert metric.to_accumulator().num_samples == 3 * steps * (2**24 - 1) + 1
+    # the float32 result is close, not stuck
+    assert float(metric.result()["confusion_num_samples"]) == pytest.approx(counts.sum(), 1e-6)
+
+
+def test_invalid_inputs_are_flagged_not_counted():
+    metric = ConfusionMetrics(3)
+    metric.update_state([0, 5, 1], [[1.0, 0, 0], [0, 1.0, 0], [0, 1.0, 0]])
+    metric.update_state([0], [[1.0, 0, 0]], sample_weight=[0.5])
+    assert np.isnan(float(metric.result()["confusion_accuracy"]))
+    with pytest.raises(ValueError, match="2 samples had a label outside \\[0, 3\\)"):
+        metric.counts()
+    with pytest.raises(ValueError, match="`num_classes` must be in \\[2, 46340\\], got 1"):
+        ConfusionMetrics(1)
+    with pytest.raises(ValueError, match="`ignore_index` is 2, a class of the 3"):
+        ConfusionMetrics(3, ignore_index=2)
+
+
+# ------------------------------------------------------------------ fit/evaluate, per backend
+def _child(backend: str, out: str) -> None:
+    import keras
+
+    assert keras.backend.backend() == backend
+    y, logits = _data(517, 1)
+    x = logits
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((K,)), keras.layers.Dense(K)])
+    metric = ConfusionMetrics(K, name="cm")
+    model.compile(
+        optimizer="sgd",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[metric],
+        jit_compile=True,
+    )
+    model.fit(x[:300], y[:300], batch_size=64, epochs=1, verbose=0)
+    logged = model.evaluate(x, y, batch_size=50, verbose=0, return_dict=True)
+    pred = np.asarray(model.predict(x, batch_size=517, verbose=0)).argmax(1)
+    evaluated = [m for m in model.metrics if isinstance(m, ConfusionMetrics)]
+    if not evaluated:  # inside the compiled metrics container
+        evaluated = [m for m in model._compile_metrics.metrics if isinstance(m, ConfusionMetrics)]
+    counts = evaluated[0].counts()
+    Path(out).write_text(
+        json.dumps(
+            {
+                "logged": {k: float(v) for k, v in logged.items()},
+                "pred": pred.tolist(),
+                "counts": counts.tolist(),
+            }
+        )
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_fit_evaluate_jit_compile_equals_sklearn(backend, tmp_path):
+    if backend == "jax":
+        pytest.importorskip("jax", reason="the JAX backend needs jax")
+    out = tmp_path / "out.json"
+    env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.run(
+        [sys.executable, __file__, "child", backend, str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    record = json.loads(out.read_text())
+    y, _ = _data(517, 1)
+    pred = np.array(record["pred"])
+    assert np.array_equal(record["counts"], skm.confusion_matrix(y, pred, labels=range(K)))
+    logged = record["logged"]
+    assert logged["cm_accuracy"] == pytest.approx(skm.accuracy_score(y, pred), rel=1e-6)
+    assert logged["cm_f1_macro"] == pytest.approx(skm.f1_score(y, pred, average="macro"), 1e-6)
+    assert logged["cm_num_samples"] == 517
+
+
+if __name__ == "__main__" and len(sys.argv) > 3 and sys.argv[1] == "child":
+    _child(sys.argv[2], sys.argv[3])
