@@ -30,7 +30,9 @@ if TYPE_CHECKING:
         read_multilabel_csv,
         read_multilabel_npz,
     )
+    from .regression.accumulator import RegressionAccumulator
     from .scores.accumulator import ScoreAccumulator
+    from .segmentation.accumulator import SegmentationAccumulator
 
 try:
     __version__ = version("metricstream")
@@ -49,7 +51,9 @@ _LAZY = {
     "MultilabelAccumulator": "metricstream.multilabel.accumulator",
     "read_multilabel_csv": "metricstream.multilabel.accumulator",
     "read_multilabel_npz": "metricstream.multilabel.accumulator",
+    "RegressionAccumulator": "metricstream.regression.accumulator",
     "ScoreAccumulator": "metricstream.scores.accumulator",
+    "SegmentationAccumulator": "metricstream.segmentation.accumulator",
 }
 
 
@@ -75,7 +79,9 @@ __all__ = [
     "LabelSets",
     "MetricInterval",
     "MultilabelAccumulator",
+    "RegressionAccumulator",
     "ScoreAccumulator",
+    "SegmentationAccumulator",
     "UndefinedMetricWarning",
     "__version__",
     "get_num_threads",
