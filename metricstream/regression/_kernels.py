@@ -9,8 +9,9 @@ added across shards. So every moment is kept as an **exact** number in fixed poi
 normalised. Adding two states limb by limb adds the numbers exactly, in any order; the views turn
 the limbs into Python integers and compute every metric from exact integers, rounding once.
 
-One batch is summarised in float64 first, centred on its first counted row (two compensated
-passes: means, then centred second moments), and only its summary is deposited exactly:
+One batch is summarised in float64 first, centred on its first counted row (two passes: means,
+then centred second moments; blocks of rows summed plainly, block sums with compensation), and
+only its summary is deposited exactly:
 ``sum(w * y**2) = M2 + W * (c + d)**2`` with ``c`` the shift and ``d`` the mean offset, every
 product expanded without rounding (mantissa products split with Veltkamp's method). The batch's
 rounding is relative to its own centred moments, so a large mean costs nothing; a constant
