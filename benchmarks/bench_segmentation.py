@@ -23,7 +23,7 @@ import warnings
 
 import numpy as np
 
-from metricstream import ConfusionAccumulator, get_num_threads
+from metricstream import ConfusionAccumulator, get_num_threads, set_num_threads
 from metricstream.segmentation import SegmentationAccumulator
 
 from ._timing import cpu_description, format_seconds, interleaved
@@ -109,13 +109,13 @@ def _references(k: int, truth: np.ndarray, pred: np.ndarray) -> dict:
     return found
 
 
-def run(quick: bool) -> None:
+def run(quick: bool, with_references: bool = True) -> None:
     print(f"CPU: {cpu_description()}; metricstream threads: {get_num_threads()}")
     for k in (21, 150):
-        case(k, quick)
+        case(k, quick, with_references)
 
 
-def case(k: int, quick: bool) -> None:
+def case(k: int, quick: bool, with_references: bool = True) -> None:
     images, size = 16, 512
     repeats = 5 if quick else 15
     truth, pred = blocky_masks(k, images, size)
@@ -139,6 +139,25 @@ def case(k: int, quick: bool) -> None:
         f"dataset-level-only update (target ≤ 1.3×)"
     )
     print(f"  confusion update      {format_seconds(base):>10}")
+    threads = get_num_threads()
+    set_num_threads(1)
+    try:
+        times = interleaved(
+            {
+                "segmentation": lambda: seg.update(truth, pred),
+                "confusion": lambda: conf.update(truth, pred),
+            },
+            repeats,
+        )
+    finally:
+        set_num_threads(threads)
+    print(
+        f"  on one thread: {format_seconds(times['segmentation'])} against "
+        f"{format_seconds(times['confusion'])}, "
+        f"{times['segmentation'] / times['confusion']:.2f}×"
+    )
+    if not with_references:
+        return
     few = 1 if quick else (4 if k <= 32 else 1)
     start = time.perf_counter()
     references = _references(k, truth[:few], pred[:few])
@@ -166,7 +185,11 @@ def case(k: int, quick: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
-    run(parser.parse_args(argv).quick)
+    parser.add_argument(
+        "--no-references", action="store_true", help="skip torchmetrics and MONAI (minutes)"
+    )
+    args = parser.parse_args(argv)
+    run(args.quick, not args.no_references)
 
 
 if __name__ == "__main__":

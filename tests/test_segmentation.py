@@ -247,6 +247,26 @@ def test_scores_layouts_and_dtypes_count_their_argmax():
     assert expected == SegmentationAccumulator(k, ignore_index=VOID).update(
         truth, scores.astype(np.float64)
     )
+    # float32 scores with int32 truth; K > 256 with uint8 truth and float64 scores
+    s32 = scores.astype(np.float32)
+    assert SegmentationAccumulator(k, ignore_index=VOID).update(
+        truth.astype(np.int32), s32
+    ) == SegmentationAccumulator(k, ignore_index=VOID).update(truth, np.argmax(s32, axis=1))
+    wide = rng.standard_normal((2, 300, 4, 3))
+    small_truth = rng.integers(0, 256, (2, 4, 3)).astype(np.uint8)
+    for dtype in (np.float64, np.float32):
+        got = SegmentationAccumulator(300).update(small_truth, wide.astype(dtype))
+        want = SegmentationAccumulator(300).update(
+            small_truth.astype(np.int64), np.argmax(wide.astype(dtype), axis=1)
+        )
+        assert got == want
+    empty = SegmentationAccumulator(k).update(np.zeros((0, 3, 3), np.uint8), np.zeros((0, k, 3, 3)))
+    assert empty.num_images == 0 and empty == SegmentationAccumulator(k)
+    frozen = truth.copy()
+    frozen.flags.writeable = False
+    assert SegmentationAccumulator(k, ignore_index=VOID).update(frozen, s32) == (
+        SegmentationAccumulator(k, ignore_index=VOID).update(truth, s32)
+    )
     # label dtypes: uint8, int64, int32, bool all count alike
     a = SegmentationAccumulator(k, ignore_index=VOID).update(truth, labels.astype(np.uint8))
     b = SegmentationAccumulator(k, ignore_index=VOID).update(
@@ -525,9 +545,9 @@ def test_interval_from_image_sums():
     per_class = acc.interval("dice", "none")
     assert per_class.estimate.shape == (4,)
     close(per_class.estimate, acc.dice("image", "none"))
-    for df in (1, 2, 5, 30, 1000):
-        for prob in (0.6, 0.9, 0.975, 0.999):
-            assert t_quantile(prob, df) == pytest.approx(scipy_stats.t.ppf(prob, df), rel=1e-10)
+    for df in (1, 2, 5, 30, 999, 1000, 10**4, 10**6, 10**12):
+        for prob in (0.025, 0.51, 0.6, 0.9, 0.975, 0.999, 0.99999):
+            assert t_quantile(prob, df) == pytest.approx(scipy_stats.t.ppf(prob, df), rel=1e-12)
     one = SegmentationAccumulator(2).update(truth[:1] % 2, pred[:1] % 2)
     assert math.isnan(one.interval().low)
 

@@ -188,11 +188,17 @@ def read_npz_masks(
 def _read_items(
     handle: Any, dtype: np.dtype, count: int, per_image: int, shape: tuple[int, ...]
 ) -> np.ndarray:
-    size = count * per_image * dtype.itemsize
-    data = handle.read(size)
-    if len(data) != size:
-        raise ValueError("the .npz member ends before its announced shape; the file is truncated.")
-    return np.frombuffer(data, dtype=dtype).reshape((count, *shape[1:]))
+    items = np.empty(count * per_image, dtype=dtype)
+    view = items.data.cast("B")
+    done = 0
+    while done < len(view):
+        read = handle.readinto(view[done:])
+        if not read:
+            raise ValueError(
+                "the .npz member ends before its announced shape; the file is truncated."
+            )
+        done += read
+    return items.reshape((count, *shape[1:]))
 
 
 def cli_section_text(report: Any) -> str:
