@@ -69,7 +69,7 @@ def _check_all(acc, t, p, w, atol=1e-13):
             acc.mae(mo), sk.mean_absolute_error(t, p, sample_weight=w, multioutput=mo), atol=atol
         )
         _close(acc.mse(mo), sk.mean_squared_error(t, p, sample_weight=w, multioutput=mo), atol=atol)
-        _close(acc.rmse(mo), sk.root_mean_squared_error(t, p, sample_weight=w, multioutput=mo))
+        _close(acc.rmse(mo), _rmse(t, p, w, mo), atol=atol)
         bias = np.average(np.reshape(p - t, (len(t), -1)), axis=0, weights=w)
         expected = (
             bias
@@ -100,6 +100,17 @@ def _check_all(acc, t, p, w, atol=1e-13):
     else:
         expected = [_weighted_pearson(t2[:, j], p2[:, j], w) for j in range(outputs)]
     _close(acc.pearson("raw_values"), expected, atol=atol)
+
+
+def _rmse(t, p, w, multioutput):
+    """scikit-learn's root_mean_squared_error (1.4+): the root per output, then the average."""
+    function = getattr(sk, "root_mean_squared_error", None)
+    if function is not None:
+        return function(t, p, sample_weight=w, multioutput=multioutput)
+    roots = np.sqrt(sk.mean_squared_error(t, p, sample_weight=w, multioutput="raw_values"))
+    if isinstance(multioutput, str):
+        return roots if multioutput == "raw_values" else np.average(roots)
+    return np.average(roots, weights=multioutput)
 
 
 def _weighted_pearson(x, y, w):
