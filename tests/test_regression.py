@@ -543,6 +543,26 @@ def test_sync_in_process_three_ranks():
     assert [name for name, *_ in world.calls[0]] == ["gather", "sum", "sum"]
 
 
+@pytest.mark.slow
+def test_views_are_typed_for_mypy(tmp_path):
+    api = pytest.importorskip("mypy.api", reason="needs mypy (the dev extra)")
+    snippet = tmp_path / "user_code.py"
+    snippet.write_text(
+        "import numpy as np\n"
+        "from metricstream.regression import RegressionAccumulator\n"
+        "acc = RegressionAccumulator(1).update([1.0, 2.0], [1.5, 2.0])\n"
+        "score: float = acc.r2()\n"
+        "per_output: np.ndarray = acc.mae('raw_values')\n"
+        "weighted: float = acc.r2('variance_weighted', force_finite=False)\n"
+        "table: dict[str, float] = (acc + acc).summary()\n"
+        "count: int = acc.num_samples\n"
+        "wrong: str = acc.mse()\n"
+    )
+    out, _, status = api.run(["--follow-imports=silent", "--no-incremental", str(snippet)])
+    assert status == 1, out
+    assert out.count("error:") == 1 and 'variable has type "str"' in out, out
+
+
 # ---------------------------------------------------------------------- 2 real gloo ranks
 WORLD = 2
 
