@@ -133,7 +133,6 @@ class RegressionAccumulator(Accumulator):
         if num_outputs < 1:
             raise ValueError(f"`num_outputs` must be at least 1, got {num_outputs}.")
         self._num_outputs = int(num_outputs)
-        self._canonical = False
         super().__init__(
             {
                 "moments": ((self._num_outputs, K.NUM_STATE, K.LIMBS), np.int64),
@@ -210,7 +209,6 @@ class RegressionAccumulator(Accumulator):
         counted[0] += rows
         if row != -2:  # some row had positive weight: the maximum is known
             arrays["max_parts"][0] = max(int(arrays["max_parts"][0]), 1)
-        self._canonical = True
 
     def merge(self: R, other: R) -> R:
         """Add ``other``'s state (exactly) and take the larger maximum error; returns ``self``.
@@ -248,11 +246,9 @@ class RegressionAccumulator(Accumulator):
         return self
 
     def _changed(self) -> None:
-        # States added limb by limb elsewhere (a group's merge, a sync) carry into canonical
-        # limbs here, so that equal sums compare equal; `_count` leaves them canonical.
-        if not self._canonical:
-            K.normalise_state(self._arrays["moments"])
-        self._canonical = False
+        # States added limb by limb elsewhere (a group's merge, a sync) or restored from outside
+        # carry into canonical limbs here, so that equal sums compare equal.
+        K.normalise_state(self._arrays["moments"])
         super()._changed()
 
     def _view_source(self) -> _Exact:
