@@ -17,6 +17,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 
 from .. import metrics as _metrics
+from .._core import devices as _devices
 from .._core.views import MetricView
 from .._inputs import Batch, as_array, prepare_batch
 from ..base import Accumulator
@@ -307,6 +308,8 @@ class ConfusionAccumulator(Accumulator):
                 score, or counts that would overflow. The message names the argument, the value
                 and its position, and the accumulator is left exactly as it was.
         """
+        if type(y_true) is not np.ndarray and _devices.on_device(y_true):
+            return self._update_on_device(y_true, y_pred, weights)  # see metricstream.device
         small = self._small
         if weights is None and small is not None:
             # The training-loop case (plain labels or narrow logits, a few hundred rows) in one
