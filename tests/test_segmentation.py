@@ -275,6 +275,40 @@ def test_scores_layouts_and_dtypes_count_their_argmax():
     assert a == b
 
 
+@pytest.mark.parametrize("k", [5, 255, 300])
+@pytest.mark.parametrize("ignore", [None, -1, 2, 255, 1000])
+def test_label_dtypes_and_ignore_values(k, ignore):
+    rng = np.random.default_rng(k + (ignore or 0))
+    truth = rng.integers(0, min(k, 256), (4, 6, 5))
+    pred = rng.integers(0, min(k, 256), (4, 6, 5))
+    if ignore is not None:
+        truth[rng.random(truth.shape) < 0.2] = ignore
+    # the rest of the labels (and of the oracle) stay valid: remove values ignore would hide
+    expected_matrix = ConfusionAccumulator(k, ignore_index=ignore).update(truth, pred).matrix
+    inter, t, p = counts(truth, pred, k, ignore=ignore)
+    want = oracle("iou", "image", "none", inter, t, p, "skip_both", list(range(k)))
+    dtypes = [np.int64, np.int32, np.uint16]
+    if ignore is None or 0 <= ignore <= 255:
+        dtypes.append(np.uint8)
+    for dtype in dtypes:
+        if dtype is np.uint16 and ignore == -1:
+            continue
+        acc = SegmentationAccumulator(k, ignore_index=ignore)
+        acc.update(truth.astype(dtype), pred.astype(dtype if dtype is not np.uint8 else np.int64))
+        assert np.array_equal(acc.matrix, expected_matrix), dtype
+        close(acc.iou("image", "none"), want)
+    bad = truth.copy()
+    wrong = k + 1 if k == ignore else k
+    bad[2, 3, 1] = wrong
+    with pytest.raises(ValueError, match=rf"`y_true` holds {wrong} at \[2, 3, 1\] \(image 2\)"):
+        SegmentationAccumulator(k, ignore_index=ignore).update(bad, pred)
+    bad = pred.copy()
+    bad[1, 0, 4] = -3
+    truth[1, 0, 4] = 0  # a prediction is checked where the truth is not ignored
+    with pytest.raises(ValueError, match=r"`y_pred` holds -3 at \[1, 0, 4\]"):
+        SegmentationAccumulator(k, ignore_index=ignore).update(truth, bad)
+
+
 def test_torch_tensors_are_read():
     torch = pytest.importorskip("torch")
     truth, pred = masks(4, k=3)

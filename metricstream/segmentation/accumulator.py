@@ -71,6 +71,7 @@ class _Batch:
     original_pred: np.ndarray
     image_shape: tuple[int, ...]
     class_axis: int
+    ignore: int | None  # the kernel's ignore value (None: no pixel is ignored)
 
 
 def _state_specs(k: int) -> dict[str, tuple[tuple[int, ...], Any]]:
@@ -285,8 +286,7 @@ class SegmentationAccumulator(Accumulator):
                     where = np.argwhere(np.moveaxis(nan, axis, -1))[0]
                     _raise_nan(where, image_shape)
             arg = np.argmax(pred, axis=axis)
-            narrow = truth_labels.dtype == np.uint8 and k <= 256
-            arg = arg.astype(np.uint8 if narrow else np.int64)
+            arg = arg.astype(np.uint8 if k <= 255 else np.int64)
             return self._label_batch(truth_labels, arg, truth, pred, pixels)
         if axis == 1:
             scores = np.ascontiguousarray(pred).reshape(images, k, pixels)
@@ -294,9 +294,8 @@ class SegmentationAccumulator(Accumulator):
         else:
             scores = np.ascontiguousarray(np.moveaxis(pred, axis, -1)).reshape(images, pixels, k)
             mode = _k.CHANNELS_LAST
-        if truth_labels.dtype != np.uint8:
-            truth_labels = truth_labels.astype(np.int64, copy=False)
-        flat = np.ascontiguousarray(truth_labels).reshape(images, pixels)
+        kernel_truth, ignore = self._kernel_labels(truth_labels, "y_true", truth)
+        flat = np.ascontiguousarray(kernel_truth).reshape(images, pixels)
         return _Batch(
             flat,
             _EMPTY_PLACEHOLDER[flat.dtype],
@@ -308,6 +307,7 @@ class SegmentationAccumulator(Accumulator):
             pred,
             image_shape,
             axis,
+            ignore,
         )
 
     def _label_batch(
@@ -318,9 +318,8 @@ class SegmentationAccumulator(Accumulator):
         original_pred: np.ndarray,
         pixels: int,
     ) -> _Batch:
-        if truth.dtype != np.uint8 or pred.dtype != np.uint8:
-            truth = truth.astype(np.int64, copy=False)
-            pred = pred.astype(np.int64, copy=False)
+        truth, ignore = self._kernel_labels(truth, "y_true", original_truth)
+        pred, _ = self._kernel_labels(pred, "y_pred", original_pred)
         images = truth.shape[0]
         return _Batch(
             np.ascontiguousarray(truth).reshape(images, pixels),
@@ -333,7 +332,35 @@ class SegmentationAccumulator(Accumulator):
             original_pred,
             original_truth.shape[1:],
             0,
+            ignore,
         )
+
+    def _kernel_labels(
+        self, array: np.ndarray, name: str, original: np.ndarray
+    ) -> tuple[np.ndarray, int | None]:
+        """``array`` as the kernels take labels, and the kernel's ignore value.
+
+        uint8 whenever K <= 255 (one compiled kernel for every label dtype; uint8 masks are
+        read as they are, other dtypes are checked here and narrowed), else int64. A true
+        ``ignore_index`` that uint8 cannot hold becomes 255, which no label < K <= 255 uses.
+        """
+        k = self._num_classes
+        ignore = self._ignore_index if name == "y_true" else None
+        if k > 255:
+            return array.astype(np.int64, copy=False), ignore
+        if array.dtype == np.uint8:
+            return array, ignore if ignore is not None and 0 <= ignore <= 255 else None
+        if array.size and (int(array.min()) < 0 or int(array.max()) >= k):
+            outside = (array < 0) | (array >= k)
+            if ignore is not None:
+                outside &= array != ignore
+            if outside.any():
+                self._raise_label(name, original, int(np.argmax(outside.reshape(-1))))
+        narrow = array.astype(np.uint8)
+        if ignore is None or 0 <= ignore <= 255:
+            return narrow, ignore
+        narrow[array == ignore] = 255
+        return narrow, 255
 
     def _count(self, arrays: dict[str, np.ndarray], batch: _Batch) -> None:
         parts = self._run(batch)
@@ -350,11 +377,8 @@ class SegmentationAccumulator(Accumulator):
 
     def _run(self, batch: _Batch) -> dict[str, np.ndarray]:
         """The batch's state, counted into fresh arrays (threads take whole images)."""
-        ignore = self._ignore_index
-        has_ignore = ignore is not None
-        if ignore is not None and batch.truth.dtype == np.uint8 and not 0 <= ignore <= 255:
-            has_ignore = False  # no uint8 label equals it
-        ignore_value = np.int64(ignore if ignore is not None and has_ignore else 0)
+        has_ignore = batch.ignore is not None
+        ignore_value = np.int64(0 if batch.ignore is None else batch.ignore)
         background = -1 if self._background is None else self._background
         images = batch.images
         threads = 1
@@ -397,21 +421,24 @@ class SegmentationAccumulator(Accumulator):
         return total
 
     def _raise_bad(self, batch: _Batch, status: int, image: int, pixel: int) -> None:
-        where = (image, *(int(i) for i in np.unravel_index(pixel, batch.image_shape)))
-        position = ", ".join(str(int(i)) for i in where)
-        k = self._num_classes
-        ignore = "" if self._ignore_index is None else f" or `ignore_index` {self._ignore_index}"
         if status == _k.BAD_SCORE:
+            where = (image, *(int(i) for i in np.unravel_index(pixel, batch.image_shape)))
             _raise_nan(np.array(where), batch.image_shape)
         name, array = (
             ("y_true", batch.original_truth)
             if status == _k.BAD_TRUE
             else ("y_pred", batch.original_pred)
         )
-        value = array[where].item()
+        self._raise_label(name, array, image * batch.pixels + pixel)
+
+    def _raise_label(self, name: str, array: np.ndarray, flat: int) -> None:
+        """Raise for the bad label at flat (C-order) index ``flat`` of ``array``."""
+        where = tuple(int(i) for i in np.unravel_index(flat, array.shape))
+        position = ", ".join(str(i) for i in where)
+        ignore = "" if self._ignore_index is None else f" or `ignore_index` {self._ignore_index}"
         raise ValueError(
-            f"`{name}` holds {value!r} at [{position}] (image {image}), outside the labels "
-            f"[0, {k}){ignore}; nothing of this batch was counted."
+            f"`{name}` holds {array[where].item()!r} at [{position}] (image {where[0]}), outside "
+            f"the labels [0, {self._num_classes}){ignore}; nothing of this batch was counted."
         )
 
     # ------------------------------------------------------------------ views
