@@ -750,3 +750,45 @@ def test_npz_reader_streams_whole_images(tmp_path):
         assert y_true.shape[0] <= 3
         acc.update(y_true, y_pred)
     assert acc == SegmentationAccumulator(3, ignore_index=VOID).update(truth, pred)
+
+
+def test_cli_hook_prints_both_aggregations(tmp_path, monkeypatch, capsys):
+    """The section the command line's report adds with --per-image (wired as in cli.py)."""
+    import json
+
+    from metricstream import cli
+    from metricstream.segmentation import report as segmentation
+
+    def section(report, kind):
+        try:
+            return {
+                "text": segmentation.cli_section_text,
+                "markdown": segmentation.cli_section_markdown,
+                "dict": segmentation.cli_section_data,
+            }[kind](report)
+        except ValueError as error:
+            cli._fail(f"--per-image: {error}", cli.EXIT_DATA)
+
+    hook = cli.Section(
+        "per_image",
+        text=lambda r: section(r, "text"),
+        markdown=lambda r: section(r, "markdown"),
+        data=lambda r: section(r, "dict"),
+        enabled=segmentation.cli_enabled,
+        add_arguments=segmentation.cli_arguments,
+    )
+    monkeypatch.setattr(cli, "SECTIONS", [*cli.SECTIONS, hook])
+    truth, pred = masks(13, images=5, k=3)
+    path = tmp_path / "masks.npz"
+    np.savez(path, y_true=truth, y_pred=pred)
+    acc = SegmentationAccumulator(3, ignore_index=VOID).update(truth, pred)
+    assert cli.main(["report", str(path), "--ignore", "255", "--per-image"]) == 0
+    out = capsys.readouterr().out
+    assert "per image" in out and f"{acc.iou('image'):.4f}" in out
+    assert (
+        cli.main(["report", str(path), "--ignore", "255", "--per-image", "--format", "json"]) == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    close(data["per_image"]["image"]["miou"], acc.iou("image"))
+    assert cli.main(["report", str(path), "--ignore", "255"]) == 0
+    assert "per image" not in capsys.readouterr().out

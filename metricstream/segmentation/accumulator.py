@@ -505,7 +505,8 @@ class SegmentationAccumulator(Accumulator):
         return self._metric("accuracy", aggregation, average, include_background, absent)
 
     def pixel_accuracy(self, aggregation: str = "dataset") -> float:
-        """Correct pixels over counted pixels (the dataset's, or each image's then the mean)."""
+        """Correct pixels over counted pixels, ``ΣI / ΣT``: of the dataset, or of each image
+        then the mean over images. NaN when there is no counted pixel (or image)."""
         return float(self.accuracy(aggregation, "micro"))
 
     def _metric(

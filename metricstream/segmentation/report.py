@@ -13,7 +13,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["read_npz_masks", "summary", "summary_text"]
+__all__ = [
+    "cli_arguments",
+    "cli_enabled",
+    "cli_section_data",
+    "cli_section_markdown",
+    "cli_section_text",
+    "read_npz_masks",
+    "summary",
+    "summary_text",
+]
 
 _ROWS = (
     ("mIoU", "iou", "macro", True),
@@ -209,9 +218,31 @@ def cli_section_text(report: Any) -> str:
     return summary_text(_from_cli(report), digits=report.digits)
 
 
+def cli_section_markdown(report: Any) -> str:
+    """The same section for the markdown report (the text block, fenced)."""
+    return f"```text\n{cli_section_text(report)}\n```"
+
+
 def cli_section_data(report: Any) -> dict[str, Any]:
     """The same section as JSON-ready data (``summary``)."""
     return summary(_from_cli(report))
+
+
+def cli_enabled(args: Any) -> bool:
+    """Whether the report asked for the section (``--per-image``)."""
+    return bool(getattr(args, "per_image", False))
+
+
+def cli_arguments(parser: Any) -> None:
+    """Add ``--per-image`` to the ``report`` command's parser."""
+    group = parser.add_argument_group("segmentation masks (.npz)")
+    group.add_argument(
+        "--per-image",
+        action="store_true",
+        help="also report per-image IoU, Dice and accuracy (mean over images) beside the "
+        "dataset-level values; the .npz arrays are (B, H, W) masks, read a second time, whole "
+        "images at a time",
+    )
 
 
 def _from_cli(report: Any) -> Any:
@@ -221,6 +252,10 @@ def _from_cli(report: Any) -> Any:
     if cached is not None:
         return cached
     args = report.args
+    if Path(args.path).suffix != ".npz":
+        raise ValueError(
+            f"per-image metrics read (B, H, W) masks from a .npz file, not {Path(args.path).name}."
+        )
     counted = report.accumulator  # the report's ConfusionAccumulator: K, names, ignore_index
     acc = SegmentationAccumulator(
         counted.num_classes,
