@@ -35,7 +35,15 @@ from typing import Any, Literal
 import numpy as np
 
 from .bootstrap.resampling import interval_report
-from .io.readers import MAX_CLASSES, SUFFIXES, InputError, ReadResult, Selection, read_confusion
+from .io.readers import (
+    MAX_CLASSES,
+    SUFFIXES,
+    InputError,
+    ReadResult,
+    Selection,
+    open_source,
+    read_confusion,
+)
 from .multilabel.accumulator import read_multilabel_csv, read_multilabel_npz
 from .report.scores import (
     ScoreReport,
@@ -505,12 +513,27 @@ def _report(args: argparse.Namespace) -> int:
 
     # With --scores and no --pred, the summary is the confusion matrix of the scores' argmax,
     # counted in the same pass (a file of probabilities has no column of predicted labels).
-    scores = report_from_args(args)
+    if getattr(args, "scores", None) is not None:
+        _check_score_options(args)
+        args.truth = _score_truth(args, delimiter)
+    for option in ("plot_roc", "plot_pr", "plot_calibration"):
+        chosen = getattr(args, option, None)
+        if chosen is not None:
+            flag = "--" + option.replace("_", "-")
+            setattr(args, option, _plot_path(flag, chosen, option[5:] + ".png"))
+    try:
+        with _warnings_to_stderr():
+            scores = report_from_args(args)
+    except InputError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError) as error:
+        # one line, not a traceback, whatever the score reader met
+        _fail(f"{args.path}: {error or type(error).__name__}", EXIT_DATA)
     if scores is not None and args.pred is None and scores.confusion is not None:
         result = ReadResult(
             accumulator=scores.confusion,
             selection=Selection(
-                truth=args.truth or "y_true", pred=f"argmax of {args.scores!r}", weight=args.weight
+                truth=args.truth, pred=f"argmax of {args.scores!r}", weight=args.weight
             ),
             num_rows=scores.rows,
             mode="index",
@@ -538,6 +561,140 @@ def _report(args: argparse.Namespace) -> int:
         for written in write_score_plots(scores, args):
             print(f"{PROG}: wrote {written}", file=sys.stderr)
     return EXIT_OK
+
+
+def _check_score_options(args: argparse.Namespace) -> None:
+    """The options of ``--scores`` that argparse cannot check alone (usage errors)."""
+    bins = getattr(args, "calibration_bins", 15)
+    if not 1 <= bins <= _MAX_CALIBRATION_BINS:
+        _fail(
+            f"`--calibration-bins` must be between 1 and {_MAX_CALIBRATION_BINS:,}, got {bins}.",
+            EXIT_USAGE,
+        )
+    if not args.scores:
+        _fail("`--scores` needs a pattern of score columns, e.g. 'p_*'.", EXIT_USAGE)
+
+
+# More calibration bins than this say nothing a reliability diagram can show.
+_MAX_CALIBRATION_BINS = 10_000
+
+
+def _score_truth(args: argparse.Namespace, delimiter: str | None) -> str:
+    """The truth column of ``--scores``: ``--true``, else ``y_true``, else the one column that
+    is neither a score, the weight nor ``--pred``; anything else is ambiguous (a usage error
+    naming the candidates), never a guess printed as ``y_true``."""
+    path = Path(args.path)
+    if path.suffix.lower() == ".npz":
+        columns = _npz_members(path)
+    else:
+        columns = open_source(
+            path, delimiter=delimiter, header=args.header, prefer_pyarrow=args.reader != "python"
+        ).columns
+    matched = set(_matching(columns, args.scores))
+    if path.suffix.lower() == ".npz":
+        _check_npz_expansion(path, [*matched, args.truth or "y_true", args.weight])
+    _check_score_columns(args, path, len(matched))
+    if args.truth is not None:
+        return str(args.truth)
+    rest = [c for c in columns if c not in matched and c not in (args.weight, args.pred)]
+    if "y_true" in rest:
+        return "y_true"
+    if len(rest) == 1:
+        return rest[0]
+    shown = ", ".join(repr(c) for c in rest[:10]) + (", ..." if len(rest) > 10 else "")
+    _fail(
+        f"{path}: which column holds the true labels? There is no `y_true` column, and "
+        + (
+            f"besides the score columns there are {shown}; name it with `--true COLUMN`."
+            if rest
+            else "every column is a score column; name the truth column with `--true COLUMN`."
+        ),
+        EXIT_USAGE,
+    )
+    raise AssertionError  # pragma: no cover - _fail raises
+
+
+def _check_score_columns(args: argparse.Namespace, path: Path, count: int) -> None:
+    """Refuse score columns whose state the file cannot justify: more columns than
+    ``--max-classes``, or (at the default limit) a state far larger than the file."""
+    if count > args.max_classes:
+        _fail(
+            f"{path}: `--scores {args.scores}` matches {count:,} columns, more than "
+            f"`--max-classes` {args.max_classes:,}; raise it if the file really has that many "
+            f"classes, or narrow the pattern.",
+            EXIT_USAGE,
+        )
+    if count < 2 or args.max_classes != MAX_CLASSES:
+        return  # one binary column, or a limit the user chose
+    needed = _SCORE_STATE_BASE + _SCORE_STATE_PER_CLASS * count
+    allowed = max(_SCORE_STATE_FLOOR, _SCORE_STATE_RATIO * path.stat().st_size)
+    if needed > allowed:
+        _fail(
+            f"{path}: {count:,} score columns need about {needed / 2**20:,.0f} MiB of state, "
+            f"far more than a file of {path.stat().st_size:,} bytes can fill; pass "
+            f"`--max-classes {count}` if the file really has {count:,} classes.",
+            EXIT_USAGE,
+        )
+
+
+# ScoreAccumulator's state grows by about this many bytes per class (measured: 2 classes
+# 1.9 MB, 100 classes 33.8 MB); a report of a small file may take at least the floor, else
+# this many times the file's size.
+_SCORE_STATE_BASE = 1 << 20
+_SCORE_STATE_PER_CLASS = 340_000
+_SCORE_STATE_FLOOR = 256 << 20
+_SCORE_STATE_RATIO = 64
+
+
+def _check_npz_expansion(path: Path, members: list[str | None]) -> None:
+    """Refuse .npz members that would expand far beyond the file (a few zeros compress to
+    gigabytes), before the score reader loads them."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            sizes = {
+                info.filename[:-4]: info.file_size
+                for info in archive.infolist()
+                if info.filename.endswith(".npy")
+            }
+    except (zipfile.BadZipFile, OSError) as error:
+        _fail(f"{path}: not a readable .npz file ({error}).", EXIT_DATA)
+    expanded = sum(sizes.get(member, 0) for member in set(members) if member)
+    allowed = max(_NPZ_EXPANSION_FLOOR, _NPZ_EXPANSION_RATIO * path.stat().st_size)
+    if expanded > allowed:
+        _fail(
+            f"{path}: the score members expand to {expanded:,} bytes, "
+            f"{expanded / max(1, path.stat().st_size):,.0f} times the file's size; a file of "
+            f"predictions does not compress that well (save the arrays with `np.savez`, not "
+            f"compressed, if they are real).",
+            EXIT_DATA,
+        )
+
+
+_NPZ_EXPANSION_FLOOR = 64 << 20
+_NPZ_EXPANSION_RATIO = 64
+
+
+def _matching(columns: list[str], pattern: str) -> list[str]:
+    """The columns ``fnmatch`` matches: one compiled pattern for all (linear in the columns)."""
+    import fnmatch
+    import re
+
+    regex = re.compile(fnmatch.translate(pattern))
+    return [c for c in columns if regex.match(c)]
+
+
+def _npz_members(path: Path) -> list[str]:
+    """The array names of an .npz file, from its directory alone (no member is read)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError) as error:
+        _fail(f"{path}: not a readable .npz file ({error}).", EXIT_DATA)
+    return [name[:-4] if name.endswith(".npy") else name for name in names]
 
 
 def _read(args: argparse.Namespace, classes: list[str] | None, delimiter: str | None) -> ReadResult:
@@ -609,7 +766,7 @@ def _multilabel_report(args: argparse.Namespace) -> int:
     digits = (2 if args.format == "sklearn" else 4) if args.digits is None else args.digits
     try:
         if path.suffix == ".npz":
-            acc = read_multilabel_npz(path, threshold=args.threshold)
+            acc = read_multilabel_npz(path, threshold=args.threshold, max_labels=args.max_classes)
         else:
             delimiter = {"\\t": "\t", "tab": "\t"}.get(args.delimiter or "", args.delimiter)
             acc = read_multilabel_csv(
@@ -618,6 +775,7 @@ def _multilabel_report(args: argparse.Namespace) -> int:
                 pred_column=args.pred or "y_pred",
                 weight_column=args.weight,
                 delimiter=delimiter or ("\t" if path.suffix == ".tsv" else ","),
+                max_labels=args.max_classes,
             )
     except (ValueError, TypeError, KeyError, OSError, UnicodeDecodeError) as error:
         _fail(

@@ -601,6 +601,12 @@ def _open_csv_arrow(path: Path, sep: str, header: bool, compression: str | None 
         del head[_record_end(head, CSV_PEEK_BYTES, sep) :]
         if head.count(b"\n") <= header:  # no whole row to infer from: let the standard library
             return _open_csv_stdlib(path, sep, header, compression)  # read it, and say where
+    if not any(line.strip() for line in head.splitlines()[int(header) :]):
+        # No data row (an empty or header-only file): pyarrow's streaming reader, given no row
+        # to infer types from, leaves a read-ahead task on its I/O thread pool, which aborted
+        # the interpreter at exit ("terminate called without an active exception") in about
+        # one run in four. The standard library reads the header and says what is missing.
+        return _open_csv_stdlib(path, sep, header, compression)
     read_options = pacsv.ReadOptions(
         block_size=CSV_PEEK_BYTES + 1, autogenerate_column_names=not header, use_threads=False
     )
@@ -1107,6 +1113,94 @@ def _open_npz(path: Path, options: OpenOptions) -> Source:
     return source
 
 
+def iter_npz_rows(
+    path: str | os.PathLike, members: Sequence[str], rows: int = CHUNK_ROWS
+) -> Iterator[dict[str, np.ndarray]]:
+    """Consecutive row blocks of ``members`` of an .npz file, each member streamed (never
+    loaded whole: memory is bounded by ``rows`` rows, however well the file compresses).
+
+    Every member must exist and have the same number of rows (its first axis); a block holds
+    ``rows`` rows of each (fewer at the end). Python objects are refused (no pickle).
+
+    Raises:
+        InputError: a missing or unreadable member, object arrays, or row counts that differ.
+    """
+    path = Path(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, NotImplementedError) as error:
+        raise InputError(f"{path}: not a readable .npz file ({error}).") from None
+    with archive:
+        names = [m[:-4] for m in archive.namelist() if m.endswith(".npy")]
+        headers = {}
+        for name in members:
+            if name not in names:
+                raise InputError(
+                    f"{path}: the .npz file has no member {name!r}; its members are {names}.",
+                    usage=True,
+                )
+            try:
+                headers[name] = _npz_header(archive, name + ".npy")
+            except Exception as error:  # noqa: BLE001 - an untrusted header fails many ways
+                raise InputError(
+                    f"{path}: member {name!r} is not a readable numpy array ({error})."
+                ) from None
+            shape, _, dtype = headers[name]
+            if dtype.hasobject:
+                raise InputError(
+                    f"{path}: member {name!r} holds Python objects (dtype object), which are "
+                    f"not read because loading them would run pickle."
+                )
+            if not shape or math.prod(shape) >= 2**62:
+                raise InputError(f"{path}: member {name!r} has shape {shape}; expected rows.")
+        counts = {headers[name][0][0] for name in members}
+        if len(counts) > 1:
+            described = ", ".join(f"{name!r} {headers[name][0]}" for name in members)
+            raise InputError(
+                f"{path}: the members have different numbers of rows ({described}).", usage=True
+            )
+        total = counts.pop() if counts else 0
+        readers: dict[str, _MemberReader] = {}
+        try:
+            for name in members:
+                shape, fortran, dtype = headers[name]
+                readers[name] = _MemberReader(path, archive, name, shape, fortran, dtype, "C")
+            for start in range(0, total, rows):
+                count = min(rows, total - start)
+                block = {}
+                for name in members:
+                    shape = headers[name][0]
+                    width = math.prod(shape[1:])
+                    values = readers[name].read(start * width, count * width)
+                    block[name] = values.reshape((count, *shape[1:]))
+                yield block
+        finally:
+            for reader in readers.values():
+                reader.close()
+
+
+def npz_member_shapes(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """``{member: (shape, dtype)}`` of an .npz file, from the members' headers alone."""
+    path = Path(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, NotImplementedError) as error:
+        raise InputError(f"{path}: not a readable .npz file ({error}).") from None
+    shapes = {}
+    with archive:
+        for member in archive.namelist():
+            if not member.endswith(".npy"):
+                continue
+            try:
+                shape, _, dtype = _npz_header(archive, member)
+            except Exception as error:  # noqa: BLE001 - an untrusted header fails many ways
+                raise InputError(
+                    f"{path}: member {member!r} is not a readable numpy array ({error})."
+                ) from None
+            shapes[member[:-4]] = (shape, dtype)
+    return shapes
+
+
 # ---------------------------------------------------------------------- column selection
 @dataclass
 class Selection:
@@ -1277,6 +1371,34 @@ def read_confusion(
     return builder.finish()
 
 
+def _fractional(text: str) -> bool:
+    """Whether ``text`` is a finite number with a fractional part (``"0.7"``, not ``"2.0"``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(value) and value != int(value)
+
+
+def _scores_hint(source: Source, column: str, selection: Selection) -> str:
+    """The end of a message about fractional labels: they are class scores, read with
+    ``--scores`` (a pattern guessed from the float columns), not with ``--labels str``."""
+    floats = [
+        name
+        for name in source.columns
+        if source.kinds.get(name) == "float" and name not in (selection.truth, selection.weight)
+    ]
+    if column not in floats:
+        floats.append(column)
+    prefix = os.path.commonprefix(floats) if len(floats) > 1 else ""
+    pattern = f"{prefix}*" if prefix else column
+    return (
+        f". If the file holds class scores (probabilities or logits, one column per class), "
+        f"read them with `--scores '{pattern}'` (and `--true` for the truth column if it is "
+        f"not `y_true`); `--labels str` would count every distinct score as a class."
+    )
+
+
 def _parse_ignore(ignore: str) -> int | None:
     """``ignore`` as an int64 label, or None when it is not an integer."""
     try:
@@ -1432,6 +1554,18 @@ class _Builder:
 
     def _codes(self, column: Any, name: str, start: int, ignore: str | None) -> np.ndarray:
         assert isinstance(column, Coded) and self.registry is not None
+        if self.source.kinds.get(name) == "float":
+            # numbers with a fraction read as names (`--labels str`): scores, not classes
+            for code, text in enumerate(column.dictionary):
+                if _fractional(text):
+                    row = int(np.flatnonzero(column.codes == code)[0])
+                    where = self.source.where(start + row)
+                    raise InputError(
+                        f"{self.source.path}: column {name!r}, {where}: {text!r} is a "
+                        f"fractional number, not a class name"
+                        f"{_scores_hint(self.source, name, self.selection)}",
+                        usage=True,
+                    )
         try:
             mapping = self.registry.codes(column.dictionary, ignore)
         except TooManyClasses as error:
@@ -1482,10 +1616,17 @@ class _Builder:
         value = values[bad[0]].item()
         truth = name == self.selection.truth and ignore is None
         void = f"`--ignore {value}` if it marks void pixels or rows without a label"
-        if isinstance(value, float) and (value != value or value != int(value)):
+        if isinstance(value, float) and value != value:
+            message = (
+                f"label {value!r} is missing (NaN); integer labels must be class indices "
+                f"0, 1, 2, ...: drop or fill the rows without a label."
+            )
+        elif isinstance(value, float) and value != int(value):
+            # a fractional number is a score, not a name: `--labels str` would count each
+            # distinct score as a class
             message = (
                 f"label {value!r} is not a whole number; integer labels must be class "
-                f"indices 0, 1, 2, ... (pass `--labels str` to read labels as names)."
+                f"indices (0, 1, 2, ...){_scores_hint(self.source, name, self.selection)}"
             )
         elif value < 0:
             message = (

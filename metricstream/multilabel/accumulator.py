@@ -1285,9 +1285,10 @@ def read_multilabel_csv(
     weights (fractional weights make the accumulator ``weighted``).
 
     At most ``max_labels`` labels are read (a label index or a number of names beyond it is
-    refused before anything is allocated). The file is read twice — once for the label vocabulary and the kind of weights, once to
-    count in chunks of 65,536 rows — so memory is bounded by the vocabulary and one chunk,
-    whatever the file's length (a stream that cannot seek is held in memory instead).
+    refused before anything is allocated). The file is read twice — once for the label
+    vocabulary and the kind of weights, once to count in chunks of 65,536 rows — so memory is
+    bounded by the vocabulary and one chunk, whatever the file's length (a stream that cannot
+    seek is held in memory instead).
 
     Example:
         >>> import io
@@ -1452,8 +1453,7 @@ def read_multilabel_npz(
             (name_shape, name_dtype) = shapes["label_names"]
             if len(name_shape) != 1 or name_shape[0] != true_shape[1]:
                 raise ValueError(
-                    f"member 'label_names' must hold {true_shape[1]} names, got shape "
-                    f"{name_shape}."
+                    f"member 'label_names' must hold {true_shape[1]} names, got shape {name_shape}."
                 )
             (block,) = iter_npz_rows(path, ["label_names"], max(1, name_shape[0]))
             names = [str(name) for name in block["label_names"]]
