@@ -1,0 +1,201 @@
+"""The counts of one accumulator kept on a torch device, and the device-side error record.
+
+Each host state array has a flat device twin with one spare cell at its end: rows that must not
+count (ignored, invalid, or in a batch that holds an invalid value) are sent there instead of
+being branched around, so an update is a fixed sequence of tensor operations with no host sync.
+The spare cells are dropped when the counts come to the host.
+
+The error record is a small int64 tensor on the same device:
+
+====  =====================================================================
+0     how many bad values were seen since the last read
+1     the device update (0-based, since creation or ``reset``) of the first
+2     what was wrong with it (``BAD_*`` below)
+3     its flat position in that batch
+4     its value: int64, or the bits of a float64 (see ``FLOAT_VALUE``)
+====  =====================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+BAD_TRUE = 1  # y_true: a label outside [0, K), fractional or NaN
+BAD_PRED = 2  # y_pred: a label outside [0, K), fractional or NaN
+BAD_SCORE = 3  # y_pred: a NaN score
+BAD_WEIGHT = 4  # weights: negative, infinite, NaN, or fractional for integer counts
+FLOAT_VALUE = 8  # added to the code when the value is a float64's bits
+
+_RECORD_SIZE = 5
+_INT64_MAX = 2**63 - 1
+
+_WHAT = {
+    BAD_TRUE: "`y_true` holds label {value}",
+    BAD_PRED: "`y_pred` holds label {value}",
+    BAD_SCORE: "`y_pred` (scores) holds {value}",
+    BAD_WEIGHT: "`weights` holds {value}",
+}
+
+
+class DeviceState:
+    """Device twins of an accumulator's state arrays, filled by device updates.
+
+    ``flush_into`` (called by the accumulator under its lock before any read) adds them into
+    the host arrays with one device-to-host copy and zeroes them; ``reset`` zeroes them.
+    """
+
+    def __init__(self, device: torch.device, arrays: dict[str, np.ndarray], rules: str) -> None:
+        self.device = device
+        self.names = list(arrays)
+        self.shapes = {name: array.shape for name, array in arrays.items()}
+        self.tensors = {
+            name: torch.zeros(
+                array.size + 1,
+                dtype=torch.int64 if array.dtype.kind == "i" else torch.float64,
+                device=device,
+            )
+            for name, array in arrays.items()
+        }
+        self.record = torch.zeros(_RECORD_SIZE, dtype=torch.int64, device=device)
+        # Device updates so far, kept on the device: a Python counter would be a constant that
+        # changes every step, and torch.compile would trace the step anew each time.
+        self.batches = torch.zeros((), dtype=torch.int64, device=device)
+        # What a valid label or weight is, for the error message (e.g. "labels must be ...").
+        self.rules = rules
+        # Whether anything was counted since the last flush (host flag: skip empty flushes).
+        self.dirty = False
+
+    # ------------------------------------------------------------------ counting (no sync)
+    def note_errors(self, code: torch.Tensor, value_bits: torch.Tensor) -> torch.Tensor:
+        """Record the bad rows of one batch; return the 0-d bool "the batch is clean".
+
+        ``code``: int64 per row, 0 for a good row, else ``BAD_*`` (+ ``FLOAT_VALUE``);
+        ``value_bits``: int64 per row, the offending value (a float64's bits when flagged).
+        """
+        bad = code != 0
+        count = bad.sum()
+        first = bad.to(torch.uint8).argmax()  # the first bad row (0 when there is none)
+        record = self.record
+        is_first = (record[0] == 0) & (count > 0)
+        new = torch.stack((self.batches, code[first], first, value_bits[first]))
+        record[1:] = torch.where(is_first, new, record[1:])
+        record[0] += count
+        return count == 0
+
+    def add(self, name: str, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """``state[name].flat[keys] += values`` (the spare cell takes rows left out)."""
+        self.tensors[name].index_add_(0, keys, values)
+
+    def commit(self, acc: Any, count: Callable[[], None]) -> None:
+        """Run ``count`` (the tensor operations of one update) under the accumulator's lock,
+        then number the batch and invalidate the views; no sync.
+
+        The lock orders the operations against a flush from another thread (a device runs a
+        thread's operations in the order they were issued). A compiled step cannot take a
+        Python lock: there, the caller keeps one thread per accumulator.
+        """
+        if torch.compiler.is_compiling():
+            count()
+            self._counted(acc)
+        else:
+            with acc._lock:
+                count()
+                self._counted(acc)
+
+    def _counted(self, acc: Any) -> None:
+        self.batches += 1
+        self.dirty = True
+        acc._changed()
+
+    # ------------------------------------------------------------------ reading (one copy)
+    def flush_into(self, acc: Any, host_arrays: dict[str, np.ndarray]) -> None:
+        """Add the device counts into ``host_arrays`` (one copy), zero them, then raise the
+        recorded error if a bad value was seen (the host then holds the valid batches)."""
+        if not self.dirty:
+            return
+        parts = [self.tensors[name][:-1].view(torch.int64) for name in self.names]
+        packed = torch.cat([*parts, self.record]).cpu().numpy()
+        for tensor in self.tensors.values():
+            tensor.zero_()
+        self.record.zero_()
+        self.dirty = False
+        offset = 0
+        incoming = {}
+        for name in self.names:
+            array = host_arrays[name]
+            chunk = packed[offset : offset + array.size]
+            offset += array.size
+            incoming[name] = chunk.view(array.dtype).reshape(array.shape)
+        record = packed[offset:]
+        sums = {}
+        for name, array in host_arrays.items():
+            add = incoming[name]
+            if array.dtype.kind == "i":
+                if bool((add > _INT64_MAX - array).any()) or (
+                    float(array.sum(dtype=np.float64)) + float(add.sum(dtype=np.float64))
+                    >= 2.0**63
+                ):
+                    raise ValueError(
+                        f"the counts of {type(acc).__name__} state array {name!r} would pass "
+                        f"2**63 - 1 with what was counted on {self.device}; those counts were "
+                        f"dropped and the host state is unchanged."
+                    )
+                sums[name] = array + add
+            else:
+                total = array + add
+                if not np.isfinite(total).all():
+                    raise ValueError(
+                        f"the float64 sums of {type(acc).__name__} state array {name!r} would "
+                        f"become infinite with what was counted on {self.device}; those sums "
+                        f"were dropped and the host state is unchanged."
+                    )
+                sums[name] = total
+        for name, total in sums.items():
+            host_arrays[name][...] = total
+        acc._changed()
+        if record[0]:
+            raise self.error(record)
+
+    def error(self, record: np.ndarray) -> ValueError:
+        """The ``ValueError`` describing a (host copy of the) error record."""
+        count, batch, code, position, bits = (int(v) for v in record)
+        kind = code & ~FLOAT_VALUE
+        if code & FLOAT_VALUE:
+            value: Any = float(np.array(bits, dtype=np.int64).view(np.float64))
+        else:
+            value = bits
+        what = _WHAT.get(kind, "an input holds {value}").format(value=repr(value))
+        rule = {
+            BAD_TRUE: self.rules,
+            BAD_PRED: self.rules,
+            BAD_SCORE: "the predicted class of that sample is undefined",
+            BAD_WEIGHT: "weights must be finite and non-negative (whole numbers unless the "
+            "accumulator is `weighted`)",
+        }.get(kind, "it is not valid")
+        plural = "value was" if count == 1 else "values were"
+        return ValueError(
+            f"{count} bad {plural} seen on {self.device} and left out of the counts. The first: "
+            f"{what} at flat position {position} of device batch {batch} (0-based, counting "
+            f"the device updates of this accumulator), but {rule}. Every batch holding a bad "
+            f"value was left out; the state holds the other batches. (The device path checks "
+            f"without waiting for the device; `metricstream.device.eager(True)` raises at "
+            f"`update` instead.)"
+        )
+
+    def check_now(self) -> None:
+        """Eager mode: raise at once if the error record is set (one sync), clearing it."""
+        record = self.record.cpu().numpy()
+        if record[0]:
+            self.record.zero_()
+            raise self.error(record)
+
+    def reset(self) -> None:
+        for tensor in self.tensors.values():
+            tensor.zero_()
+        self.record.zero_()
+        self.batches.zero_()
+        self.dirty = False
