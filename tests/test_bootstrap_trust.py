@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from metricstream import (
+    Accumulator,
     AccumulatorGroup,
     BootstrapConfusionAccumulator,
     ConfusionAccumulator,
@@ -430,3 +431,53 @@ def test_a_dask_reduction_passes_cluster_ids() -> None:
     )
     alone = BootstrapConfusionAccumulator(K, 16, seed=2).update(truth, pred, cluster_ids=ids)
     assert result == alone
+
+
+# ---------------------------------------------------------------------------- groups, cheaply
+class _RefusingMember(Accumulator):
+    """A member that accepts every batch and then refuses to count it (fails after the others
+    have counted)."""
+
+    def __init__(self) -> None:
+        super().__init__({"n": ((1,), np.int64)})
+
+    def config(self) -> dict:
+        return {}
+
+    def _prepare(self, y_true: object, y_pred: object, weights: object = None) -> None:
+        return None
+
+    def _count(self, arrays: dict, batch: None) -> None:
+        raise ValueError("refused on purpose; nothing was counted")
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["counts", "weights"])
+@pytest.mark.parametrize("form", ["one cluster", "per sample", "per item", "anonymous"])
+def test_a_group_that_fails_later_leaves_a_bootstrap_member_bit_identical(
+    form: str, weighted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Integer members are undone by subtracting what was added (no copy of the state);
+    weighted ones are restored from a copy. Either way bit for bit."""
+    import metricstream.bootstrap.accumulator as module
+
+    monkeypatch.setattr(module, "ITEM_MIN_SAMPLES", 1)
+    truth, pred = _images(6)
+    weights = np.random.default_rng(2).random(truth.shape) if weighted else None
+    ids = {"one cluster": 4, "per sample": np.arange(truth.size).reshape(truth.shape) // 7}
+    ids |= {"per item": np.array([3, 1, 3, 0, 2, 2]), "anonymous": None}
+    boot = BootstrapConfusionAccumulator(K, 12, seed=1, weighted=weighted)
+    boot.update(truth, pred, weights, cluster_ids=ids[form])  # something to undo back to
+    group = AccumulatorGroup(boot=boot, last=_RefusingMember())
+    before = boot.state_arrays()
+    with pytest.raises(ValueError, match="nothing was counted"):
+        group.update(truth, pred, weights, cluster_ids=ids[form])
+    after = boot.state_arrays()
+    assert all(np.array_equal(before[n], after[n]) for n in before)
+    # and the undo is what the accumulator uses: count then uncount is the identity
+    batch = boot._prepare(truth, pred, weights, cluster_ids=ids[form])
+    with boot.exclusive_state() as arrays:
+        boot._count(arrays, batch)
+        assert not np.array_equal(arrays["replicates"], before["replicates"])
+        boot._uncount(arrays, batch)
+        if not weighted:
+            assert all(np.array_equal(before[n], arrays[n]) for n in before)

@@ -567,6 +567,7 @@ def add_clusters(
     scratch,
     touched,
     scan,
+    sign,
 ):
     """Add each sample to the replicates with its cluster's Poisson(1) weight.
 
@@ -577,7 +578,8 @@ def add_clusters(
     a cluster rather than O(B) per sample. With ``scan`` (long runs, small K) the cells are
     not tracked while counting — the increments then have no branch, measured 2-3x faster —
     and a flush scans all K² cells instead. The labels must already be validated (the main
-    matrix counts them). Returns the number of runs.
+    matrix counts them). ``sign`` -1 subtracts what +1 added (an exact undo of integer counts).
+    Returns the number of runs.
     """
     n = y_true.shape[0]
     num_items = cluster_ids.shape[0]
@@ -595,12 +597,12 @@ def add_clusters(
                 for cell in range(scratch.shape[0]):
                     if scratch[cell] != 0:
                         touched[num_touched] = cell
-                        values[num_touched] = scratch[cell]
+                        values[num_touched] = sign * scratch[cell]
                         scratch[cell] = 0
                         num_touched += 1
             else:
                 for m in range(num_touched):
-                    values[m] = scratch[touched[m]]
+                    values[m] = sign * scratch[touched[m]]
                     scratch[touched[m]] = 0
             _cluster_weights(current, k1, k2, legacy, wts)
             _flush(touched, values, num_touched, wts, replicates)

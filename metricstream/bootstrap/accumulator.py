@@ -548,25 +548,58 @@ class BootstrapConfusionAccumulator(Accumulator):
             )
 
     def _count(self, arrays: dict[str, np.ndarray], batch: _ClusterBatch) -> None:
-        matrix, replicates = arrays["matrix"], arrays["replicates"]
-        flat = replicates.reshape(self._n_resamples, -1)
         # Checked here, under the lock, against the live matrix; the kernels' own cell limit
         # then never binds (it is the dtype's largest value).
-        self._check_room(matrix, batch.local)
+        self._check_room(arrays["matrix"], batch.local)
+        self._add(arrays, batch, 1)
+
+    def _uncount(self, arrays: dict[str, np.ndarray], batch: _ClusterBatch) -> None:
+        # The same weights (a hash of the batch's keys) times the negated counts: integer
+        # counts come back exactly. (Float sums may not; see _count_undoable.)
+        self._add(arrays, batch, -1)
+
+    def _count_undoable(self, batch: Any) -> Callable[[], None]:
+        if self._weighted:
+            # Subtracting float products does not give the old sums back bit for bit: restore a
+            # copy (the base's way for states without an exact undo).
+            backup = {name: array.copy() for name, array in self._arrays.items()}
+            self._count_finite(batch)
+
+            def restore() -> None:
+                for name, array in backup.items():
+                    self._arrays[name][...] = array
+
+            return restore
+        return super()._count_undoable(batch)  # counts, then _uncount: no copy of the state
+
+    def _add(self, arrays: dict[str, np.ndarray], batch: _ClusterBatch, sign: int) -> None:
+        """Add ``sign`` times the batch: the main matrix gets its counts and every replicate
+        each cluster's counts times the cluster's weight."""
+        matrix, replicates = arrays["matrix"], arrays["replicates"]
+        flat = replicates.reshape(self._n_resamples, -1)
         limit = _INT64_MAX if matrix.dtype.kind == "i" else np.inf
         if batch.key is not None:
             key = np.uint64(batch.key)
-            _k.add_cluster_matrix(
-                batch.local, key, *self._keys, self._legacy, flat, matrix, True, limit
-            )
+            local = batch.local if sign > 0 else -batch.local
+            _k.add_cluster_matrix(local, key, *self._keys, self._legacy, flat, matrix, True, limit)
             return
-        matrix += batch.local
+        if sign > 0:
+            matrix += batch.local
+        else:
+            matrix -= batch.local
         if batch.items is not None:
             # The main matrix got the whole batch's counts, summed as a ConfusionAccumulator
             # sums them (float weights: the same rounding); the replicates get the items.
             for key, counts in batch.items:
                 _k.add_cluster_matrix(
-                    counts, np.uint64(key), *self._keys, self._legacy, flat, matrix, False, limit
+                    counts if sign > 0 else -counts,
+                    np.uint64(key),
+                    *self._keys,
+                    self._legacy,
+                    flat,
+                    matrix,
+                    False,
+                    limit,
                 )
             return
         scratch = np.zeros(self._num_classes**2, dtype=matrix.dtype)
@@ -592,6 +625,7 @@ class BootstrapConfusionAccumulator(Accumulator):
             scratch,
             touched,
             scan,
+            sign,
         )
 
     # ------------------------------------------------------------------ views
