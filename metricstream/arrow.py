@@ -47,7 +47,7 @@ __all__ = ["to_numpy", "update", "update_from_table", "record_batches"]
 INSTALL_HINT = 'pip install "metricstream[arrow]"'
 
 Nulls = Literal["raise", "skip"]
-T = TypeVar("T", Accumulator, AccumulatorGroup)
+T = TypeVar("T", bound="Accumulator | AccumulatorGroup")
 
 
 def _import_pyarrow() -> Any:
@@ -391,7 +391,7 @@ def _count_stretches(
 ) -> T:
     # Count into an empty twin and merge it at the end: one merge makes the whole stream
     # atomic (a bad row in the last batch leaves `target` as it was).
-    twin = None
+    twin: Any = None
     for start, arrays in stretches:
         if twin is None:
             twin = target.copy().reset()
@@ -411,9 +411,10 @@ def _count_arrays(acc: Any, start: int, arrays: dict[str, Any], names: Any, null
                 f"`{key}` holds a null at row {start + _first_null(array)}; nulls are never "
                 f"counted. Pass `nulls='skip'` to drop rows with a null, or fill them first."
             )
-        valid = None
-        for array in arrays.values():
-            valid = array.is_valid() if valid is None else pc.and_(valid, array.is_valid())
+        masks = [array.is_valid() for array in arrays.values()]
+        valid = masks[0]
+        for mask in masks[1:]:
+            valid = pc.and_(valid, mask)
         rows = np.flatnonzero(valid.to_numpy(zero_copy_only=False)) + start
         arrays = {key: array.filter(valid) for key, array in arrays.items()}
         if not len(rows):
@@ -513,7 +514,7 @@ def update_from_table(
     """
     _check_target(target)
     _check_nulls(nulls)
-    pred_columns = [y_pred] if isinstance(y_pred, str) else list(y_pred)
+    pred_columns: list[str] = [y_pred] if isinstance(y_pred, str) else list(y_pred)
     if not pred_columns:
         raise ValueError("`y_pred` names no column; give one column name (or one per class).")
     wanted = [y_true, *pred_columns] + ([weights] if weights is not None else [])

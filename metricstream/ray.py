@@ -44,7 +44,7 @@ __all__ = ["MetricAggregate", "aggregate", "confusion", "scores"]
 
 INSTALL_HINT = 'pip install "metricstream[ray]"'
 
-T = TypeVar("T", Accumulator, AccumulatorGroup)
+T = TypeVar("T", bound="Accumulator | AccumulatorGroup")
 Recipe = tuple[Any, ...]
 
 
@@ -89,6 +89,7 @@ class MetricAggregate(AggregateFnV2):
         self._columns = (y_true, y_pred if isinstance(y_pred, str) else list(y_pred), weights)
         self._class_names = None if class_names is None else list(class_names)
         self._nulls = nulls
+        self.output_name: str = name
         # The zero is b"" (no state yet): an empty score state would be megabytes of zeros.
         super().__init__(name, zero_factory=bytes, on=None, ignore_nulls=False)
 
@@ -149,7 +150,8 @@ def aggregate(
     like ``template``: ``ds.aggregate(MetricAggregate(...))``, unwrapped. Arguments as
     :class:`MetricAggregate`."""
     agg = MetricAggregate(template, y_true, y_pred, weights, class_names=class_names, nulls=nulls)
-    return agg.result(ds.aggregate(agg)[agg.name])
+    result: T = agg.result(ds.aggregate(agg)[agg.output_name])
+    return result
 
 
 def confusion(

@@ -47,7 +47,7 @@ __all__ = ["accumulate", "confusion", "multilabel", "scores"]
 
 INSTALL_HINT = 'pip install "metricstream[spark]"'
 
-T = TypeVar("T", Accumulator, AccumulatorGroup)
+T = TypeVar("T", bound="Accumulator | AccumulatorGroup")
 Merge = Literal["auto", "driver", "tree"]
 
 # One state at least this large is merged on the cluster by default (a 181-class int64 matrix).
@@ -112,7 +112,7 @@ def accumulate(
         raise ValueError(f"`fan_in` must be an int of at least 2, got {fan_in!r}.")
     if nulls not in ("raise", "skip"):
         raise ValueError(f"`nulls` must be 'raise' or 'skip', got {nulls!r}.")
-    pred_columns = [y_pred] if isinstance(y_pred, str) else list(y_pred)
+    pred_columns: list[str] = [y_pred] if isinstance(y_pred, str) else list(y_pred)
     wanted = [y_true, *pred_columns] + ([weights] if weights is not None else [])
     missing = [c for c in wanted if c not in df.columns]
     if missing:
@@ -216,10 +216,11 @@ def scores(
     ``weighted`` defaults to whether ``weights`` is given. ``class_names`` maps string labels to
     indices.
 
-    Spark's ``BinaryClassificationMetrics(..., numBins=0).areaUnderROC()`` equals
-    ``auroc()`` when the scores are exact in the histogram (``exact()``, e.g. float16 or
-    16-bit-quantized probabilities); its ``areaUnderPR()`` is the trapezoidal area under the PR
-    curve, not the average precision (the step area that ``average_precision()`` and
+    Spark's ``BinaryClassificationMetrics(...).areaUnderROC`` equals ``auroc()`` when the
+    scores are exact in the histogram (``exact()``, e.g. float16 probabilities) and Spark does
+    not bin them (fewer than ``2 * numBins`` = 2000 distinct scores; beyond, Spark's area is
+    approximate and this one stays exact); its ``areaUnderPR`` is the trapezoidal area under
+    the PR curve, not the average precision (the step area that ``average_precision()`` and
     scikit-learn compute).
     """
     options.setdefault("weighted", weights is not None)

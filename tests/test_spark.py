@@ -155,8 +155,10 @@ def test_binary_auroc_and_pr_equal_binary_classification_metrics(spark, weighted
     rng = np.random.default_rng(1)
     n = 4000
     y = (rng.random(n) < 0.3).astype(np.float64)
-    # 16-bit (float16) probabilities: every one is its bin's value, so the histogram is exact.
-    s = np.clip(rng.normal(0.35 + 0.3 * y, 0.2), 0, 1).astype(np.float16).astype(np.float64)
+    # Multiples of 2**-10: every one is its bin's value (the histogram is exact), and there
+    # are at most 1025 distinct scores, too few for PySpark's BinaryClassificationMetrics to
+    # bin them (it groups consecutive scores when there are 2 * 1000 or more).
+    s = np.round(np.clip(rng.normal(0.35 + 0.3 * y, 0.2), 0, 1) * 1024) / 1024
     w = rng.integers(1, 5, n) / 2.0
     data = {"label": y, "score": s, "weight": w}
     df = spark.createDataFrame(pd.DataFrame(data)).repartition(5)
@@ -169,7 +171,6 @@ def test_binary_auroc_and_pr_equal_binary_classification_metrics(spark, weighted
         ),
     )
     columns = ["score", "label"] + (["weight"] if weighted else [])
-    # PySpark's BinaryClassificationMetrics does not bin (numBins=0 on the JVM).
     reference = BinaryClassificationMetrics(df.select(*columns).rdd.map(tuple))
     assert acc.auroc() == pytest.approx(reference.areaUnderROC, rel=1e-12)
     # Spark's areaUnderPR: trapezoids over (recall, precision) from (0, first precision).
