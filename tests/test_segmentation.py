@@ -792,3 +792,40 @@ def test_cli_hook_prints_both_aggregations(tmp_path, monkeypatch, capsys):
     close(data["per_image"]["image"]["miou"], acc.iou("image"))
     assert cli.main(["report", str(path), "--ignore", "255"]) == 0
     assert "per image" not in capsys.readouterr().out
+
+
+def test_tiles_of_an_image_streamed_through_its_matrix():
+    truth, pred = masks(14, images=3, shape=(12, 10), k=4)
+    whole = SegmentationAccumulator(4, ignore_index=VOID).update(truth, pred)
+    tiled = SegmentationAccumulator(4, ignore_index=VOID)
+    for b in range(3):
+        tiles = ConfusionAccumulator(4, ignore_index=VOID)
+        for rows in (slice(0, 5), slice(5, 12)):  # two tiles of image b, in two updates
+            for cols in (slice(0, 4), slice(4, 10)):
+                tiles.update(truth[b, rows, cols], pred[b, rows, cols])
+        tiled.update_from_matrices(tiles.matrix)
+    assert tiled == whole
+    stacked = np.stack(
+        [
+            ConfusionAccumulator(4, ignore_index=VOID).update(t, p).matrix
+            for t, p in zip(truth, pred, strict=True)
+        ]
+    )
+    assert SegmentationAccumulator(4, ignore_index=VOID).update_from_matrices(stacked) == whole
+    assert (
+        SegmentationAccumulator(4, ignore_index=VOID).update_from_matrices(
+            stacked.astype(np.float64)
+        )
+        == whole
+    )
+    before = tiled.state_arrays()
+    for bad, error, match in (
+        (np.zeros((3, 3)), ValueError, r"\(4, 4\) or \(B, 4, 4\)"),
+        (-np.ones((4, 4)), ValueError, "non-negative"),
+        (np.full((4, 4), 0.5), ValueError, "whole numbers"),
+        (np.full((4, 4), "a"), TypeError, "counts"),
+    ):
+        with pytest.raises(error, match=match):
+            tiled.update_from_matrices(bad)
+    after = tiled.state_arrays()
+    assert all(np.array_equal(before[name], after[name]) for name in before)

@@ -37,7 +37,7 @@ _SCALE = float(2**FIXED_BITS)
 _LOW_MASK = (1 << HALF_BITS) - 1
 
 # Where the predictions come from (``mode`` of ``count_images``).
-LABELS, CHANNELS_FIRST, CHANNELS_LAST = 0, 1, 2
+LABELS, CHANNELS_FIRST, CHANNELS_LAST, MATRICES = 0, 1, 2, 3
 
 # Rows of the per-class count state.
 BOTH_ABSENT, PRED_ONLY, TRUTH_ONLY, PRESENT = 0, 1, 2, 3
@@ -322,6 +322,7 @@ def count_images(
     y_true,
     y_pred,
     scores,
+    matrices,
     mode,
     has_ignore,
     ignore,
@@ -341,7 +342,9 @@ def count_images(
 
     ``y_true`` is ``(B, P)`` labels; predictions are ``y_pred`` ``(B, P)`` labels (``mode``
     LABELS), or the argmax of ``scores``, ``(B, K, P)`` (CHANNELS_FIRST) or ``(B, P, K)``
-    (CHANNELS_LAST); the unused one is an empty placeholder. ``matrix`` is K×K (rows true).
+    (CHANNELS_LAST); the unused one is an empty placeholder. With MATRICES, the images are
+    given by their own K×K matrices instead, ``matrices`` ``(B, K, K)`` int64 (rows true; the
+    tiles of an image counted elsewhere). ``matrix`` is K×K (rows true).
     Returns ``(status, image, pixel)``: OK, or the first bad true label, predicted label or NaN
     score, in stream order.
     """
@@ -362,6 +365,28 @@ def count_images(
     use_scores = mode != LABELS
     channels_last = mode == CHANNELS_LAST
     pixels = y_true.shape[1]
+    if mode == MATRICES:
+        # One kernel for both entry points: a second function would compile its own copy of
+        # `_per_image` on a cold machine.
+        for b in range(start, stop):
+            image_matrix[:] = matrices[b].reshape(-1)
+            _per_image(
+                image_matrix,
+                k,
+                background,
+                matrix,
+                class_counts,
+                iou_sums,
+                dice_sums,
+                accuracy_sums,
+                image_counts,
+                image_sums,
+                images,
+                inter,
+                truth,
+                pred,
+            )
+        return OK, 0, 0
     for b in range(start, stop):
         labels = y_true[b]
         since_fold = 0

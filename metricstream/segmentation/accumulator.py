@@ -43,6 +43,7 @@ _EMPTY_PLACEHOLDER: dict[np.dtype, np.ndarray] = {
     np.dtype(np.int64): np.empty((0, 0), dtype=np.int64),
 }
 _NO_SCORES = np.empty((0, 0, 0), dtype=np.float32)
+_NO_MATRICES = np.empty((0, 0, 0), dtype=np.int64)
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -72,6 +73,11 @@ class _Batch:
     image_shape: tuple[int, ...]
     class_axis: int
     ignore: int | None  # the kernel's ignore value (None: no pixel is ignored)
+
+
+@dataclass(frozen=True)
+class _Matrices:
+    matrices: np.ndarray  # (B, K, K) int64, C-contiguous: each image's own confusion matrix
 
 
 def _state_specs(k: int) -> dict[str, tuple[tuple[int, ...], Any]]:
@@ -362,7 +368,53 @@ class SegmentationAccumulator(Accumulator):
         narrow[array == ignore] = 255
         return narrow, 255
 
-    def _count(self, arrays: dict[str, np.ndarray], batch: _Batch) -> None:
+    def update_from_matrices(self, matrices: Any) -> SegmentationAccumulator:
+        """Count images given by their own K×K confusion matrices (rows true, columns
+        predicted, ``ignore_index`` pixels already left out); returns ``self``.
+
+        ``matrices`` is ``(K, K)`` for one image or ``(B, K, K)``, of non-negative whole
+        counts. This is how the tiles of an image too large for one array are streamed: count
+        its tiles into a ``ConfusionAccumulator`` (any split is fine there), then add that
+        image with ``update_from_matrices(tiles.matrix)``. Each image adds exactly what
+        :meth:`update` adds for the same pixels. A bad matrix raises and counts nothing.
+        """
+        batch = self._prepare_matrices(matrices)
+        with self._lock:
+            self._count(self._arrays, batch)
+            self._changed()
+        return self
+
+    def _prepare_matrices(self, matrices: Any) -> _Matrices:
+        array = _read(matrices, "matrices")
+        k = self._num_classes
+        if array.ndim == 2:
+            array = array[None]
+        if array.ndim != 3 or array.shape[1:] != (k, k):
+            raise ValueError(
+                f"`matrices` must be ({k}, {k}) or (B, {k}, {k}) confusion matrices, got shape "
+                f"{array.shape}."
+            )
+        if array.dtype.kind == "f":
+            if not np.isfinite(array).all() or not np.array_equal(array, np.round(array)):
+                bad = np.argwhere(~np.isfinite(array) | (array != np.round(array)))[0]
+                raise ValueError(
+                    f"`matrices` holds {array[tuple(bad)].item()!r} at {tuple(int(i) for i in bad)}"
+                    f"; counts must be whole numbers."
+                )
+        elif array.dtype.kind not in "biu":
+            raise TypeError(f"`matrices` must hold counts, got dtype {array.dtype}.")
+        if array.size and (array < 0).any():
+            bad = np.argwhere(array < 0)[0]
+            raise ValueError(
+                f"`matrices` holds {array[tuple(bad)].item()!r} at {tuple(int(i) for i in bad)}; "
+                f"counts are non-negative."
+            )
+        totals = array.reshape(array.shape[0], -1).sum(axis=1, dtype=np.float64)
+        if totals.size and totals.max() >= 2.0**62:
+            raise ValueError("`matrices` holds an image of 2**62 or more pixels, beyond int64.")
+        return _Matrices(np.ascontiguousarray(array, dtype=np.int64))
+
+    def _count(self, arrays: dict[str, np.ndarray], batch: _Batch | _Matrices) -> None:
         parts = self._run(batch)
         # Commit only when every array stays within int64 (all state is non-negative).
         for name, part in parts.items():
@@ -375,8 +427,29 @@ class SegmentationAccumulator(Accumulator):
         for name, part in parts.items():
             arrays[name] += part
 
-    def _run(self, batch: _Batch) -> dict[str, np.ndarray]:
+    def _run(self, batch: _Batch | _Matrices) -> dict[str, np.ndarray]:
         """The batch's state, counted into fresh arrays (threads take whole images)."""
+        if isinstance(batch, _Matrices):
+            specs = _state_specs(self._num_classes)
+            part = {name: np.zeros(shape, dtype=dtype) for name, (shape, dtype) in specs.items()}
+            background = -1 if self._background is None else self._background
+            labels = _EMPTY_PLACEHOLDER[
+                np.dtype(np.uint8 if self._num_classes <= 255 else np.int64)
+            ]
+            _k.count_images(
+                labels,
+                labels,
+                _NO_SCORES,
+                batch.matrices,
+                _k.MATRICES,
+                False,
+                np.int64(0),
+                background,
+                0,
+                batch.matrices.shape[0],
+                *part.values(),
+            )
+            return part
         has_ignore = batch.ignore is not None
         ignore_value = np.int64(0 if batch.ignore is None else batch.ignore)
         background = -1 if self._background is None else self._background
@@ -395,6 +468,7 @@ class SegmentationAccumulator(Accumulator):
                 batch.truth,
                 batch.pred,
                 batch.scores,
+                _NO_MATRICES,
                 batch.mode,
                 has_ignore,
                 ignore_value,
