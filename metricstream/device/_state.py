@@ -48,17 +48,18 @@ class DeviceState:
     the host arrays with one device-to-host copy and zeroes them; ``reset`` zeroes them.
     """
 
-    def __init__(self, device: torch.device, arrays: dict[str, np.ndarray], rules: str) -> None:
+    def __init__(
+        self, device: torch.device, sizes: dict[str, tuple[int, bool]], rules: str
+    ) -> None:
+        """``sizes``: per state array, its number of cells and whether it counts in int64
+        (else float64); given by the family, as a compiled step cannot read numpy arrays."""
         self.device = device
-        self.names = list(arrays)
-        self.shapes = {name: array.shape for name, array in arrays.items()}
+        self.names = list(sizes)
         self.tensors = {
             name: torch.zeros(
-                array.size + 1,
-                dtype=torch.int64 if array.dtype.kind == "i" else torch.float64,
-                device=device,
+                size + 1, dtype=torch.int64 if integral else torch.float64, device=device
             )
-            for name, array in arrays.items()
+            for name, (size, integral) in sizes.items()
         }
         self.record = torch.zeros(_RECORD_SIZE, dtype=torch.int64, device=device)
         # Device updates so far, kept on the device: a Python counter would be a constant that
@@ -78,10 +79,19 @@ class DeviceState:
         """
         bad = code != 0
         count = bad.sum()
-        first = bad.to(torch.uint8).argmax()  # the first bad row (0 when there is none)
+        # The first bad row (0 when there is none), as a 1-element index: indexing with a 0-d
+        # tensor would make torch.compile read its value on the host.
+        first = bad.to(torch.uint8).argmax().reshape(1)
         record = self.record
         is_first = (record[0] == 0) & (count > 0)
-        new = torch.stack((self.batches, code[first], first, value_bits[first]))
+        new = torch.cat(
+            (
+                self.batches.reshape(1),
+                code.index_select(0, first),
+                first,
+                value_bits.index_select(0, first),
+            )
+        )
         record[1:] = torch.where(is_first, new, record[1:])
         record[0] += count
         return count == 0

@@ -12,28 +12,31 @@ that no graph pass may drop or reorder it as a call without effects.
 
 from __future__ import annotations
 
-import itertools
-import threading
 import weakref
 from typing import Any
 
 import torch
 
+# Accumulators by handle (their id), held weakly: a handle names a live accumulator only.
+# Plain weak references in a dict (torch.compile traces these, not a WeakValueDictionary);
+# the operator drops dead entries.
 _handles: dict[int, weakref.ref[Any]] = {}
-_next_handle = itertools.count(1)
-_registry_lock = threading.Lock()
 
 
-def _register(acc: Any) -> tuple[int, torch.Tensor]:
-    """The accumulator's handle and token, made on its first compiled CPU update."""
-    entry = acc.__dict__.get("_compile_handle")
-    if entry is None:
-        with _registry_lock:
-            handle = next(_next_handle)
-            _handles[handle] = weakref.ref(acc, lambda _, h=handle: _handles.pop(h, None))
-        entry = (handle, torch.zeros(1, dtype=torch.int64))
-        acc.__dict__["_compile_handle"] = entry
-    return entry
+# The tensor the operator declares it mutates (one for all accumulators).
+_token = torch.zeros(1, dtype=torch.int64)
+
+
+@torch._dynamo.assume_constant_result
+def _handle_of(acc: Any) -> int:
+    """The accumulator's handle, registered when a compiled step is traced (this runs then, in
+    Python, and the graph keeps the result as a constant): the operator finds the accumulator
+    by it from the first compiled call on."""
+    handle = id(acc)
+    ref = _handles.get(handle)
+    if ref is None or ref() is not acc:
+        _handles[handle] = weakref.ref(acc)
+    return handle
 
 
 @torch.library.custom_op("metricstream::host_update", mutates_args=("token",))
@@ -47,7 +50,11 @@ def host_update(
     """Count a batch of CPU tensors into the accumulator ``handle`` with its Numba path."""
     from . import host_update as count_on_host
 
-    acc = _handles[handle]()
+    ref = _handles.get(handle)
+    acc = None if ref is None else ref()
+    if len(_handles) > 64:
+        for key in [key for key, value in _handles.items() if value() is None]:
+            _handles.pop(key, None)
     if acc is None:
         raise RuntimeError("the accumulator of this compiled update no longer exists.")
     count_on_host(acc, y_true, y_pred, weights)
@@ -67,5 +74,4 @@ def _host_update_fake(
 
 def host_update_op(acc: Any, y_true: Any, y_pred: Any, weights: Any) -> None:
     """Call the operator for ``acc`` (from a compiled step)."""
-    handle, token = _register(acc)
-    host_update(token, handle, y_true, y_pred, weights)
+    host_update(_token, _handle_of(acc), y_true, y_pred, weights)

@@ -31,7 +31,8 @@ def state_of(acc: Any, device: torch.device) -> DeviceState:
         rules = f"labels must be integers in [0, {acc.num_classes})"
         if acc.ignore_index is not None:
             rules += f" or equal `ignore_index` ({acc.ignore_index})"
-        state = DeviceState(device, acc._arrays, rules)
+        cells = acc.num_classes * acc.num_classes
+        state = DeviceState(device, {"matrix": (cells, not acc.weighted)}, rules)
         acc._device = state
     elif state.device != device:
         raise ValueError(
