@@ -17,8 +17,9 @@ The kernels validate as they count and return ``(status, image, pixel)`` of the 
 element; callers count into private temporaries and commit only after every image succeeded,
 so a failed batch changes nothing.
 
-Signatures are kept to two per kernel: labels are ``uint8`` or ``int64`` (the accumulator
-converts everything else), scores are ``float32`` (other float dtypes are reduced by numpy).
+One kernel serves labels, float32 scores and per-image matrices, and it is compiled for two
+label dtypes only: ``uint8`` whenever K <= 255 (the accumulator narrows other label dtypes),
+``int64`` above (other score dtypes are reduced by numpy's argmax first).
 """
 
 from __future__ import annotations
