@@ -76,12 +76,13 @@ class ComputeMetrics:
         >>> from metricstream import ConfusionAccumulator
         >>> from transformers import EvalPrediction
         >>> compute_metrics = ComputeMetrics(ConfusionAccumulator(3))
-        >>> logits = np.array([[2.0, 0.1, 0.0], [0.0, 3.0, 0.5], [0.2, 0.1, 0.9]])
-        >>> compute_metrics(EvalPrediction(logits, np.array([0, 1, 1])), compute_result=False)
+        >>> logits = np.array([[2.0, 0.1, 0.0], [0.0, 3.0, 0.5], [0.2, 0.1, 0.9], [0.1, 0.8, 0.2]])
+        >>> compute_metrics(EvalPrediction(logits[:2], np.array([0, 1])), compute_result=False)
         {}
-        >>> out = compute_metrics(EvalPrediction(logits[:1], np.array([-100])), compute_result=True)
+        >>> last = EvalPrediction(logits[2:], np.array([2, 2]))
+        >>> out = compute_metrics(last, compute_result=True)
         >>> out["accuracy"], out["num_samples"]
-        (0.6666666666666666, 3.0)
+        (0.75, 4.0)
     """
 
     def __init__(

@@ -42,8 +42,8 @@ def flat_scalars(
       and ``f1`` of class 1 (scikit-learn's ``average="binary"``). ``per_class=True`` adds
       ``{precision,recall,f1,iou}/<class name or index>``;
     * :class:`~metricstream.ScoreAccumulator`: ``num_samples``, ``auroc`` and
-      ``average_precision`` (binary), or their ``_macro`` / ``_weighted`` (multiclass) or
-      ``_macro`` / ``_micro`` (multilabel) averages, ``brier_score``, ``log_loss``,
+      ``average_precision`` (binary), or their ``_macro`` averages and ``auroc_weighted``
+      (multiclass), or ``_macro`` and ``_micro`` averages (multilabel), ``brier_score``, ``log_loss``,
       ``calibration_error`` (15-bin ECE), and ``top1_accuracy`` (multiclass);
     * :class:`~metricstream.MultilabelAccumulator`: ``num_samples``, ``subset_accuracy``,
       ``hamming_loss``, ``{precision,recall,f1,jaccard}_{micro,macro,weighted,samples}``;
@@ -161,7 +161,9 @@ def _scores(acc: Any, options: dict[str, Any]) -> Iterator[tuple[str, Any]]:
         suffix = "" if average is None else f"_{average}"
         curve_average = "macro" if average is None else average
         yield f"auroc{suffix}", _or_nan(partial(acc.auroc, curve_average))
-        yield f"average_precision{suffix}", _or_nan(partial(acc.average_precision, curve_average))
+        if average != "weighted":  # its cost is the macro's again, for a near-equal number
+            view = partial(acc.average_precision, curve_average)
+            yield f"average_precision{suffix}", _or_nan(view)
     yield "brier_score", _or_nan(acc.brier_score)
     yield "log_loss", _or_nan(acc.log_loss)
     yield "calibration_error", _or_nan(acc.calibration_error)

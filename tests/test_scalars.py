@@ -170,3 +170,37 @@ def test_any_split_gives_the_same_scalars(data, cut):
     b = flat_scalars(parts, zero_division=np.nan)
     assert a.keys() == b.keys()
     assert all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a)
+
+
+def test_optional_hosts_are_imported_only_by_their_modules():
+    # `import metricstream` (and the scalars) import no host; each integration module, with its
+    # host missing, raises an ImportError naming the extra to install.
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import metricstream, metricstream.scalars
+hosts = ("torch", "lightning", "pytorch_lightning", "transformers", "keras", "torchmetrics")
+assert not [h for h in hosts if h in sys.modules], [h for h in hosts if h in sys.modules]
+for host in hosts:
+    sys.modules[host] = None  # as if not installed
+for module, extra in (("lightning", "lightning"), ("huggingface", "huggingface"),
+                      ("keras", "keras")):
+    try:
+        __import__("metricstream." + module)
+    except ImportError as error:
+        assert f'pip install "metricstream[{extra}]"' in str(error), error
+    else:
+        raise AssertionError(module)
+from metricstream.exactly_once import UnpaddedDistributedSampler
+try:
+    list(UnpaddedDistributedSampler(range(3), 2, 0, shuffle=True))
+except ImportError as error:
+    assert 'pip install "metricstream[torch]"' in str(error), error
+else:
+    raise AssertionError("exactly_once")
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
