@@ -43,8 +43,8 @@ def flat_scalars(
       ``{precision,recall,f1,iou}/<class name or index>``;
     * :class:`~metricstream.ScoreAccumulator`: ``num_samples``, ``auroc`` and
       ``average_precision`` (binary), or their ``_macro`` averages and ``auroc_weighted``
-      (multiclass), or ``_macro`` and ``_micro`` averages (multilabel), ``brier_score``, ``log_loss``,
-      ``calibration_error`` (15-bin ECE), and ``top1_accuracy`` (multiclass);
+      (multiclass), or ``_macro`` and ``_micro`` averages (multilabel), ``brier_score``,
+      ``log_loss``, ``calibration_error`` (15-bin ECE), and ``top1_accuracy`` (multiclass);
     * :class:`~metricstream.MultilabelAccumulator`: ``num_samples``, ``subset_accuracy``,
       ``hamming_loss``, ``{precision,recall,f1,jaccard}_{micro,macro,weighted,samples}``;
     * :class:`~metricstream.BootstrapConfusionAccumulator`: the confusion scalars of its main
