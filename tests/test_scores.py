@@ -20,6 +20,17 @@ EXACT = dict(rel=1e-12, abs=1e-12)
 SCORE_DTYPES = slow_beyond([np.float32, np.float64], 1, ids=lambda d: np.dtype(d).name)
 
 
+def rows_of_probabilities(values: np.ndarray) -> np.ndarray:
+    """Rows that sum to one from any values in [0, 1], keeping their ties, zeros (-0.0
+    included) and order within the first ``C - 1`` classes: those scaled by ``1 / (C - 1)``,
+    the last class the rest."""
+    values = np.asarray(values, dtype=np.float64)
+    rows = values.copy()
+    rows[:, :-1] = values[:, :-1] / (values.shape[1] - 1)
+    rows[:, -1] = np.maximum(1.0 - rows[:, :-1].sum(axis=1), 0.0)
+    return rows
+
+
 def bf16(values: np.ndarray) -> np.ndarray:
     """Round float32 values toward zero to bfloat16 (still float32 arrays)."""
     bits = np.asarray(values, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
@@ -250,7 +261,7 @@ def test_top_k_every_k_with_sklearn_tie_rule():
     n, classes = 3000, 6
     y = rng.integers(0, classes, n)
     # Scores on a coarse grid: many ties, including with the true class.
-    scores = (rng.integers(0, 4, size=(n, classes)) / 4.0).astype(np.float32)
+    scores = rows_of_probabilities(rng.integers(0, 4, size=(n, classes)) / 4.0).astype(np.float32)
     weights = rng.random(n)
     acc = feed(ScoreAccumulator("multiclass", classes, weighted=True), y, scores, weights)
     every_k = acc.top_k_accuracy()
@@ -648,7 +659,9 @@ def test_logit_rows_and_targets_are_checked():
 # ------------------------------------------------------------------------------ memory, state
 def test_default_memory_shrinks_at_many_classes():
     assert ScoreAccumulator("multiclass", 10).num_bins == 41347
-    assert ScoreAccumulator("multiclass", 10, logits=True).num_bins == 60160
+    # multiclass logits are keyed by their softmax probability; multilabel logits by the logit
+    assert ScoreAccumulator("multiclass", 10, logits=True).num_bins == 41347
+    assert ScoreAccumulator("multilabel", 10, logits=True).num_bins == 60160
     big = ScoreAccumulator("multiclass", 1000)
     assert big.num_classes * big.num_bins <= 1 << 22
     state = big.state_arrays()
@@ -878,11 +891,14 @@ def _row_kernel_cases(classes: int, n: int, dtype) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(classes)
     dirichlet = rng.dirichlet(np.full(classes, 0.1), n)
     zeros = np.where(rng.random((n, classes)) < 0.3, -0.0, rng.random((n, classes)) ** 8)
+    uniform = rng.random((n, classes))
+    ties = rows_of_probabilities(rng.integers(0, 4, (n, classes)) / 3)
+    ties[::7] = np.eye(classes)[rng.integers(0, classes, len(ties[::7]))]
     return {
-        "uniform": rng.random((n, classes)).astype(dtype),
-        "ties, exact 0 and 1": (rng.integers(0, 4, (n, classes)) / 3).astype(dtype),
+        "uniform": (uniform / uniform.sum(axis=1, keepdims=True)).astype(dtype),
+        "ties, exact 0 and 1": ties.astype(dtype),
         "confident": dirichlet.astype(dtype),
-        "-0.0 and tiny": zeros.astype(dtype),
+        "-0.0 and tiny": rows_of_probabilities(zeros).astype(dtype),
         "bfloat16": bf16(dirichlet).astype(dtype),
     }
 

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.special
 
 from benchmarks.bench_scores import ScoreSet, accumulate, exact_values, score_sets
 from metricstream.scores import ScoreAccumulator
@@ -23,10 +24,19 @@ def rows(sets) -> dict[str, dict]:
     return {row["name"]: row for row in _rows(sets)}
 
 
+def _exact(s: ScoreSet) -> tuple[float, float]:
+    """scikit-learn's values on the raw scores; multiclass logits are ranked by their softmax
+    (as scikit-learn's ``roc_auc_score`` takes probabilities)."""
+    if s.logits and s.task == "multiclass":
+        probabilities = scipy.special.softmax(s.scores.astype(np.float64), axis=1)
+        return exact_values(ScoreSet(s.name, s.y, probabilities, s.task))
+    return exact_values(s)
+
+
 def _rows(sets: list[ScoreSet]) -> list[dict]:
     out = []
     for s in sets:
-        exact_auroc, exact_ap = exact_values(s)
+        exact_auroc, exact_ap = _exact(s)
         acc = accumulate(s)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -132,12 +132,20 @@ def _format1_state(acc: ScoreAccumulator) -> dict:
 def test_format1_states_load_with_the_uniform_key(logits):
     rng = np.random.default_rng(6)
     y = rng.integers(0, 3, 500)
-    scores = rng.random((500, 3)).astype(np.float32)
+    scores = rng.random((500, 3))
+    scores = (scores / scores.sum(axis=1, keepdims=True)).astype(np.float32)
     if logits:
         scores = np.log(scores)
-    # what the earlier layout counted: the uniform key of the default budget
+    # what the earlier layout counted: the uniform key of the default budget (the logit key:
+    # multilabel; earlier multiclass logits ranked the raw logits and are refused)
     shift = 16 if logits else 15
-    old = ScoreAccumulator("multiclass", 3, logits=logits, key_shifts=(shift,) * 3)
+    task = "multilabel" if logits else "multiclass"
+    if logits:
+        y = np.eye(3, dtype=np.int64)[y]
+        refused = ScoreAccumulator("multiclass", 3, logits=True, key_shifts=(16, 13, 14))
+        with pytest.raises(ValueError, match="ranked the raw logits"):
+            ScoreAccumulator.from_state_dict(_format1_state(refused))
+    old = ScoreAccumulator(task, 3, logits=logits, key_shifts=(shift,) * 3)
     old.update(y, scores)
     loaded = ScoreAccumulator.from_state_dict(_format1_state(old))
     assert loaded.config()["key_shifts"] == [shift] * 3
@@ -178,8 +186,16 @@ def test_every_path_bins_as_bin_index(rows):
     # probabilities near 0 (some below 2**-24), near 1, and on either side of 1/2
     scores = rng.random((rows, 4)) ** rng.choice([1.0, 8.0, 40.0], size=(rows, 4))
     scores[::7, 1] = 1.0 - scores[::7, 1] * 1e-6
+    scores[::7, 2:] *= 1e-7
     scores[::5, 2] = 0.5
+    scores[::5, 1] *= 0.25
+    scores[::5, 3] *= 0.25
     scores[::11, 3] = 2.0**-30
+    # rows of probabilities sum to one: the first class takes the rest
+    rest = scores[:, 1:].sum(axis=1)
+    over = rest > 1
+    scores[over, 1:] /= rest[over, None]
+    scores[:, 0] = np.maximum(1.0 - scores[:, 1:].sum(axis=1), 0.0)
     scores = scores.astype(np.float32)
     acc = ScoreAccumulator("multiclass", 4).update(y, scores)
     np.testing.assert_array_equal(acc.state_arrays()["curves"], _expected_curves(acc, y, scores))

@@ -16,6 +16,7 @@ from .marks import slow_beyond
 
 LOGIT_DTYPES = slow_beyond([np.float32, np.float64], 1, ids=lambda d: np.dtype(d).name)
 INTEGER_ARRAYS = ("curves", "inexact", "ranks", "calibration")
+LOG_LOSS_BOUND = -np.log(2.0**-52)
 FLOAT_ARRAYS = ("confidence", "losses")
 
 
@@ -71,14 +72,17 @@ def reference_state(acc: ScoreAccumulator, y, logits, weights=None) -> dict[str,
     np.add.at(state["calibration"], (fine, 1), w * correct)
     np.add.at(state["confidence"], fine, w * conf)
     state["losses"][0] = np.sum(w * brier)
-    state["losses"][1] = np.sum(w * (top + np.log(total) - true))
+    # the loss of a sample is clipped at -log(eps) of float64, as scikit-learn clips
+    state["losses"][1] = np.sum(w * np.minimum(top + np.log(total) - true, LOG_LOSS_BOUND))
     np.add.at(state["ranks"], (0, y, greater + after), w)
     np.add.at(state["ranks"], (1, y, greater), w)
+    # curves: each class's softmax probability (as the kernel forms it, exp times 1 / total)
     values = acc.bin_values()
     for c in range(classes):
-        bins = np.array([acc.bin_index(v) for v in logits[:, c].astype(np.float64)])
+        probability = exps[:, c] * (1.0 / total)
+        bins = np.array([acc.bin_index(v) for v in probability])
         np.add.at(state["curves"], (c, bins, (y == c).astype(np.int64)), w)
-        exact = values[bins] == logits[:, c].astype(np.float64)
+        exact = values[bins] == probability
         state["inexact"][c] = np.count_nonzero(~exact)
     return state
 
@@ -205,7 +209,7 @@ def elementwise_reference(acc: ScoreAccumulator, targets, logits, weights=None):
     e = np.exp(-np.abs(x))
     q = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
     above = np.maximum(x, 0.0)
-    loss = np.where(targets == 1, above - x, above) + np.log1p(e)
+    loss = np.minimum(np.where(targets == 1, above - x, above) + np.log1p(e), LOG_LOSS_BOUND)
     fine_bins = state["confidence"].shape[0]
     fine = np.clip((q * fine_bins).astype(np.int64), 0, fine_bins - 1)
     np.add.at(state["calibration"], (fine, 0), w)
@@ -236,7 +240,9 @@ def test_binary_state_equals_reference(n, dtype):
         np.testing.assert_allclose(
             acc.state_arrays()[name], expected[name], rtol=1e-12, atol=0, err_msg=name
         )
-    # scikit-learn clips probabilities; the logits' loss is not clipped: moderate logits only
+    # scikit-learn clips the float64 probabilities, the logits' loss at the same bound
+    p = scipy.special.expit(logits.astype(np.float64))
+    assert acc.log_loss() == pytest.approx(skm.log_loss(y, p, labels=[0, 1]), rel=1e-6)
     moderate = ScoreAccumulator("binary", logits=True).update(y[n // 50 :], logits[n // 50 :])
     p = scipy.special.expit(logits[n // 50 :].astype(np.float64))
     assert moderate.log_loss() == pytest.approx(

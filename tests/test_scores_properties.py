@@ -31,7 +31,10 @@ def streams(draw):
             st.lists(st.integers(0, 8), min_size=classes, max_size=classes), min_size=n, max_size=n
         )
     )
-    scores = np.array(grid, dtype=np.float32).reshape(n, classes) / 8.0
+    # Rows of probabilities sum to one: the first C - 1 classes on the grid, the last the rest.
+    values = np.array(grid, dtype=np.float64).reshape(n, classes) / 8.0 / (classes - 1)
+    values[:, -1] = np.maximum(1.0 - values[:, :-1].sum(axis=1), 0.0)
+    scores = values.astype(np.float32)
     cuts = sorted(draw(st.lists(st.integers(0, n), max_size=4)))
     weights = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.int64)
     return classes, y, scores, weights, cuts
@@ -118,7 +121,10 @@ def test_auroc_and_ap_bounds_contain_exact(seed, n, bins):
 def test_failed_update_after_merge_keeps_state(logits):
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 9000)
-    scores = rng.random((9000, 3)).astype(np.float32)
+    scores = rng.random((9000, 3))
+    scores = (scores / scores.sum(axis=1, keepdims=True)).astype(np.float32)
+    if logits:
+        scores = np.log(scores)
     acc = ScoreAccumulator("multiclass", 3, logits=logits).update(y[:100], scores[:100])
     before = {k: v.tobytes() for k, v in acc.state_arrays().items()}
     bad = scores.copy()

@@ -6,7 +6,7 @@ its magnitude, and a *layout* that says how many low bits of ``m`` each range of
 drops (the ``shift`` code: one number for all, or a few packed, see :func:`key_layout` and
 :func:`logit_layout`). The ranges are whole binades, so a bin never straddles two of them:
 
-* **any range** (logits, log-probabilities; ``eps`` is None): negative scores below zero in
+* **any range** (binary and multilabel logits; ``eps`` is None): negative scores below zero in
   reverse order of magnitude, then ``+0`` (``-0.0`` counts as ``+0.0``) and the positive
   scores, infinities included. The default keeps 10 fraction bits (float16's) for ``2**-6 <=
   |x| < 2**7``, where logits and log-probabilities live, 7 (bfloat16's) out to ``2**-64`` and
@@ -83,6 +83,18 @@ less. Measured and not kept: the keys of many blocks held back and incremented c
 at once (10^6 x 10: 37 ms instead of 32 ms), although the increments alone then take 0.75
 instead of 1.2 ns each.
 
+Multiclass logits are keyed by their softmax probability ``exp(s_c - top) / total`` under the
+probability key (one-vs-rest ranking is not invariant under the softmax, so the logits' own
+keys would give other curves): the block kernel takes each row's softmax denominator first,
+then the keys class by class, one exp a score (the exps are not kept). Multiclass rows of
+probabilities must sum to one within ``ROW_SUM_TOLERANCE`` (``BAD_SUM`` otherwise); a batch
+of logits that all lie in [0, 1] (multiclass: rows summing to one) returns ``OK`` with the
+position ``LOOKS_LIKE_PROBABILITIES``, for the caller to warn. The log loss of one sample from
+logits is clipped at ``LOG_LOSS_BOUND`` (-log of float64's eps, as scikit-learn clips float64
+probabilities), so that a -inf true-class logit leaves the sums finite. With a non-empty
+``log`` (the row kernel: ``table[TABLE_LOG]``), each addition to a confidence sum first records
+the cell and its value before, so that a group can undo the float sums exactly.
+
 Logits: the softmax (top-label confidence, Brier, log loss) and the sigmoid of binary and
 multilabel logits use an exp and a log1p of plain float64 arithmetic (:func:`_exp_nonpositive`,
 :func:`_log1p_unit`: within 1 ulp of numpy's), because ``np.exp`` and ``np.log1p`` in a Numba
@@ -119,6 +131,21 @@ BAD_TRUE = 1
 BAD_SCORE = 4
 # Rows of a multiclass batch whose logits are all -inf have no softmax.
 BAD_ROW = 5
+# Rows of multiclass probabilities that do not sum to one (within ROW_SUM_TOLERANCE).
+BAD_SUM = 6
+# A multiclass row of probabilities may be off one by this much: bfloat16 rounding of a softmax
+# (8 significant bits, toward zero) moves a row's sum by less than 2**-7 = 0.0078, and float32
+# or float64 probabilities by far less. Per-class sigmoids, unnormalised scores and truncated
+# rows are off by more.
+ROW_SUM_TOLERANCE = 0.01
+# With ``OK``, the position 1 says that every score of a batch of logits lay in [0, 1] (and for
+# multiclass every row summed to one): probabilities, most likely.
+LOOKS_LIKE_PROBABILITIES = 1
+# Log loss of one sample from logits is clipped at -log(eps) of float64, as scikit-learn's
+# ``log_loss`` clips the float64 probabilities (a -inf true-class logit loses this much).
+LOG_LOSS_BOUND = -math.log(2.0**-52)
+# Labels compared with ignore_index: 2**63 has no int64 value.
+_TWO_63 = 2.0**63
 
 
 # Bits of ``flags``. Whether scores are logits (``eps`` is None: no clipping) and whether bins
@@ -387,6 +414,28 @@ def _label_ok(t, limit):
     return t >= 0 and t < limit and np.floor(t) == t
 
 
+def _ignored(t, ignore_index):  # pragma: no cover - replaced by the overload below
+    """Whether label ``t`` equals the int64 ``ignore_index`` exactly: integers as integers
+    (a uint64 label 2**63 never equals 2**63 - 1), floats only when ``ignore_index`` is a
+    float64 value (2**53 + 1 is none), never through a float64 detour."""
+
+
+@overload(_ignored, inline="always")
+def _ignored_impl(t, ignore_index):
+    if isinstance(t, types.Integer) and not t.signed and t.bitwidth == 64:
+        return lambda t, ignore_index: (ignore_index >= 0) & (np.uint64(max(ignore_index, 0)) == t)
+    if isinstance(t, types.Integer):
+        return lambda t, ignore_index: np.int64(t) == ignore_index
+
+    def float_ignored(t, ignore_index):
+        f = np.float64(ignore_index)
+        below = f < _TWO_63  # select before converting: 2**63 has no int64 value
+        exact = below & (np.int64(f * np.float64(below)) == ignore_index)
+        return exact & (t == f)
+
+    return float_ignored
+
+
 @njit(inline="always")
 def _score_ok(v, logits):
     if logits:
@@ -418,19 +467,23 @@ def _check_row(labels, scores, i, has_ignore, ignore_index, logits):
     """``(status, position)`` of row ``i`` of a multiclass batch (``OK`` for ignored rows)."""
     num_classes = scores.shape[1]
     t = labels[i]
-    if has_ignore and t == ignore_index:
+    if has_ignore and _ignored(t, ignore_index):
         return OK, 0
     if not _label_ok(t, num_classes):
         return BAD_TRUE, i
     top = -np.inf
+    total = 0.0
     for c in range(num_classes):
         v = scores[i, c]
         if not _score_ok(v, logits):
             return BAD_SCORE, i * num_classes + c
         if v > top:
             top = v
+        total += np.float64(v)
     if logits and top == -np.inf:
         return BAD_ROW, i
+    if not logits and not abs(total - 1.0) <= ROW_SUM_TOLERANCE:
+        return BAD_SUM, i
     return OK, 0
 
 
@@ -443,7 +496,7 @@ def _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
     ok = True
     for i in range(lo, hi):
         t = labels[i]
-        ok &= ((t == ignore_index) & has_ignore) | (
+        ok &= (_ignored(t, ignore_index) & has_ignore) | (
             (t >= 0) & (t < num_classes) & (np.floor(t) == t)
         )
     # One flat loop over the chunk's scores, "all good" as a conjunction: vectorised, 0.06 ns a
@@ -455,13 +508,20 @@ def _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
             ok &= (v == v) & (v != np.inf)
         else:
             ok &= (v >= 0) & (v <= 1)
+    block = scores[lo:hi]
     if logits:  # a row of -inf logits has no softmax
-        block = scores[lo:hi]
         for i in range(hi - lo):
             top = -np.inf
             for c in range(num_classes):
                 top = max(top, block[i, c])
             ok &= top != -np.inf
+    else:  # a row of probabilities sums to one (ignored rows may hold anything)
+        for i in range(hi - lo):
+            total = 0.0
+            for c in range(num_classes):
+                total += np.float64(block[i, c])
+            ignored = _ignored(labels[lo + i], ignore_index) & has_ignore
+            ok &= ignored | (abs(total - 1.0) <= ROW_SUM_TOLERANCE)
     return ok
 
 
@@ -541,7 +601,7 @@ def _labels_look_valid(labels, lo, hi, num_classes, has_ignore, ignore_index):
     ok = True
     for i in range(lo, hi):
         t = labels[i]
-        ok &= ((t == ignore_index) & has_ignore) | (
+        ok &= (_ignored(t, ignore_index) & has_ignore) | (
             (t >= 0) & (t < num_classes) & (np.floor(t) == t)
         )
     return ok
@@ -573,6 +633,7 @@ def count_multiclass(
     flags,
     ignore_index,
     eps,
+    log,
 ):
     """Count rows ``[start, stop)`` of a multiclass batch, one-vs-rest per class.
 
@@ -589,20 +650,24 @@ def count_multiclass(
       and none before ``t`` ties it): ``cal_counts[fine(q)] += (w, w * correct)`` and
       ``cal_conf[fine(q)] += w * q``;
     * ``sums += w * (sum_c (p_c - [c == t])^2, -log(clip(p_t, eps, 1 - eps)))`` (for logits,
-      ``p`` is the softmax and the loss is ``logsumexp(s) - s_t``, which needs no clipping;
+      ``p`` is the softmax and the loss is ``min(logsumexp(s) - s_t, LOG_LOSS_BOUND)``;
       without weights, probabilities add ``-log`` of the product of the clipped ``p_t``).
+
+    For logits, ``bin(s_c)`` is the bin of the softmax probability ``p_c``. Rows of
+    probabilities must sum to one (``BAD_SUM``). ``log``: empty, or ``2 * (stop - start)``
+    float64 receiving (cell, value before) of each confidence sum added to.
 
     Rows go through in blocks of at most ``BLOCK_ROWS``, class by class (see the module
     notes). A chunk of at most one block is validated in the block's own passes; a longer
-    one by a validation pass first. Returns ``(status, position, counted_until)``: ``OK``
-    and ``stop``, or the first bad element and the first row not counted.
+    one by a validation pass first. Returns ``(status, position, counted_until)``: ``OK``,
+    ``LOOKS_LIKE_PROBABILITIES`` or 0, and ``stop``; or the first bad element and the first
+    row not counted.
     """
     num_classes = scores.shape[1]
     fine_bins = cal_counts.shape[0]
     has_ignore = (flags & HAS_IGNORE) != 0
     logits = eps is None
     layout = key_layout(shift)
-    logit = logit_layout(shift)
     stride = 2 * curves.shape[1]
     hist = curves.reshape(-1)
     prefetch = hist.nbytes > PREFETCH_BYTES
@@ -635,10 +700,13 @@ def count_multiclass(
     # ``factor``: per row, the clipped true-class probability, or for logits the softmax
     # denominator (the log loss is ``-log`` of the one, ``top - s_t + log`` of the other).
     width = block + pad
-    floats = np.empty((2 + logits) * width)
+    floats = np.empty((3 + logits) * width)
     square = floats[:width]
     factor = floats[width : 2 * width]
-    inverse = floats[2 * width :]
+    row_sum = floats[2 * width : 3 * width]
+    inverse = floats[3 * width :]
+    # Whether every score of logits lay in [0, 1] with rows summing to one: probabilities.
+    unit = logits
     row_weight = np.empty(block, hist.dtype)
     # Without weights, the log loss of probabilities is the log of the running product of
     # the clipped true-class probabilities, kept a normal float by exact power-of-two
@@ -649,6 +717,12 @@ def count_multiclass(
     log_sign = -sign if logits else sign
     brier_sum = 0.0
     log_sum = 0.0
+    # Beyond this gap between the top and the true logit the loss may reach LOG_LOSS_BOUND
+    # (the log of the softmax denominator adds at most log C).
+    clip_start = LOG_LOSS_BOUND - np.log(np.float64(num_classes))
+    # ``log``, when not empty, receives (cell, value before) of every confidence sum added to.
+    logging = log.shape[0] > 0
+    logged = 0
     for lo in range(start, stop, chunk):
         hi = min(lo + chunk, stop)
         if hi - lo > block and not _rows_look_valid(
@@ -669,7 +743,7 @@ def count_multiclass(
             # (Branch-free: 256x10, 0.9 -> 0.3 us.)
             for r in range(n):
                 t = labels[blo + r]
-                skip = (t == ignore_index) & has_ignore
+                skip = _ignored(t, ignore_index) & has_ignore
                 # Clipped before the conversion: a bad label (found below; NaN, inf) must not
                 # read outside the row.
                 ti = np.int32(min(max(t, 0), num_classes - 1)) if t == t else np.int32(0)
@@ -702,23 +776,31 @@ def count_multiclass(
                             columns[c, r] = 0
             # Class by class, vectorised over the block's rows: keys, exact scores, and the
             # rank, tie, maximum and Brier statistics of each row.
+            # (Logits are keyed by their softmax probability once the row's softmax is known,
+            # below: one-vs-rest ranking is not invariant under the softmax.)
             for c in range(num_classes):
-                exact_scores = np.int32(0)
-                for r in range(n):
-                    v = columns[c, r]
-                    if thresholds is not None:
-                        b, exact = _threshold_bin(v, thresholds)
-                    elif logits:
-                        b, exact = _logit_key(v, logit)
-                    else:
-                        b, exact = _probability_key(v, layout)
-                    b32 = np.int32(b)
-                    keys[c, r] = _add32(_add32(b32, b32), np.int32(target[r] == np.int32(c)))
-                    exact_scores += np.int32(exact) & counts[r]
-                    ok &= _valid_score(v, logits)  # ignored rows hold 0 here
-                exact_count[c] = exact_scores
                 first = c == 0
                 c32 = np.int32(c)
+                if logits:
+                    for r in range(n):
+                        v = columns[c, r]
+                        ok &= _valid_score(v, logits)  # ignored rows hold 0 here
+                        unit &= (v >= 0) & (v <= 1)
+                        row_sum[r] = np.float64(v) if first else row_sum[r] + np.float64(v)
+                else:
+                    exact_scores = np.int32(0)
+                    for r in range(n):
+                        v = columns[c, r]
+                        if thresholds is not None:
+                            b, exact = _threshold_bin(v, thresholds)
+                        else:
+                            b, exact = _probability_key(v, layout)
+                        b32 = np.int32(b)
+                        keys[c, r] = _add32(_add32(b32, b32), np.int32(target[r] == c32))
+                        exact_scores += np.int32(exact) & counts[r]
+                        ok &= _valid_score(v, logits)  # ignored rows hold 0 here
+                        row_sum[r] = np.float64(v) if first else row_sum[r] + np.float64(v)
+                    exact_count[c] = exact_scores
                 for r in range(n):
                     v = columns[c, r]
                     s = true_score[r]
@@ -739,6 +821,10 @@ def count_multiclass(
             if logits:  # a row of -inf logits has no softmax
                 for r in range(n):
                     ok &= (counts[r] == 0) | (top[r] != -np.inf)
+                    unit &= abs(row_sum[r] - 1.0) <= ROW_SUM_TOLERANCE
+            else:  # a row of probabilities sums to one
+                for r in range(n):
+                    ok &= (counts[r] == 0) | (abs(row_sum[r] - 1.0) <= ROW_SUM_TOLERANCE)
             if not ok:
                 for i in range(blo, blo + n):
                     status, position = _check_row(
@@ -748,6 +834,24 @@ def count_multiclass(
                         sums[0] += brier_sum
                         sums[1] += log_sum + _log_of_product(product, exponent, log_sign)
                         return status, position, lo
+            if logits:
+                # The softmax of each row (denominator, top-label confidence, Brier term),
+                # then each class's keys from its probability ``exp(s_c - top) / total``.
+                _softmax_statistics(columns, top, true_score, target, n, factor, inverse, square)
+                for c in range(num_classes):
+                    exact_scores = np.int32(0)
+                    c32 = np.int32(c)
+                    for r in range(n):
+                        e = _exp_nonpositive(np.float64(columns[c, r]) - np.float64(top[r]))
+                        q = e * inverse[r]
+                        if thresholds is not None:
+                            b, exact = _threshold_bin(q, thresholds)
+                        else:
+                            b, exact = _probability_key(q, layout)
+                        b32 = np.int32(b)
+                        keys[c, r] = _add32(_add32(b32, b32), np.int32(target[r] == c32))
+                        exact_scores += np.int32(exact) & counts[r]
+                    exact_count[c] = exact_scores
             # Histograms class by class: one class's bins at a time stay in cache.
             counted = 0
             for r in range(n):
@@ -769,7 +873,6 @@ def count_multiclass(
             # Per row, without branches (vectorised): the top-label confidence's fine bin,
             # whether the first argmax is the true class, the log-loss factor.
             if logits:
-                _softmax_statistics(columns, top, true_score, target, n, factor, inverse, square)
                 for r in range(n):
                     fine[r] = np.int32(_fine_bin(inverse[r], fine_bins))
                     correct[r] = np.int32((greater[r] == 0) & (tied_before[r] == 0))
@@ -795,9 +898,18 @@ def count_multiclass(
                 f = np.uint64(fine[r])
                 cal_counts[f, 0] += w
                 cal_counts[f, 1] += w * np.int64(correct[r])
+                if logging:  # the cell's value before, for an exact undo
+                    log[logged] = np.float64(f)
+                    log[logged + 1] = cal_conf[f]
+                    logged += 2
                 if logits:
                     cal_conf[f] += wf * inverse[r]
-                    log_sum += wf * (np.float64(top[r]) - np.float64(true_score[r]))
+                    gap = np.float64(top[r]) - np.float64(true_score[r])
+                    if gap > clip_start:  # rare: the loss may reach the bound
+                        log_sum += wf * min(gap + np.log(factor[r]), LOG_LOSS_BOUND)
+                        factor[r] = 1.0  # (its log is counted here)
+                    else:
+                        log_sum += wf * gap
                 else:
                     cal_conf[f] += wf * np.float64(top[r])
                 brier_sum += wf * square[r]
@@ -823,7 +935,7 @@ def count_multiclass(
                         log_sum += term if logits else -term
     sums[0] += brier_sum
     sums[1] += log_sum + _log_of_product(product, exponent, log_sign)
-    return OK, 0, stop
+    return OK, LOOKS_LIKE_PROBABILITIES if unit and stop > start else 0, stop
 
 
 # Rows and classes of one tile of the transposing copy of wide float32 rows.
@@ -949,7 +1061,7 @@ def _check_elements(targets, scores, i, has_ignore, ignore_index, logits):
     num_labels = scores.shape[1]
     for c in range(num_labels):
         y = targets[i, c]
-        if has_ignore and y == ignore_index:
+        if has_ignore and _ignored(y, ignore_index):
             continue
         if not (y == 0 or y == 1):
             return BAD_TRUE, i * num_labels + c
@@ -977,6 +1089,7 @@ def count_elementwise(
     flags,
     ignore_index,
     eps,
+    log,
 ):
     """Count rows ``[start, stop)`` of a binary (C = 1) or multilabel batch.
 
@@ -1009,6 +1122,10 @@ def count_elementwise(
     # and their key bins (2 * bin + exact), vectorised there too
     keys = np.empty(block * num_labels, np.int32)
     flat = scores.reshape(-1)
+    unit = logits
+    seen = 0
+    logging = log.shape[0] > 0
+    logged = 0
     for lo in range(start, stop, chunk):
         hi = min(lo + chunk, stop)
         for i in range(lo, hi):
@@ -1039,7 +1156,7 @@ def count_elementwise(
                 wf = np.float64(w)
                 for c in range(num_labels):
                     y = targets[i, c]
-                    if has_ignore and y == ignore_index:
+                    if has_ignore and _ignored(y, ignore_index):
                         continue
                     yi = 1 if y == 1 else 0
                     v = scores[i, c]
@@ -1058,6 +1175,10 @@ def count_elementwise(
                         # (not ``- x * y``: a -inf logit of a negative target loses 0, not NaN)
                         above = max(x, 0.0)
                         loss = (above - x if yi == 1 else above) + softplus[j]
+                        # clipped as scikit-learn clips float64 probabilities (-inf: finite)
+                        loss = min(loss, LOG_LOSS_BOUND)
+                        unit &= (x >= 0.0) & (x <= 1.0)
+                        seen += 1
                     else:
                         q = x
                         if weights is None:
@@ -1074,12 +1195,17 @@ def count_elementwise(
                     cal_counts[f, 0] += w
                     if yi == 1:
                         cal_counts[f, 1] += w
+                    if logging:  # the cell's value before, for an exact undo
+                        log[logged] = np.float64(f)
+                        log[logged + 1] = cal_conf[f]
+                        logged += 2
                     cal_conf[f] += wf * q
                     brier_sum += wf * d * d
                     log_sum += wf * loss
     sums[0] += brier_sum
     sums[1] += log_sum + _log_of_product(product, exponent, sign)
-    return OK, 0, stop
+    # Logits all in [0, 1] (at least 32 of them): probabilities, most likely.
+    return OK, LOOKS_LIKE_PROBABILITIES if unit and seen >= 32 else 0, stop
 
 
 # ---------------------------------------------------------------- exp of the softmax and sigmoid
@@ -1395,7 +1521,9 @@ TABLE_SHIFT = 9
 TABLE_FLAGS = 10
 TABLE_IGNORE = 11
 TABLE_CLASSES = 12
-TABLE_SIZE = 13
+# The address of a float64 undo log of 2 * rows elements, or 0 (see count_multiclass' ``log``).
+TABLE_LOG = 13
+TABLE_SIZE = 14
 # count_small_rows' answer when the arrays are not contiguous, aligned and of matching shapes.
 NOT_TAKEN = -1
 # Rows of a block of count_small_rows, and its int32 scratch: the keys of the block (ROW_LANES a
@@ -1604,6 +1732,20 @@ def _probability_row(typingctx, scores, row, target, layout, scratch, at):
 
 
 @njit(inline="always")
+def _rows_sum_to_one(labels, scores, has_ignore, ignore_index):
+    """Every counted row of probabilities sums to one within ``ROW_SUM_TOLERANCE``."""
+    ok = True
+    for i in range(scores.shape[0]):
+        total = 0.0
+        for c in range(scores.shape[1]):
+            total += np.float64(scores[i, c])
+        ok &= (abs(total - 1.0) <= ROW_SUM_TOLERANCE) | (
+            _ignored(labels[i], ignore_index) & has_ignore
+        )
+    return ok
+
+
+@njit(inline="always")
 def _probabilities_look_valid(flat):
     """Branch-free: every score in ``[0, 1]`` (vectorised)."""
     ok = True
@@ -1649,6 +1791,7 @@ def count_small_rows(y_true, y_pred, table, eps):
     ignore_index = table[TABLE_IGNORE]
     ok = _labels_look_valid(labels, 0, rows, num_classes, has_ignore, ignore_index)
     ok &= _probabilities_look_valid(scores.reshape(-1))
+    ok &= _rows_sum_to_one(labels, scores, has_ignore, ignore_index)
     if not ok:
         for i in range(rows):
             status, position = _check_row(labels, scores, i, has_ignore, ignore_index, False)
@@ -1674,12 +1817,19 @@ def count_small_rows(y_true, y_pred, table, eps):
     product = 1.0
     exponent = 0
     brier = 0.0
+    # An undo log (see count_multiclass' ``log``) when the table names one.
+    logging = table[TABLE_LOG] != 0
+    log = carray(
+        _llvm.pointer_to(table[TABLE_LOG] if logging else table[TABLE_LOSSES], np.float64),
+        2 * rows if logging else 0,
+    )
+    logged = 0
     for lo in range(0, rows, ROW_BLOCK):
         n = 0
         exact[:] = 0
         for i in range(lo, min(lo + ROW_BLOCK, rows)):
             t = labels[i]
-            if has_ignore and t == ignore_index:
+            if has_ignore and _ignored(t, ignore_index):
                 continue
             ti = np.intp(t)
             g, before, after, top, true, square = _probability_row(
@@ -1706,6 +1856,10 @@ def count_small_rows(y_true, y_pred, table, eps):
             f = np.uint64(b >> 1)
             cal_counts[2 * f] += 1
             cal_counts[2 * f + 1] += b & 1
+            if logging:
+                log[logged] = np.float64(f)
+                log[logged + 1] = cal_conf[f]
+                logged += 2
             cal_conf[f] += cal_top[r]
         # Histograms class by class: one class's bins at a time stay in cache.
         for c in range(num_classes):

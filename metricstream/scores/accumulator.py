@@ -9,6 +9,7 @@ by the Numba kernels of :mod:`metricstream.scores._kernels`.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, overload
@@ -18,6 +19,7 @@ import numpy as np
 from .._inputs import as_array
 from ..base import Accumulator
 from ..confusion.accumulator import ConfusionAccumulator
+from ..exceptions import UndefinedMetricWarning, caller_stacklevel
 from ..metrics import calibration as _calibration
 from ..metrics import curves as _curves
 from ..metrics import topk as _topk
@@ -41,6 +43,14 @@ DEFAULT_CALIBRATION_BINS = 25200
 # Rows validated at a time before they are counted: a chunk of float32 scores stays in L2.
 _CHUNK_ROWS = 4096
 _INT64_MAX = np.iinfo(np.int64).max
+_INT64_MIN = np.iinfo(np.int64).min
+# Float sums stay below this total weight: every float cell is at most the total weight times
+# the largest per-sample term (the log loss, at most 36.04), far below float64's 1.8e308.
+_FLOAT_TOTAL_LIMIT = 1e300
+# An empty undo log for the kernels' ``log`` argument (no logging).
+_NO_LOG = np.empty(0)
+# Counts stay below this total (as the base's merge keeps them): every cell stays an int64.
+_TOTAL_COUNT_LIMIT = 2**63 - 2**20
 # A score dtype the fast path of ``update`` leaves to the general path.
 _UNSUPPORTED = object()
 # Log loss clips probabilities to [eps, 1 - eps] with the eps of their float type (scikit-learn).
@@ -74,19 +84,22 @@ class ScoreAccumulator(Accumulator):
     of their own, below 1/2 the bin is the top bits of ``p``, above 1/2 the top bits of ``1 -
     p``, so that scores near 1 are resolved as finely as scores near 0 (by default 11
     significant bits for ``2**-16 <= p < 1/2``, 10 for ``1 - p`` and 8 below ``2**-16``, in
-    41,347 bins: **every float16 and bfloat16 probability is counted exactly**). Logits
-    (``logits=True``): the sortable float32 key over the whole float range, with 11 significant
-    bits for ``2**-6 <= |x| < 2**7`` and 8 (bfloat16's) out to ``2**-64`` and ``2**64`` (60,160
-    bins). Scores that are their bin's value are counted exactly, and every curve and area of a
-    class made only of them equals scikit-learn's (``exact()`` says so per class); other scores
-    share bins with their near neighbours, and each area and operating point can report an
-    interval guaranteed to contain the value on the raw scores (``with_bound=True``).
+    41,347 bins: **every float16 and bfloat16 probability is counted exactly**). Multiclass
+    logits are keyed by their softmax probability (one-vs-rest ranking is not invariant under
+    the softmax). Binary and multilabel logits (``logits=True``): the sortable float32 key
+    over the whole float range, with 11 significant bits for ``2**-6 <= |x| < 2**7`` and 8
+    (bfloat16's) out to ``2**-64`` and ``2**64`` (60,160 bins). Scores that are their bin's
+    value are counted exactly, and every curve and area of a class made only of them equals
+    scikit-learn's (``exact()`` says so per class); other scores share bins with their near
+    neighbours, and each area and operating point can report an interval guaranteed to
+    contain the value on the raw scores (``with_bound=True``).
 
     State (memory O(C x bins), whatever the number of samples):
 
     * ``curves`` ``(C, num_bins, 2)``: per class and bin, the negatives and positives
       (one-vs-rest); ``C x num_bins x 2 x 8`` bytes: 6.6 MB for 10 classes of probabilities
-      (9.6 MB of logits). The default budget ``bins`` is 65,536 up to 64 classes, then the
+      (9.6 MB for 10 labels of multilabel logits). The default budget ``bins`` is 65,536 up to
+      64 classes, then the
       largest power of two keeping ``C x bins <= 2**22`` (64 MB): 32,768 at 100 classes,
       4,096 at 1,000 (2,587 probability bins: 7 significant bits from ``2**-16`` up); pass
       ``bins`` to trade memory for resolution;
@@ -114,12 +127,17 @@ class ScoreAccumulator(Accumulator):
             ``np.linspace(0, 1, 100)`` as torchmetrics' ``thresholds=100``: a sample is
             predicted positive at ``t`` when ``score >= t`` (for Keras' ``score > t`` pass the
             next float up, ``np.nextafter(t, np.inf)``).
-        logits: scores are logits: curves and top-k are unchanged (a monotone transform), and
-            calibration, Brier score and log loss use their softmax (multiclass) or sigmoid.
-            Without it scores must be probabilities in ``[0, 1]``.
+        logits: scores are logits. Multiclass: curves, areas and operating points rank the
+            softmax probabilities (their thresholds are probabilities), top-k the logits (the
+            same order within a sample). Binary and multilabel: curves rank the logits (the
+            sigmoid is monotone; thresholds are logits). Calibration, Brier score and log loss
+            use the softmax or sigmoid; the log loss of a sample is clipped at 36.04 (see
+            :meth:`log_loss`). Without it scores must be probabilities in ``[0, 1]``, and
+            the class probabilities of a multiclass sample must sum to one within 0.01.
         weighted: accumulate float64 weights; by default counts are exact int64 and weights,
             if given, must be whole numbers.
-        ignore_index: a label (or multilabel target) whose samples are skipped.
+        ignore_index: a label (or multilabel target) whose samples are skipped; an int64,
+            compared with the labels exactly (never through float64).
         class_axis: the axis of the class scores (multiclass and multilabel), 1 by default
             (``(N, C)`` and ``(B, C, H, W)``), -1 for channels-last.
         calibration_bins: ``F``, the number of fine confidence bins.
@@ -140,9 +158,14 @@ class ScoreAccumulator(Accumulator):
     """
 
     # Format 2 records the key layout (``key_shifts``); format 1 states were counted with
-    # the uniform key of their budget.
-    state_format = 2
-    state_upgrades = {1: lambda state: _with_uniform_key(state)}
+    # the uniform key of their budget. Format 3 keys multiclass logits by their softmax
+    # probability: earlier states of multiclass logits hold curves of the raw logits, which
+    # cannot be converted (see _rank_by_softmax).
+    state_format = 3
+    state_upgrades = {
+        1: lambda state: _with_uniform_key(state),
+        2: lambda state: _rank_by_softmax(state),
+    }
 
     def __init__(
         self,
@@ -191,7 +214,16 @@ class ScoreAccumulator(Accumulator):
             isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer))
         ):
             raise TypeError(f"`ignore_index` must be an integer or None, got {ignore_index!r}.")
+        if ignore_index is not None and not _INT64_MIN <= int(ignore_index) <= _INT64_MAX:
+            raise ValueError(
+                f"`ignore_index` must fit in int64 (labels are compared with it exactly), got "
+                f"{ignore_index!r}."
+            )
         self._ignore_index = None if ignore_index is None else int(ignore_index)
+        # Multiclass logits are ranked by their softmax probability (one-vs-rest ranking is not
+        # invariant under the softmax), so their curves use the probability key; binary and
+        # multilabel logits by the logit itself (the sigmoid is monotone).
+        self._logit_keys = self._logits and task != "multiclass"
         if isinstance(class_axis, bool) or not isinstance(class_axis, (int, np.integer)):
             raise TypeError(f"`class_axis` must be an integer, got {class_axis!r}.")
         self._class_axis = int(class_axis)
@@ -204,7 +236,7 @@ class ScoreAccumulator(Accumulator):
                 f"`calibration_bins` must be an integer in [1, 2**24], got {calibration_bins!r}."
             )
         self._calibration_bins = int(calibration_bins)
-        self._thresholds = _check_thresholds(thresholds, bins)
+        self._thresholds = _check_thresholds(thresholds, bins, self._logit_keys)
         if self._thresholds is not None:
             if key_shifts is not None:
                 raise ValueError("`key_shifts` does not apply to explicit `thresholds`.")
@@ -213,15 +245,16 @@ class ScoreAccumulator(Accumulator):
             self._key_shifts: tuple[int, ...] | None = None
         else:
             self._bins = _check_bins(bins, self._num_classes)
-            self._key_shifts = _check_key_shifts(key_shifts, self._bins, self._logits)
-            num_bins = _key_bins(self._key_shifts, self._logits)
+            self._key_shifts = _check_key_shifts(key_shifts, self._bins, self._logit_keys)
+            num_bins = _key_bins(self._key_shifts, self._logit_keys)
         self._shift = (
             0
             if self._key_shifts is None
-            else (_logit_code if self._logits else _probability_code)(self._key_shifts)
+            else (_logit_code if self._logit_keys else _probability_code)(self._key_shifts)
         )
         self._num_bins = num_bins
         self._bin_values: np.ndarray | None = None
+        self._edges: np.ndarray | None = None
         count = np.float64 if self._weighted else np.int64
         classes = self._num_classes
         arrays: dict[str, Any] = {
@@ -234,6 +267,9 @@ class ScoreAccumulator(Accumulator):
         if task == "multiclass":
             arrays["ranks"] = ((2, classes, classes), count)
         super().__init__(arrays)
+        # [state version, room]: how much more may be counted before the totals are checked
+        # again (see _reserve); version -1: not known yet.
+        self._room: list[Any] = [-1, 0.0]
         self._fast_args = self._make_fast_args()
         self._row_args = self._make_row_args()
 
@@ -325,10 +361,10 @@ class ScoreAccumulator(Accumulator):
             row_args[4] = route
         return route
 
-    def _count_rows(self, y_true: np.ndarray, y_pred: np.ndarray) -> int:
+    def _count_rows(self, y_true: np.ndarray, y_pred: np.ndarray, log: np.ndarray) -> int:
         """Count ``(N,)`` labels and ``(N, C)`` scores with the row kernel (lock held): 0, the
         first bad element (nothing counted), or ``NOT_TAKEN`` when the kernel does not take
-        these arrays."""
+        these arrays. A non-empty ``log`` receives the undo log (see ``_count_undoable``)."""
         row_args = self._row_args
         if row_args is None or row_args[0] is not self._arrays:
             return _k.NOT_TAKEN
@@ -337,7 +373,13 @@ class ScoreAccumulator(Accumulator):
         route = self._row_route(y_true.dtype, y_pred.dtype)
         if route is None:
             return _k.NOT_TAKEN
-        return int(route[2](y_true, y_pred, row_args[1], route[3]))
+        table = row_args[1]
+        if log.size:
+            table[_k.TABLE_LOG] = log.ctypes.data
+        try:
+            return int(route[2](y_true, y_pred, table, route[3]))
+        finally:
+            table[_k.TABLE_LOG] = 0
 
     def _route(
         self, y_true: np.ndarray, y_pred: np.ndarray, fast: tuple[Any, ...]
@@ -358,7 +400,19 @@ class ScoreAccumulator(Accumulator):
                 kernel = _k.count_elementwise
                 labels = np.zeros((1, 1), y_true.dtype)
             scores = np.zeros((1, classes), y_pred.dtype)
-            args = (labels, scores, None, *fast[1], 1, _CHUNK_ROWS, 1, fast[2], fast[3], eps)
+            args = (
+                labels,
+                scores,
+                None,
+                *fast[1],
+                1,
+                _CHUNK_ROWS,
+                1,
+                fast[2],
+                fast[3],
+                eps,
+                _NO_LOG,
+            )
             route = (_k.compiled_for(kernel, args), eps)
         fast[4][key] = route
         return route
@@ -407,7 +461,7 @@ class ScoreAccumulator(Accumulator):
         nearer) for probabilities; NaN for bins no score can reach; ``[-inf, t_1, ..., t_m]``
         with explicit thresholds."""
         if self._bin_values is None:
-            self._bin_values = _bin_values(self._shift, self._thresholds, self._logits)
+            self._bin_values = _bin_values(self._shift, self._thresholds, self._logit_keys)
         return self._bin_values.copy()
 
     def exact(self) -> np.ndarray:
@@ -418,16 +472,17 @@ class ScoreAccumulator(Accumulator):
     def bin_index(self, threshold: float) -> int:
         """The bin of ``threshold``: at that threshold, the samples in bins
         ``>= bin_index(threshold)`` are predicted positive (``score >= threshold`` exactly
-        when ``threshold`` is a bin value, see :meth:`bin_values`)."""
+        when ``threshold`` is a bin value, see :meth:`bin_values`, or a threshold this
+        accumulator returned; multiclass logits: a softmax probability)."""
         value = float(threshold)
         if math.isnan(value):
             raise ValueError("`threshold` is NaN.")
-        if self._thresholds is None and not self._logits:
+        if self._thresholds is None and not self._logit_keys:
             if value <= 0.0:
                 return 0
             if value > 1.0:
                 return self._num_bins
-        return int(_k.bin_index(value, self._shift, self._thresholds, self._logits))
+        return int(_k.bin_index(value, self._shift, self._thresholds, self._logit_keys))
 
     # ------------------------------------------------------------------ counting
     def update(self, y_true: Any, y_pred: Any, weights: Any = None) -> ScoreAccumulator:
@@ -463,12 +518,18 @@ class ScoreAccumulator(Accumulator):
             if route[0] is not y_true.dtype or route[1] is not y_pred.dtype:
                 route = self._row_route(y_true.dtype, y_pred.dtype)
             if route is not None and row_args[0] is self._arrays:
+                rows = y_true.shape[0]
                 lock = self._lock
                 lock.acquire()  # (a `with` block costs 0.14 us more)
                 try:
+                    room = self._room
+                    if room[0] != self._version or rows > room[1]:
+                        self._reserve(self._arrays, rows, False)
                     code = route[2](y_true, y_pred, row_args[1], route[3])
                     if code == 0:
                         self._changed()
+                        room[0] = self._version
+                        room[1] -= rows
                         return self
                 finally:
                     lock.release()
@@ -507,11 +568,28 @@ class ScoreAccumulator(Accumulator):
                 lock = self._lock
                 lock.acquire()  # (a `with` block costs 0.14 us more)
                 try:
+                    room = self._room
+                    if room[0] != self._version or rows > room[1]:
+                        self._reserve(self._arrays, rows, False)
                     status, position, _ = kernel(
-                        y_true, y_pred, None, *fast[1], rows, _CHUNK_ROWS, 1, fast[2], fast[3], eps
+                        y_true,
+                        y_pred,
+                        None,
+                        *fast[1],
+                        rows,
+                        _CHUNK_ROWS,
+                        1,
+                        fast[2],
+                        fast[3],
+                        eps,
+                        _NO_LOG,
                     )
                     if status == _k.OK:
                         self._changed()
+                        room[0] = self._version
+                        room[1] -= rows
+                        if position == _k.LOOKS_LIKE_PROBABILITIES:
+                            _warn_probabilities(self._task)
                         return self
                 finally:
                     lock.release()
@@ -557,11 +635,28 @@ class ScoreAccumulator(Accumulator):
         lock = self._lock
         lock.acquire()
         try:
+            room = self._room
+            if room[0] != self._version or rows > room[1]:
+                self._reserve(self._arrays, rows, False)
             status, position, _ = kernel(
-                targets, scores, None, *fast[1], rows, _CHUNK_ROWS, 1, fast[2], fast[3], eps
+                targets,
+                scores,
+                None,
+                *fast[1],
+                rows,
+                _CHUNK_ROWS,
+                1,
+                fast[2],
+                fast[3],
+                eps,
+                _NO_LOG,
             )
             if status == _k.OK:
                 self._changed()
+                room[0] = self._version
+                room[1] -= rows
+                if position == _k.LOOKS_LIKE_PROBABILITIES:
+                    _warn_probabilities(self._task)
                 return self
         finally:
             lock.release()
@@ -720,22 +815,19 @@ class ScoreAccumulator(Accumulator):
             return flat, total
         return flat.astype(np.int64), total
 
-    def _count(self, arrays: dict[str, np.ndarray], batch: _Batch) -> None:
+    def _count(
+        self, arrays: dict[str, np.ndarray], batch: _Batch, log: np.ndarray = _NO_LOG
+    ) -> None:
         rows = batch.scores.shape[0]
         if rows == 0:
             return
         per_row = 1 if self._task == "multiclass" else self._num_classes
-        if not self._weighted and batch.weights is not None:
-            # Every cell grows by at most the batch's total weight (per label for multilabel).
-            headroom = _INT64_MAX - float(arrays["calibration"][:, 0].sum())
-            if batch.total_weight * per_row >= headroom:
-                raise ValueError(
-                    f"`weights` sum to {batch.total_weight:g}, which would overflow the int64 "
-                    f"counts; create the accumulator with `weighted=True`."
-                )
+        amount = (rows if batch.weights is None else batch.total_weight) * per_row
+        self._reserve(arrays, amount, batch.weights is not None)
         if batch.weights is None and arrays is self._arrays:
-            code = self._count_rows(batch.y, batch.scores)
+            code = self._count_rows(batch.y, batch.scores, log)
             if code == 0:
+                self._spend(amount, 1)
                 return
             if code > 0:
                 raise self._error(code & 7, code >> 3, batch)
@@ -752,14 +844,89 @@ class ScoreAccumulator(Accumulator):
         backup = None
         if rows > chunk:
             backup = (arrays["confidence"].copy(), arrays["losses"].copy())
-        status, position, counted = self._run(arrays, batch, 0, rows, chunk, 1, flags)
+        status, position, counted = self._run(arrays, batch, 0, rows, chunk, 1, flags, log)
         if status == _k.OK:
+            if arrays is self._arrays:
+                self._spend(amount, 1)
+            if position == _k.LOOKS_LIKE_PROBABILITIES:
+                _warn_probabilities(self._task)
             return
         if counted > 0 and backup is not None:
             self._run(arrays, batch, 0, counted, counted, -1, flags)
             arrays["confidence"][...] = backup[0]
             arrays["losses"][...] = backup[1]
         raise self._error(status, position, batch)
+
+    def _reserve(self, arrays: dict[str, np.ndarray], amount: float, weights: bool) -> None:
+        """Refuse a batch that could take a count past int64 or a float sum to infinity
+        (lock held). Every cell of the state is at most the total count (or weight) times the
+        largest per-sample term (the clipped log loss, 36.04), so the total counted so far is
+        kept below int64's maximum (counts) or 1e300 (weighted sums); the room left is cached
+        per state version."""
+        room = self._room
+        if arrays is self._arrays and room[0] == self._version and amount <= room[1]:
+            return
+        total = float(arrays["calibration"][:, 0].sum(dtype=np.float64))
+        limit = _FLOAT_TOTAL_LIMIT if self._weighted else float(_TOTAL_COUNT_LIMIT)
+        left = limit - total
+        if not amount <= left:
+            if self._weighted:
+                raise ValueError(
+                    f"this batch (total weight {amount:g}) would take the accumulated weight "
+                    f"to {total + amount:g}, beyond {limit:g}, where float64 sums could "
+                    f"overflow; nothing was counted. Rescale the weights."
+                )
+            what = f"`weights` sum to {amount:g}" if weights else f"this batch adds {amount:g}"
+            remedy = (
+                "create the accumulator with `weighted=True`"
+                if weights
+                else "start a new accumulator (or merge partial ones in float with `weighted=True`)"
+            )
+            raise ValueError(
+                f"{what}, which would overflow the int64 counts (already {total:.0f} "
+                f"counted); nothing was counted. {remedy[0].upper() + remedy[1:]}."
+            )
+        if arrays is self._arrays:
+            room[0] = self._version
+            room[1] = left
+
+    def _spend(self, amount: float, ahead: int) -> None:
+        """Take ``amount`` from the cached room after a counted batch, for the state version
+        ``ahead`` changes on (1: the caller's ``_changed`` is still to come)."""
+        room = self._room
+        room[0] = self._version + ahead
+        room[1] -= amount
+
+    def _count_undoable(self, batch: _Batch) -> Any:
+        """Count ``batch`` (lock held) and return a function that undoes it exactly, for
+        groups. Counts are undone by counting the same rows with sign -1 (exact); the float
+        sums of unweighted accumulators from a log of the confidence cells' values before and
+        a copy of the two loss sums, so that no copy of the histograms is taken. Weighted
+        accumulators, whose histograms are float sums, restore a copy of the state."""
+        if self._weighted:
+            return super()._count_undoable(batch)
+        arrays = self._arrays
+        rows = batch.scores.shape[0]
+        if rows == 0:
+            return lambda: None
+        losses = arrays["losses"].copy()
+        per_row = 1 if self._task == "multiclass" else self._num_classes
+        log = np.full(2 * rows * per_row, np.nan)
+        self._count(arrays, batch, log)
+
+        def undo() -> None:
+            flags = _k.HAS_IGNORE if self._ignore_index is not None else 0
+            self._run(arrays, batch, 0, rows, rows, -1, flags)
+            cells = log[0::2]
+            logged = ~np.isnan(cells)
+            cells = cells[logged].astype(np.intp)
+            before = log[1::2][logged]
+            # A cell added to twice goes back to its value before the first addition.
+            unique, first = np.unique(cells, return_index=True)
+            arrays["confidence"][unique] = before[first]
+            arrays["losses"][...] = losses
+
+        return undo
 
     def _run(
         self,
@@ -770,6 +937,7 @@ class ScoreAccumulator(Accumulator):
         chunk: int,
         sign: int,
         flags: int,
+        log: np.ndarray = _NO_LOG,
     ) -> tuple[int, int, int]:
         ignore = -1 if self._ignore_index is None else self._ignore_index
         if self._task == "multiclass":
@@ -792,6 +960,7 @@ class ScoreAccumulator(Accumulator):
                 flags,
                 ignore,
                 batch.eps,
+                log,
             )
         return _k.count_elementwise(
             batch.y,
@@ -811,6 +980,7 @@ class ScoreAccumulator(Accumulator):
             flags,
             ignore,
             batch.eps,
+            log,
         )
 
     def _error(self, status: int, position: int, batch: _Batch) -> ValueError:
@@ -849,7 +1019,16 @@ class ScoreAccumulator(Accumulator):
         else:
             sample = _unravel(position, batch.sample_shape)
             shown = sample[0] if len(sample) == 1 else sample
-            if status == _k.BAD_ROW:
+            if status == _k.BAD_SUM:
+                total = float(np.sum(batch.scores[position], dtype=np.float64))
+                error = ValueError(
+                    f"`y_pred` (probabilities) at position {shown} sum to {total:.6g}, but "
+                    f"the class probabilities of a sample must sum to 1 (within "
+                    f"{_k.ROW_SUM_TOLERANCE}): apply a softmax, create the accumulator with "
+                    f"`logits=True` for logits, or use task='multilabel' for independent "
+                    f"per-class (sigmoid) scores."
+                )
+            elif status == _k.BAD_ROW:
                 error = ValueError(
                     f"`y_pred` (logits) at position {shown} are all -inf: the "
                     f"softmax of that sample is undefined."
@@ -893,25 +1072,38 @@ class ScoreAccumulator(Accumulator):
         """``(fpr, tpr, thresholds)`` of the positive class (binary), of class ``label``
         (one-vs-rest), or of the pooled one-vs-rest histograms (``micro=True``); see
         :func:`metricstream.metrics.curves.roc_curve`."""
-        pos, neg = self._one(label, micro)
-        return _curves.roc_curve(pos, neg, self.bin_values(), drop_intermediate=drop_intermediate)
+        pos, neg, exact = self._one(label, micro)
+        return _curves.roc_curve(
+            pos, neg, self._thresholds_of(exact), drop_intermediate=drop_intermediate
+        )
 
     def precision_recall_curve(
         self, label: int | None = None, *, micro: bool = False, drop_intermediate: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(precision, recall, thresholds)``, as scikit-learn's function of that name; see
         :func:`metricstream.metrics.curves.precision_recall_curve`."""
-        pos, neg = self._one(label, micro)
+        pos, neg, exact = self._one(label, micro)
         return _curves.precision_recall_curve(
-            pos, neg, self.bin_values(), drop_intermediate=drop_intermediate
+            pos, neg, self._thresholds_of(exact), drop_intermediate=drop_intermediate
         )
 
-    def _one(self, label: int | None, micro: bool) -> tuple[np.ndarray, np.ndarray]:
-        pos, neg, _ = self._hist(self._snapshot())
+    def _one(self, label: int | None, micro: bool) -> tuple[np.ndarray, np.ndarray, bool]:
+        pos, neg, exact = self._hist(self._snapshot())
         if micro:
-            return pos.sum(axis=0), neg.sum(axis=0)
+            return pos.sum(axis=0), neg.sum(axis=0), bool(exact.all())
         index = self._class(label)
-        return pos[index], neg[index]
+        return pos[index], neg[index], bool(exact[index])
+
+    def _thresholds_of(self, exact: bool) -> np.ndarray:
+        """The threshold each bin reports: its value for an exact class (every score of the
+        bin is that value, as scikit-learn reports it), else the bin's lower edge, the lowest
+        score that falls in the bin: either way ``score >= threshold`` on the raw scores
+        selects exactly the samples of that bin and those above it."""
+        if exact or self._thresholds is not None:
+            return self.bin_values()
+        if self._edges is None:
+            self._edges = _bin_edges(self._shift, self._logit_keys)
+        return self._edges.copy()
 
     @overload
     def auroc(
@@ -986,6 +1178,15 @@ class ScoreAccumulator(Accumulator):
                 f"`within_bins` must be 'auto', 'tied' or 'spread', got {within_bins!r}."
             )
         average = self._default_average(average)
+        if not self._snapshot()["calibration"][:, 0].any():
+            # Nothing counted: the 0/0 value of every class (not scikit-learn's 0.0 for a class
+            # without positives, which needs samples of other classes to be meaningful).
+            _warn_empty("Average precision")
+            nan: float | np.ndarray = float("nan")
+            if average is None and self._task != "binary":
+                nan = np.full(self._num_classes, np.nan)
+            result = Bounded(nan, nan, nan)
+            return result if with_bound else result.value
         if within_bins == "tied" or (within_bins == "auto" and self._thresholds is not None):
             result = Bounded(*self._view(_ap_view, average))
         else:
@@ -1000,7 +1201,7 @@ class ScoreAccumulator(Accumulator):
     def _spread_bins(self) -> np.ndarray:
         """Bins that may hold several values: all but the bins of p = 0 and p = 1."""
         spread = np.ones(self._num_bins, dtype=bool)
-        if self._thresholds is None and not self._logits:
+        if self._thresholds is None and not self._logit_keys:
             spread[0] = spread[-1] = False
         return spread
 
@@ -1008,14 +1209,20 @@ class ScoreAccumulator(Accumulator):
         self, target: _curves.Target, constraint: float, label: int | None, with_bound: bool
     ) -> Any:
         pos, neg, exact = self._hist(self._snapshot())
-        values = self.bin_values()
         indices = (
             [self._class(label)]
             if (label is not None or self._task == "binary")
             else (range(self._num_classes))
         )
         results = [
-            _curves.operating_point(pos[i], neg[i], values, target, constraint, exact=exact[i])
+            _curves.operating_point(
+                pos[i],
+                neg[i],
+                self._thresholds_of(bool(exact[i])),
+                target,
+                constraint,
+                exact=exact[i],
+            )
             for i in indices
         ]
         if label is not None or self._task == "binary":
@@ -1079,7 +1286,8 @@ class ScoreAccumulator(Accumulator):
 
         A sample is predicted positive when its bin is at or above the bin of ``threshold``:
         exactly ``score >= threshold`` when the threshold is a bin value (see
-        :meth:`bin_values`; every 16-bit score is one).
+        :meth:`bin_values`; every 16-bit score is one) or a threshold returned by the curves or
+        the operating points (multiclass logits: of the softmax probability).
         """
         index = self._class(label)
         pos, neg, _ = self._hist(self._snapshot())
@@ -1104,7 +1312,10 @@ class ScoreAccumulator(Accumulator):
         ``calibration_bins``); see :mod:`metricstream.metrics.calibration`. Multiclass uses
         the top-label confidence; binary and multilabel the positive-class probability against
         the fraction of positives (scikit-learn's ``calibration_curve``)."""
-        return ReliabilityDiagram(*self._view(_diagram_view, n_bins))
+        diagram = ReliabilityDiagram(*self._view(_diagram_view, n_bins))
+        if not diagram.counts.any():
+            _warn_empty("The reliability diagram (accuracy and confidence per bin)")
+        return diagram
 
     def calibration_error(self, n_bins: int = 15, norm: Norm = "l1") -> float:
         """Expected calibration error (``norm="l1"``; ``"l2"``) or the maximum one
@@ -1131,8 +1342,10 @@ class ScoreAccumulator(Accumulator):
 
     def log_loss(self) -> float:
         """Mean negative log-likelihood, as scikit-learn's ``log_loss`` (probabilities clipped
-        to ``[eps, 1 - eps]`` with ``eps`` of their float type; from logits it is computed
-        without clipping); an exact running sum. NaN (with a warning) when empty."""
+        to ``[eps, 1 - eps]`` with ``eps`` of their float type; from logits the loss of a sample
+        is ``logsumexp(s) - s_true``, or its sigmoid form, clipped at ``-log(eps)`` of float64
+        = 36.04 as scikit-learn clips float64 probabilities, so that a ``-inf`` true-class
+        logit counts 36.04); an exact running sum. NaN (with a warning) when empty."""
         snap = self._snapshot()
         return _calibration.mean_loss(
             snap["losses"][1], snap["calibration"][:, 0].sum(), "Log loss"
@@ -1182,6 +1395,29 @@ class ScoreAccumulator(Accumulator):
         from ..plotting.scores import plot_calibration
 
         return plot_calibration(self, n_bins=n_bins, ax=ax, **kwargs)
+
+
+def _warn_empty(what: str) -> None:
+    warnings.warn(
+        f"{what} is undefined (NaN): no samples were counted.",
+        UndefinedMetricWarning,
+        stacklevel=caller_stacklevel(),
+    )
+
+
+def _warn_probabilities(task: str) -> None:
+    what = (
+        "every score lies in [0, 1] and every sample's scores sum to 1"
+        if task == "multiclass"
+        else "every score lies in [0, 1]"
+    )
+    warnings.warn(
+        f"the scores look like probabilities ({what}), but the accumulator was created with "
+        f"`logits=True`, which applies a {'softmax' if task == 'multiclass' else 'sigmoid'} "
+        f"to them; create it without `logits=True` for probabilities.",
+        UserWarning,
+        stacklevel=caller_stacklevel(),
+    )
 
 
 # ---------------------------------------------------------------------- cached view functions
@@ -1335,7 +1571,20 @@ def _with_uniform_key(state: dict[str, Any]) -> dict[str, Any]:
     return {**state, "config": config}
 
 
-def _check_thresholds(thresholds: Any, bins: Any) -> np.ndarray | None:
+def _rank_by_softmax(state: dict[str, Any]) -> dict[str, Any]:
+    """Format 2 -> 3: unchanged, except multiclass logits, whose curves were counted on the
+    raw logits (a ranking that is not the softmax's): refused."""
+    config = state["config"]
+    if isinstance(config, dict) and config.get("task") == "multiclass" and config.get("logits"):
+        raise ValueError(
+            "this state of multiclass logits was saved by an earlier version, which ranked "
+            "the raw logits for its curves instead of their softmax probabilities; its "
+            "curves cannot be converted: count the scores again."
+        )
+    return state
+
+
+def _check_thresholds(thresholds: Any, bins: Any, logit_keys: bool) -> np.ndarray | None:
     if thresholds is None:
         return None
     if bins is not None:
@@ -1344,6 +1593,13 @@ def _check_thresholds(thresholds: Any, bins: Any) -> np.ndarray | None:
     if array.size == 0 or not np.all(np.isfinite(array)) or np.any(np.diff(array) <= 0):
         raise ValueError(
             f"`thresholds` must be finite and strictly increasing, got {thresholds!r}."
+        )
+    if not logit_keys and (array[0] < 0.0 or array[-1] > 1.0):
+        raise ValueError(
+            f"`thresholds` apply to probabilities (multiclass logits: to their softmax) and "
+            f"must lie in [0, 1], got {array[0] if array[0] < 0 else array[-1]!r}; for "
+            f"thresholds on binary or multilabel logits create the accumulator with "
+            f"`logits=True`."
         )
     return array
 
@@ -1391,6 +1647,81 @@ def _bin_values(shift: int, thresholds: np.ndarray | None, logits: bool) -> np.n
     # Bin 1 holds the smallest positive floats (0 has bin 0): its smallest is its value.
     values[1] = float(np.nextafter(np.float32(0), np.float32(1)))
     return values
+
+
+def _lowest_rounding_to(f: np.ndarray) -> np.ndarray:
+    """Per float32 ``f`` (not NaN), the smallest float64 whose float32 rounding (to nearest,
+    ties to even) is ``f`` or above, ``-0.0`` counting as ``+0.0``: the midpoint between ``f``
+    and the float32 below it when the tie rounds to ``f`` (its last significand bit is 0),
+    else the float64 just above that midpoint."""
+    f = np.asarray(f, dtype=np.float32)
+    with np.errstate(over="ignore"):  # the float32 below -FLT_MAX is -inf
+        below = np.nextafter(f, np.float32(-np.inf)).astype(np.float64)
+    below[f == 0] = -(2.0**-149)  # the float32 below both zeros
+    below[np.isneginf(below) & ~np.isneginf(f)] = -(2.0**128)  # past -FLT_MAX: -inf's edge
+    wide = f.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        middle = (below + wide) / 2.0
+    even = (f.view(np.uint32) & 1) == 0
+    lowest = np.where(even, middle, np.nextafter(middle, np.inf))
+    lowest[np.isneginf(f)] = -np.inf
+    return lowest
+
+
+def _bin_edges(shift: int, logit_keys: bool) -> np.ndarray:
+    """Each key bin's lower edge: the lowest float64 score that falls in it (scores are
+    rounded to float32 first), so that ``score >= edge[b]`` holds exactly for the scores of
+    bins ``>= b``; NaN for bins no score can reach. Probabilities start at 0.0."""
+    if logit_keys:
+        fine, middle, outer, half = (int(v) for v in _k.logit_layout(shift))
+        # the smallest magnitude bits of each magnitude bin, as _logit_bin_values
+        edges = np.array([0, 0x1F800000, 0x3C800000, 0x43000000, 0x5F800000], dtype=np.int64)
+        shifts = np.array([outer, middle, fine, middle, outer], dtype=np.int64)
+        if fine == outer:
+            edges, shifts = edges[:1], shifts[:1]
+        firsts = np.r_[0, np.cumsum(np.diff(np.r_[edges, 1 << 31]) >> shifts)[:-1]]
+        bins = np.arange(half, dtype=np.int64)
+        region = np.searchsorted(firsts, bins, side="right") - 1
+        lowest = edges[region] + ((bins - firsts[region]) << shifts[region])
+        infinity = 0x7F800000
+        # Positive bin g: its smallest magnitude; negative bin g: minus its largest (the next
+        # bin's smallest less one bit; infinity at most, and -0.0 belongs to +0.0).
+        largest = np.minimum(np.r_[lowest[1:], 1 << 32] - 1, infinity)
+        positive = np.full(half, np.nan)
+        reach = lowest <= infinity
+        positive[reach] = _lowest_rounding_to(lowest[reach].astype(np.uint32).view(np.float32))
+        negative = np.full(half, np.nan)
+        reach = (lowest <= infinity) & (largest >= np.maximum(lowest, 1))
+        negative[reach] = _lowest_rounding_to(-(largest[reach].astype(np.uint32).view(np.float32)))
+        return np.r_[negative[::-1], positive]
+    values = _bin_values(shift, None, False)
+    layout = [int(v) for v in _k.key_layout(shift)]
+    base, last, complement = layout[6], layout[7], layout[8]
+    middle = last - 2 - ((0x3F000000 >> complement) - base)
+    edges = np.full(values.shape, np.nan)
+    edges[0] = 0.0
+    # 0 < p < 1/2: the bin's value is its smallest float32.
+    edges[1 : middle + 1] = _lowest_rounding_to(values[1 : middle + 1].astype(np.float32))
+    # p >= 1/2: bins of 1 - p (bits y << complement .. (y + 1) << complement); their lowest p
+    # is 1 minus the largest 1 - p in the bin that a float32 p has (a multiple of 2**-24, at
+    # most 1/2).
+    keys = last - 1 - np.arange(middle + 1, last, dtype=np.int64) + base
+    low = (keys << complement).astype(np.uint32).view(np.float32).astype(np.float64)
+    high = ((keys + 1) << complement).astype(np.uint32).view(np.float32).astype(np.float64)
+    largest = np.minimum((np.ceil(high * 2.0**24) - 1) * 2.0**-24, 0.5)
+    reach = largest >= low
+    complement_edges = np.full(keys.shape, np.nan)
+    complement_edges[reach] = _lowest_rounding_to((1.0 - largest[reach]).astype(np.float32))
+    edges[middle + 1 : last] = complement_edges
+    edges[last] = _lowest_rounding_to(np.array([1.0], dtype=np.float32))[0]
+    # Shifts beyond 23 drop bits across 1/2: the first bin of 1 - p then also holds the p
+    # below 1/2 of the next lower key, which are its lowest scores.
+    fine, tiny, coarse, offset = layout[0], layout[2], layout[3], layout[5]
+    shared = (middle << coarse) if middle < offset else tiny + ((middle - offset) << fine)
+    if shared < 0x3F000000:
+        lowest = max(shared, 1)  # (0 has a bin of its own)
+        edges[middle + 1] = _lowest_rounding_to(np.array([lowest], np.uint32).view(np.float32))[0]
+    return edges
 
 
 def _show(value: np.generic) -> str:
