@@ -219,9 +219,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="10^6 rows and fewer rounds")
     parser.add_argument("--rows", type=float, default=None, help="rows (default 1e7)")
     parser.add_argument("--only", default="arrow,spark,ray", help="comma-separated sections")
+    parser.add_argument("--repeats", type=int, default=None, help="rounds of Spark and Ray")
     args = parser.parse_args(argv)
     rows = int(args.rows or (1e6 if args.quick else 1e7))
-    repeats = 2 if args.quick else 3
+    repeats = args.repeats or (2 if args.quick else 3)
     print(f"CPU: {cpu_description()}, {os.cpu_count()} logical cores")
     sections = {"arrow": bench_arrow, "spark": bench_spark, "ray": bench_ray}
     for name in args.only.split(","):
