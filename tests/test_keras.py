@@ -65,19 +65,20 @@ def test_binary_one_hot_and_whole_weights():
 
 
 def test_counters_pass_2_24_and_2_31_without_sticking_or_wrapping():
-    # Whole sample weights make huge counts cheap: 3 samples of weight 2**24 - 1 per step.
+    # Whole sample weights make huge counts cheap: 300 samples of weight 2**24 - 1 per step.
     metric = ConfusionMetrics(2)
-    y = np.array([0, 0, 1])
-    p = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
-    w = np.full(3, 2.0**24 - 1)
-    steps = 200  # 600 * (2**24 - 1) ~ 1.0e10 > 2**33
+    y = np.repeat([0, 1], [200, 100])
+    p = np.eye(2)[y]
+    w = np.full(300, 2.0**24 - 1)
+    steps = 3  # cell (0, 0): 600 * (2**24 - 1) ~ 1.0e10 > 2**33, carried across steps
     for _ in range(steps):
         metric.update_state(y, p, w)
     metric.update_state(y[:1], p[:1])  # and one more: a float32 counter would not move
     counts = metric.counts()
-    assert counts[0, 0] == 2 * steps * (2**24 - 1) + 1 > 2**31
-    assert counts[1, 1] == steps * (2**24 - 1) > 2**31
-    assert metric.to_accumulator().num_samples == 3 * steps * (2**24 - 1) + 1
+    assert counts[0, 0] == 200 * steps * (2**24 - 1) + 1 > 2**33
+    assert counts[1, 1] == 100 * steps * (2**24 - 1) > 2**32
+    assert counts[0, 1] == counts[1, 0] == 0
+    assert metric.to_accumulator().num_samples == 300 * steps * (2**24 - 1) + 1
     # the float32 result is close, not stuck
     assert float(metric.result()["confusion_num_samples"]) == pytest.approx(counts.sum(), 1e-6)
 
@@ -124,12 +125,18 @@ def _child(backend: str, out: str) -> None:
     logged = model.evaluate(x, y, batch_size=50, verbose=0, return_dict=True)
     pred = np.asarray(model.predict(x, batch_size=517, verbose=0)).argmax(1)
     counts = metric.counts()  # the object given to compile() holds the evaluation's counts
+    big = ConfusionMetrics(2)  # past 2**31 on this backend's int32 words
+    for _ in range(3):
+        big.update_state(
+            np.zeros(200, "int32"), np.zeros((200, 2), "float32") + [1, 0], [2**24 - 1] * 200
+        )
     Path(out).write_text(
         json.dumps(
             {
                 "logged": {k: float(v) for k, v in logged.items()},
                 "pred": pred.tolist(),
                 "counts": counts.tolist(),
+                "big": int(big.counts()[0, 0]),
             }
         )
     )
@@ -158,6 +165,7 @@ def test_fit_evaluate_jit_compile_equals_sklearn(backend, tmp_path):
     assert logged["cm_accuracy"] == pytest.approx(skm.accuracy_score(y, pred), rel=1e-6)
     assert logged["cm_f1_macro"] == pytest.approx(skm.f1_score(y, pred, average="macro"), 1e-6)
     assert logged["cm_num_samples"] == 517
+    assert record["big"] == 600 * (2**24 - 1)
 
 
 if __name__ == "__main__" and len(sys.argv) > 3 and sys.argv[1] == "child":
