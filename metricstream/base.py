@@ -35,6 +35,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
+from . import exceptions as _exceptions
 from . import serialization as _codec
 from ._core import devices as _devices
 from ._inputs import as_array
@@ -493,9 +494,15 @@ class Accumulator:
                 if hit is not None:
                     return _fresh(hit)
         version = self._version
+        warned = _exceptions.undefined_warnings_issued()
         value = function(self._view_source(), *args, **kwargs)
         # A concurrent update may have landed meanwhile: never cache a value of an older state.
-        if cacheable and version == self._version:
+        # Nor one that warned: returned from the cache, it would not warn again.
+        if (
+            cacheable
+            and version == self._version
+            and warned == _exceptions.undefined_warnings_issued()
+        ):
             views = self._views
             if len(views) >= _MAX_CACHED_VIEWS:
                 views.clear()

@@ -38,7 +38,7 @@ from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
-from .base import Accumulator, AccumulatorGroup
+from .base import Accumulator, AccumulatorGroup, _keywords
 
 __all__ = ["accumulate", "confusion"]
 
@@ -111,7 +111,11 @@ def accumulate(
         compute: ``True`` computes and returns the result; ``False`` returns a
             ``dask.delayed.Delayed`` that computes to it (to combine with other computations).
         **compute_kwargs: passed to ``dask.compute``, e.g. ``scheduler="threads"``. With a
-            ``distributed.Client`` active, the cluster is used by default.
+            ``distributed.Client`` active, the cluster is used by default. A keyword that a
+            member's ``update`` takes (``cluster_ids=`` of a
+            :class:`~metricstream.BootstrapConfusionAccumulator`) goes to the updates instead:
+            an array of ``y_true``'s shape, or one value per row, is chunked with ``y_true``;
+            any other value is given to every chunk.
 
     Chunking: confusion matrices count every element as a sample, so any chunking of ``y_true``
     is kept. Other accumulators see whole rows: chunks are merged along every axis but the
@@ -131,6 +135,10 @@ def accumulate(
     recipe = _recipe(template)
     members = template.values() if isinstance(template, AccumulatorGroup) else [template]
     elementwise = all(member.input_layout == "elementwise" for member in members)
+    # Keyword arguments that a member's update takes (``cluster_ids=`` of a bootstrap member)
+    # are chunked with `y_true` and given to every chunk's update; the rest go to dask.compute.
+    taken = set().union(*(_keywords(type(member)._prepare) for member in members))
+    member_kwargs = {key: compute_kwargs.pop(key) for key in list(compute_kwargs) if key in taken}
     if class_axis is None:
         axes = {
             member.config()["class_axis"] for member in members if "class_axis" in member.config()
@@ -152,6 +160,7 @@ def accumulate(
         split_every=split_every,
         compute=compute,
         compute_kwargs=compute_kwargs,
+        member_kwargs=member_kwargs,
     )
 
 
@@ -277,19 +286,23 @@ def _reduce(
     split_every: int,
     compute: bool,
     compute_kwargs: dict[str, Any],
+    member_kwargs: dict[str, Any] | None = None,
 ) -> Any:
     dask = _import("dask")
+    member_kwargs = member_kwargs or {}
     if isinstance(split_every, bool) or not isinstance(split_every, int) or split_every < 2:
         raise ValueError(f"`split_every` must be an int of at least 2, got {split_every!r}.")
 
     if any(_is_dask_frame(x) for x in (y_true, y_pred, weights)):
-        pieces = _frame_pieces(dask, y_true, y_pred, weights)
+        pieces = _frame_pieces(dask, y_true, y_pred, weights, member_kwargs)
     else:
-        pieces = _array_pieces(dask, y_true, y_pred, weights, num_scores, class_axis, elementwise)
+        pieces = _array_pieces(
+            dask, y_true, y_pred, weights, num_scores, class_axis, elementwise, member_kwargs
+        )
 
     count = dask.delayed(_count_piece, pure=True)
     merge = dask.delayed(_merge, pure=True)
-    level = [count(t, p, w, recipe, where) for t, p, w, where in pieces]
+    level = [count(t, p, w, recipe, where, extra) for t, p, w, where, extra in pieces]
     if not level:
         level = [dask.delayed(_build, pure=True)(recipe)]
     while len(level) > 1:
@@ -302,10 +315,12 @@ def _reduce(
 
 
 # ---------------------------------------------------------------------------- tasks
-def _count_piece(y_true: Any, y_pred: Any, weights: Any, recipe: Recipe, where: str) -> Any:
+def _count_piece(
+    y_true: Any, y_pred: Any, weights: Any, recipe: Recipe, where: str, extra: dict[str, Any]
+) -> Any:
     acc = _build(recipe)
     try:
-        acc.update(y_true, y_pred, weights)
+        acc.update(y_true, y_pred, weights, **extra)
     except (TypeError, ValueError) as error:
         raise type(error)(f"{error} (The position is counted within {where}.)") from error
     return acc
@@ -328,6 +343,7 @@ def _array_pieces(
     num_scores: int | None,
     class_axis: int,
     elementwise: bool,
+    member_kwargs: dict[str, Any],
 ) -> list[tuple]:
     da = _import("dask.array")
     y_true, y_pred = da.asarray(y_true), da.asarray(y_pred)
@@ -385,14 +401,38 @@ def _array_pieces(
                 f"{shape}; give weights of shape {shape}{rows}."
             )
 
+    # Member keyword arguments: arrays of y_true's shape, or one value per row, are chunked
+    # like y_true; anything else (one cluster id for the whole call, say) goes to every chunk.
+    chunked: dict[str, Any] = {}
+    fixed: dict[str, Any] = {}
+    for key, value in member_kwargs.items():
+        if not (hasattr(value, "shape") and hasattr(value, "ndim")) or value.ndim == 0:
+            fixed[key] = value
+            continue
+        value = da.asarray(value)
+        if value.shape == shape:
+            chunked[key] = _align(value, y_true.chunks, key)
+        elif value.ndim == 1 and len(shape) >= 1 and value.shape[0] == shape[0]:
+            chunked[key] = _align(value, (y_true.chunks[0],), key)
+        else:
+            raise ValueError(
+                f"`{key}` has shape {value.shape}, but `y_true` has shape {shape}; give one "
+                f"value per element of `y_true` or per row ({shape[0] if shape else 0},)."
+            )
+
     # One merged, optimized graph for all inputs, so a shared source is read once.
-    collections = (y_true, y_pred) if weights is None else (y_true, y_pred, weights)
+    collections = [y_true, y_pred] if weights is None else [y_true, y_pred, weights]
+    collections += list(chunked.values())
     optimized = dask.optimize(*collections)
     true_blocks = optimized[0].to_delayed(optimize_graph=False)
     pred_blocks = optimized[1].to_delayed(optimize_graph=False)
     if scores_axis is not None:
         pred_blocks = np.take(pred_blocks, 0, axis=scores_axis)
     weight_blocks = None if weights is None else optimized[2].to_delayed(optimize_graph=False)
+    extra_blocks = {
+        key: block.to_delayed(optimize_graph=False)
+        for key, block in zip(chunked, optimized[len(optimized) - len(chunked) :], strict=True)
+    }
     starts: list[Any] = [
         np.concatenate([[0], np.cumsum(c)[:-1]]) if c else [] for c in y_true.chunks
     ]
@@ -406,7 +446,10 @@ def _array_pieces(
             weight = weight_blocks[index]
         else:
             weight = weight_blocks[index[:1]]
-        pieces.append((true_blocks[index], pred_blocks[index], weight, where))
+        extra = dict(fixed)
+        for key, blocks in extra_blocks.items():
+            extra[key] = blocks[index] if blocks.ndim == true_blocks.ndim else blocks[index[:1]]
+        pieces.append((true_blocks[index], pred_blocks[index], weight, where, extra))
     return pieces
 
 
@@ -421,10 +464,14 @@ def _align(array: Any, chunks: tuple, name: str) -> Any:
     return array.rechunk(chunks)
 
 
-def _frame_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any) -> list[tuple]:
+def _frame_pieces(
+    dask: Any, y_true: Any, y_pred: Any, weights: Any, member_kwargs: dict[str, Any]
+) -> list[tuple]:
     inputs = {"y_true": y_true, "y_pred": y_pred}
     if weights is not None:
         inputs["weights"] = weights
+    fixed = {key: value for key, value in member_kwargs.items() if not _is_dask_frame(value)}
+    inputs.update({key: value for key, value in member_kwargs.items() if key not in fixed})
     for name, value in inputs.items():
         if not _is_dask_frame(value) or getattr(value, "ndim", 1) != 1:
             raise TypeError(
@@ -444,13 +491,16 @@ def _frame_pieces(dask: Any, y_true: Any, y_pred: Any, weights: Any) -> list[tup
             "dataframe, or repartition them alike."
         )
     # Each column optimized on its own: dask's column projection then reads only that column.
-    parts = [value.to_delayed(optimize_graph=True) for value in inputs.values()]
+    parts = {name: value.to_delayed(optimize_graph=True) for name, value in inputs.items()}
     pieces = []
-    for i in range(len(parts[0])):
+    for i in range(len(parts["y_true"])):
         where = f"dask dataframe partition {i}"
-        pieces.append(
-            (parts[0][i], parts[1][i], parts[2][i] if weights is not None else None, where)
-        )
+        weight = parts["weights"][i] if weights is not None else None
+        extra = dict(fixed)
+        for key in member_kwargs:
+            if key not in fixed:
+                extra[key] = parts[key][i]
+        pieces.append((parts["y_true"][i], parts["y_pred"][i], weight, where, extra))
     return pieces
 
 

@@ -9,8 +9,23 @@ class UndefinedMetricWarning(UserWarning):
     """A metric was 0/0 for some class and was replaced by the ``zero_division`` value.
 
     Raised only when ``zero_division="warn"`` (the default, which then uses 0.0, as
-    scikit-learn's ``UndefinedMetricWarning``).
+    scikit-learn's ``UndefinedMetricWarning``), and for values that have no ``zero_division``
+    (an interval of no samples, say), which are then NaN.
     """
+
+    def __init__(self, *args: object) -> None:
+        # Counted, so that a view cache does not keep a value whose warning would then be lost
+        # (warnings.warn makes an instance before any filter is applied).
+        _issued[0] += 1
+        super().__init__(*args)
+
+
+_issued = [0]
+
+
+def undefined_warnings_issued() -> int:
+    """How many :class:`UndefinedMetricWarning` have been made in this process so far."""
+    return _issued[0]
 
 
 def caller_stacklevel() -> int:

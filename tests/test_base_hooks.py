@@ -260,3 +260,12 @@ def test_bootstrap_views_survive_an_update_right_after_the_snapshot():
     acc.accuracy()
     matrix = acc.state_arrays()["matrix"]
     assert acc.accuracy() == np.trace(matrix) / matrix.sum()  # the view agrees with the state
+
+
+def test_a_view_that_warned_warns_again_on_the_next_call():
+    from metricstream.exceptions import UndefinedMetricWarning
+
+    empty = ConfusionAccumulator(3)
+    for _ in range(3):
+        with pytest.warns(UndefinedMetricWarning):
+            empty.accuracy_interval()

@@ -410,11 +410,6 @@ def test_merges_past_the_update_limit_still_load_and_refuse_updates() -> None:
         merged.update([1], [1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="metricstream.dask.accumulate does not pass cluster_ids to the chunks' updates yet "
-    "(the change is the lead's, in dask.py); remove this mark when it does",
-)
 def test_a_dask_reduction_passes_cluster_ids() -> None:
     da = pytest.importorskip("dask.array", reason='needs dask: pip install "metricstream[dask]"')
     from metricstream.dask import accumulate
@@ -481,3 +476,28 @@ def test_a_group_that_fails_later_leaves_a_bootstrap_member_bit_identical(
         boot._uncount(arrays, batch)
         if not weighted:
             assert all(np.array_equal(before[n], arrays[n]) for n in before)
+
+
+def test_a_dask_reduction_passes_cluster_ids_per_element_and_as_one_value() -> None:
+    da = pytest.importorskip("dask.array", reason='needs dask: pip install "metricstream[dask]"')
+    from metricstream.dask import accumulate
+
+    truth, pred = _images(12)
+    ids = np.repeat(np.arange(truth.shape[0]), truth[0].size).reshape(truth.shape)
+    result = accumulate(
+        BootstrapConfusionAccumulator(K, 16, seed=2),
+        da.from_array(truth, chunks=(5, 8, 8)),
+        da.from_array(pred, chunks=(5, 8, 8)),
+        cluster_ids=da.from_array(ids, chunks=(5, 8, 8)),
+        scheduler="synchronous",
+    )
+    alone = BootstrapConfusionAccumulator(K, 16, seed=2).update(truth, pred, cluster_ids=ids)
+    assert result == alone
+    one = accumulate(
+        BootstrapConfusionAccumulator(K, 16, seed=2),
+        da.from_array(truth, chunks=(5, 8, 8)),
+        da.from_array(pred, chunks=(5, 8, 8)),
+        cluster_ids=7,
+        scheduler="synchronous",
+    )
+    assert one == BootstrapConfusionAccumulator(K, 16, seed=2).update(truth, pred, cluster_ids=7)

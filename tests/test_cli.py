@@ -655,7 +655,7 @@ def test_intervals_section_in_text_and_json(tmp_path):
     intervals = data["intervals"]["metrics"]
     assert set(intervals) >= {"accuracy", "macro_f1", "miou", "mcc", "kappa"}
     acc = ConfusionAccumulator.from_matrix(np.array(data["confusion_matrix"]))
-    expected = acc.bootstrap("accuracy", n_resamples=300, seed=1)
+    expected = acc.interval("accuracy", n_resamples=300, seed=1)
     assert intervals["accuracy"]["low"] == pytest.approx(expected.low)
     assert intervals["accuracy"]["high"] == pytest.approx(expected.high)
     accuracy = intervals["accuracy"]

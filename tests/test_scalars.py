@@ -124,7 +124,7 @@ def test_multilabel_equals_sklearn():
 def test_bootstrap_carries_intervals():
     rng = np.random.default_rng(0)
     y, p = rng.integers(0, 3, 300), rng.integers(0, 3, 300)
-    boot = BootstrapConfusionAccumulator(3, n_replicates=50, seed=1)
+    boot = BootstrapConfusionAccumulator(3, n_resamples=50, seed=1)
     for chunk in np.array_split(np.arange(300), 30):  # one cluster per update
         boot.update(y[chunk], p[chunk])
     got = flat_scalars(boot)

@@ -40,7 +40,7 @@ SNIPPET = """
     auroc = scores.auroc()
     labels = MultilabelAccumulator(3).update(np.eye(3, dtype=int), np.eye(3, dtype=int))
     micro = labels.f1(average="micro")
-    boot = BootstrapConfusionAccumulator(3, n_replicates=10, seed=0)
+    boot = BootstrapConfusionAccumulator(3, n_resamples=10, seed=0)
     group = AccumulatorGroup(labels=ConfusionAccumulator(3))
     reveal_type(acc.f1)
     reveal_type(acc.accuracy())

@@ -10,6 +10,7 @@ from .resampling import (
     MetricInterval,
     bootstrap,
     delta_method,
+    interval,
     interval_from_replicates,
     interval_report,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "MetricInterval",
     "bootstrap",
     "delta_method",
+    "interval",
     "interval_from_replicates",
     "interval_report",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -434,38 +435,68 @@ class ConfusionAccumulator(Accumulator):
 
     # Every other metric method is generated below from its function in metricstream.metrics.
 
+    def interval(
+        self,
+        metric: str | Callable[..., Any],
+        *,
+        method: _bootstrap.IntervalMethod = "percentile",
+        confidence: float = 0.95,
+        n_resamples: int | None = None,
+        seed: int | np.random.Generator | None = 0,
+        resampling: _bootstrap.Resampling | None = None,
+        **metric_kwargs: Any,
+    ) -> _bootstrap.MetricInterval:
+        """A confidence interval of any metric of this matrix, at read time.
+
+        ``metric`` is a method name (``"f1"``, ``"miou"``, ...), an alias (``"macro_f1"``) or a
+        function of a matrix; ``metric_kwargs`` go to it (``average="macro"``). ``method`` is a
+        bootstrap method (``"percentile"``, ``"basic"``, ``"bca"``, ``"normal"``: replicate
+        matrices drawn from the final matrix, independent samples assumed, so the interval costs
+        nothing per update) or ``"delta"`` (the delta method). See
+        :func:`metricstream.bootstrap.interval` for the methods and the assumption, and
+        :class:`~metricstream.BootstrapConfusionAccumulator` for correlated samples (pixels of
+        one image). With no samples counted the estimate and bounds are NaN, with an
+        :class:`~metricstream.UndefinedMetricWarning`.
+
+        Example:
+            >>> acc = ConfusionAccumulator(2).update([0, 1] * 50, [0, 1] * 40 + [1, 0] * 10)
+            >>> result = acc.interval("accuracy", n_resamples=200, seed=0)
+            >>> result.low < result.estimate == 0.8 < result.high
+            True
+        """
+        return _bootstrap.interval(
+            self,
+            metric,
+            method=method,
+            confidence=confidence,
+            n_resamples=n_resamples,
+            seed=seed,
+            resampling=resampling,
+            **metric_kwargs,
+        )
+
     def bootstrap(
         self,
         metric: str | Callable[..., Any],
         *,
-        n_resamples: int = 1000,
+        n_resamples: int | None = None,
         confidence: float = 0.95,
         method: _bootstrap.Method = "percentile",
-        seed: int | np.random.Generator | None = None,
-        resampling: _bootstrap.Resampling = "multinomial",
+        seed: int | np.random.Generator | None = 0,
+        resampling: _bootstrap.Resampling | None = None,
         **metric_kwargs: Any,
     ) -> _bootstrap.MetricInterval:
-        """A bootstrap confidence interval of any metric of this matrix, at read time.
-
-        ``metric`` is a method name (``"f1"``, ``"miou"``, ...), an alias (``"macro_f1"``) or a
-        function of a matrix; ``metric_kwargs`` go to it (``average="macro"``). Replicate
-        matrices are drawn from the final matrix (independent samples assumed), so the
-        interval costs nothing per update. See :func:`metricstream.bootstrap.bootstrap` for the
-        methods and the assumption, and :class:`~metricstream.BootstrapConfusionAccumulator`
-        for correlated samples (pixels of one image).
-
-        Example:
-            >>> acc = ConfusionAccumulator(2).update([0, 1] * 50, [0, 1] * 40 + [1, 0] * 10)
-            >>> result = acc.bootstrap("accuracy", n_resamples=200, seed=0)
-            >>> result.low < result.estimate == 0.8 < result.high
-            True
-        """
-        return _bootstrap.bootstrap(
-            self,
+        """Deprecated: :meth:`interval` (the same arguments) is the one name for intervals."""
+        warnings.warn(
+            "`acc.bootstrap(metric)` is deprecated; use `acc.interval(metric)`.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.interval(
             metric,
-            n_resamples=n_resamples,
-            confidence=confidence,
             method=method,
+            confidence=confidence,
+            n_resamples=n_resamples,
             seed=seed,
             resampling=resampling,
             **metric_kwargs,
