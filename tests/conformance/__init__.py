@@ -1,0 +1,1 @@
+"""The conformance kit's registry of accumulator kinds (see registry.py)."""
