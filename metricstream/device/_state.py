@@ -198,7 +198,7 @@ class DeviceState:
 
     def check_now(self) -> None:
         """Eager mode: raise at once if the error record is set (one sync), clearing it."""
-        record = self.record.cpu().numpy()
+        record = self.record.cpu().numpy().copy()  # on the CPU, .cpu() is the record itself
         if record[0]:
             self.record.zero_()
             raise self.error(record)

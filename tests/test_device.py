@@ -1,0 +1,361 @@
+"""The device path (metricstream.device), proven on the CPU with the forced switch.
+
+Every state is compared bit for bit with the Numba path on the same tensors; bad values must
+leave exactly the valid batches counted; compiled steps must trace without a graph break.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import metricstream as ms  # noqa: E402
+from metricstream import device  # noqa: E402
+from metricstream._core import devices as _devices  # noqa: E402
+
+FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+INTS = [torch.int64, torch.int32, torch.int16, torch.uint8]
+
+
+@pytest.fixture(autouse=True)
+def _forced() -> Iterator[None]:
+    previous = device.force_device_path(True)
+    eager = device.eager(False)
+    yield
+    device.force_device_path(previous)
+    device.eager(eager)
+
+
+@contextlib.contextmanager
+def cpu_path() -> Iterator[None]:
+    previous = device.force_device_path(False)
+    try:
+        yield
+    finally:
+        device.force_device_path(previous)
+
+
+def twins(make, batches) -> tuple[ms.base.Accumulator, ms.base.Accumulator]:
+    """(device-path accumulator, Numba-path accumulator) fed the same batches."""
+    on_device, reference = make(), make()
+    for batch in batches:
+        on_device.update(*batch)
+        with cpu_path():
+            reference.update(*batch)
+    return on_device, reference
+
+
+def assert_same_state(a, b) -> None:
+    mine, theirs = a.state_arrays(), b.state_arrays()
+    assert mine.keys() == theirs.keys()
+    for name in mine:
+        assert mine[name].dtype == theirs[name].dtype
+        np.testing.assert_array_equal(mine[name], theirs[name], strict=True)
+    assert a == b
+
+
+def labels(rng, shape, k, dtype=torch.int64):
+    return torch.from_numpy(rng.integers(0, k, shape)).to(dtype)
+
+
+# ---------------------------------------------------------------------- bit-identical states
+@pytest.mark.parametrize("dtype", INTS + [torch.float32, torch.float64])
+def test_labels_every_dtype(dtype) -> None:
+    rng = np.random.default_rng(1)
+    k = 5
+    batches = [(labels(rng, n, k, dtype), labels(rng, n, k, dtype)) for n in (0, 1, 7, 300)]
+    a, b = twins(lambda: ms.ConfusionAccumulator(k), batches)
+    assert a._device is not None and a.num_samples == 308
+    assert_same_state(a, b)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_logits_and_probabilities_every_dtype(dtype) -> None:
+    rng = np.random.default_rng(2)
+    k = 4
+    batches = []
+    for n in (1, 33, 256):
+        logits = torch.from_numpy(rng.normal(size=(n, k))).to(dtype)
+        logits[: n // 3, 1] = logits[: n // 3, 2]  # ties: the first maximum wins
+        if n > 2:
+            logits[1] = 0.0
+            logits[1, 3] = -0.0  # +0 and -0 are equal
+        batches.append((labels(rng, n, k), logits))
+        batches.append((labels(rng, n, k), torch.softmax(logits.float(), 1).to(dtype)))
+    a, b = twins(lambda: ms.ConfusionAccumulator(k), batches)
+    assert_same_state(a, b)
+
+
+@pytest.mark.parametrize("class_axis", [1, -1])
+def test_segmentation_scores_with_ignore_index(class_axis) -> None:
+    rng = np.random.default_rng(3)
+    k = 3
+    batches = []
+    for _ in range(3):
+        true = labels(rng, (2, 5, 6), k + 1, torch.uint8)
+        true[true == k] = 255
+        shape = (2, k, 5, 6) if class_axis == 1 else (2, 5, 6, k)
+        batches.append((true, torch.from_numpy(rng.normal(size=shape)).to(torch.float32)))
+    a, b = twins(lambda: ms.ConfusionAccumulator(k, ignore_index=255, class_axis=class_axis), batches)
+    assert a.num_samples < 180
+    assert_same_state(a, b)
+
+
+@pytest.mark.parametrize("ignore", [0, -1, 2**40])
+def test_ignore_index_labels_and_float_labels(ignore) -> None:
+    rng = np.random.default_rng(4)
+    k = 3
+    batches = []
+    for dtype in (torch.int64, torch.float64, torch.int32):
+        true = labels(rng, 50, k)
+        true[::4] = ignore
+        pred = labels(rng, 50, k)
+        if ignore != 0:
+            pred[::4] = 7  # never checked: the sample is ignored
+        if dtype == torch.int32 and ignore == 2**40:  # no int32 equals it
+            true[::4], pred[::4] = 0, 0
+        batches.append((true.to(dtype), pred.to(dtype)))
+    a, b = twins(lambda: ms.ConfusionAccumulator(k, ignore_index=ignore), batches)
+    assert_same_state(a, b)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_threshold_binary_scores(dtype) -> None:
+    rng = np.random.default_rng(5)
+    batches = []
+    for shape, extra in (((40,), ()), ((40,), (1,)), ((4, 10), ())):
+        scores = torch.from_numpy(rng.uniform(0, 1, shape + extra)).to(dtype)
+        scores.view(-1)[:5] = 0.3  # on the threshold: positive
+        batches.append((labels(rng, shape, 2), scores))
+    batches.append((labels(rng, 9, 2), labels(rng, 9, 2)))  # integer y_pred: labels
+    a, b = twins(lambda: ms.ConfusionAccumulator(2, threshold=0.3), batches)
+    assert_same_state(a, b)
+
+
+def test_weights_integral_and_weighted() -> None:
+    rng = np.random.default_rng(6)
+    k = 4
+    batches = []
+    for dtype in (torch.int64, torch.int32, torch.float64, torch.float32, torch.bfloat16):
+        w = torch.from_numpy(rng.integers(0, 5, 64)).to(dtype)
+        batches.append((labels(rng, 64, k), torch.randn(64, k, dtype=torch.float32), w))
+    a, b = twins(lambda: ms.ConfusionAccumulator(k), batches)
+    assert_same_state(a, b)
+    # Fractional weights: dyadic values, so that any order of addition gives the same sums.
+    frac = [
+        (labels(rng, 64, k), labels(rng, 64, k), torch.from_numpy(rng.integers(0, 16, 64) / 8))
+        for _ in range(4)
+    ]
+    a, b = twins(lambda: ms.ConfusionAccumulator(k, weighted=True), frac)
+    assert a.matrix.dtype == np.float64
+    assert_same_state(a, b)
+
+
+def test_any_split_and_merge_equal_one_batch() -> None:
+    rng = np.random.default_rng(7)
+    k = 6
+    true, pred = labels(rng, 500, k), torch.randn(500, k)
+    whole = ms.ConfusionAccumulator(k).update(true, pred)
+    parts = [ms.ConfusionAccumulator(k) for _ in range(3)]
+    for i, cut in enumerate(np.array_split(np.arange(500), 3)):
+        parts[i].update(true[cut], pred[cut])
+    merged = parts[2].merge(parts[0]).merge(parts[1])
+    assert_same_state(merged, whole)
+    with cpu_path():
+        host = ms.ConfusionAccumulator(k).update(true, pred)
+    assert_same_state(host + ms.ConfusionAccumulator(k).update(true, pred), whole + whole)
+
+
+def test_state_stays_on_device_until_read() -> None:
+    acc = ms.ConfusionAccumulator(3)
+    acc.update(torch.tensor([0, 1, 2]), torch.tensor([0, 1, 1]))
+    assert acc._device.dirty
+    assert int(acc._arrays["matrix"].sum()) == 0  # not on the host yet
+    assert acc.accuracy() == pytest.approx(2 / 3)
+    assert not acc._device.dirty and int(acc._arrays["matrix"].sum()) == 3
+    state = acc.state_dict()
+    restored = ms.ConfusionAccumulator.from_state_dict(state)
+    assert_same_state(restored, acc)
+    acc.update(torch.tensor([2]), torch.tensor([2]))
+    assert ms.ConfusionAccumulator.from_bytes(acc.to_bytes()).num_samples == 4
+    acc.reset()
+    assert acc.num_samples == 0
+    acc.update(torch.tensor([1]), torch.tensor([1]))
+    acc.reset()
+    assert acc.num_samples == 0 and not acc._device.dirty
+
+
+# ---------------------------------------------------------------------- bad input
+def _bad_cases():
+    k = 3
+    return [
+        ("label", (torch.tensor([0, 1, 5, 9]), torch.tensor([0, 1, 2, 0])), "label 5", None),
+        ("negative", (torch.tensor([0, -2]), torch.tensor([0, 1])), "label -2", None),
+        ("pred", (torch.tensor([0, 1]), torch.tensor([1, 3])), "`y_pred` holds label 3", None),
+        ("fraction", (torch.tensor([0.0, 1.5]), torch.tensor([0, 1])), "label 1.5", None),
+        ("nan label", (torch.tensor([float("nan")]), torch.tensor([0])), "label nan", None),
+        (
+            "nan score",
+            (torch.tensor([0, 1]), torch.tensor([[0.1, 0.2, 0.3], [0.1, float("nan"), 0.0]])),
+            "holds nan",
+            None,
+        ),
+        (
+            "weight",
+            (torch.tensor([0, 1]), torch.tensor([0, 1]), torch.tensor([1.0, -1.0])),
+            "`weights` holds -1.0",
+            None,
+        ),
+        (
+            "fractional weight",
+            (torch.tensor([0, 1]), torch.tensor([0, 1]), torch.tensor([1.0, 0.5])),
+            "`weights` holds 0.5",
+            None,
+        ),
+    ], k
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_bad_batch_is_left_out_and_raised_at_the_next_read(case) -> None:
+    cases, k = _bad_cases()
+    _, bad, words, _ = cases[case]
+    rng = np.random.default_rng(8)
+    good = [(labels(rng, 20, k), labels(rng, 20, k)) for _ in range(3)]
+    acc = ms.ConfusionAccumulator(k)
+    acc.update(*good[0]).update(*good[1])
+    acc.update(*bad)  # no error yet: the device is not waited for
+    acc.update(*bad)
+    acc.update(*good[2])
+    with pytest.raises(ValueError, match="2 bad values were seen") as raised:
+        acc.matrix
+    message = str(raised.value)
+    assert words in message and "device batch 2" in message
+    with cpu_path():
+        with pytest.raises(ValueError):  # the CPU path refuses the same batch
+            ms.ConfusionAccumulator(k).update(*bad)
+        valid = ms.ConfusionAccumulator(k)
+        for batch in good:
+            valid.update(*batch)
+    assert_same_state(acc, valid)  # the error is cleared: this read succeeds
+
+
+def test_error_names_the_first_bad_value_and_counts_all() -> None:
+    acc = ms.ConfusionAccumulator(4, ignore_index=-1)
+    acc.update(torch.tensor([0, -1, 1]), torch.tensor([0, 9, 1]))  # ignored: fine
+    acc.update(torch.tensor([0, 7, 8, 1]), torch.tensor([0, 1, 1, 1]))
+    acc.update(torch.tensor([6]), torch.tensor([0]))
+    with pytest.raises(ValueError) as raised:
+        acc.state_arrays()
+    message = str(raised.value)
+    assert message.startswith("3 bad values were seen on cpu")
+    assert "`y_true` holds label 7 at flat position 1 of device batch 1" in message
+    assert "or equal `ignore_index` (-1)" in message
+    assert acc.num_samples == 2
+
+
+def test_eager_mode_raises_at_update() -> None:
+    device.eager(True)
+    acc = ms.ConfusionAccumulator(3)
+    acc.update(torch.tensor([0, 1]), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"`y_true` holds label 4 at flat position 0 of device"):
+        acc.update(torch.tensor([4, 1]), torch.tensor([0, 1]))
+    assert acc.num_samples == 2
+    assert device.eager(False) is True
+
+
+def test_meta_device_and_argument_errors() -> None:
+    acc = ms.ConfusionAccumulator(3)
+    meta = torch.empty(4, dtype=torch.int64, device="meta")
+    with pytest.raises(ValueError, match="'meta' device, which holds shapes but no values"):
+        acc.update(meta, meta)
+    with pytest.raises(ValueError, match="`y_pred` is a tensor on the 'meta' device"):
+        acc.update(torch.tensor([0]), torch.empty(1, device="meta"))
+    with pytest.raises(ValueError, match="`weights` has shape"):
+        acc.update(torch.tensor([0, 1]), torch.tensor([0, 1]), torch.tensor([1]))
+    with pytest.raises(ValueError, match="has 2 classes on axis 1"):
+        acc.update(torch.tensor([0, 1]), torch.zeros(2, 2))
+    with pytest.raises(TypeError, match="True or False"):
+        device.force_device_path("yes")  # type: ignore[arg-type]
+    assert acc.num_samples == 0
+    # Numpy or list companions of a device y_true are moved to its device.
+    acc.update(torch.tensor([0, 1]), np.array([0, 1]), [2, 3])
+    assert acc.num_samples == 5
+
+
+def test_switch_routes_cpu_tensors_only_when_on() -> None:
+    assert _devices.on_device(torch.zeros(1))
+    with cpu_path():
+        assert not _devices.on_device(torch.zeros(1))
+        acc = ms.ConfusionAccumulator(2).update(torch.tensor([0]), torch.tensor([1]))
+        assert acc._device is None
+    assert not _devices.on_device(np.zeros(1))
+
+
+# ---------------------------------------------------------------------- other families
+def test_families_without_device_kernel_count_on_the_host() -> None:
+    rng = np.random.default_rng(9)
+    ml = [
+        (labels(rng, (30, 4), 2), torch.from_numpy(rng.uniform(size=(30, 4))).float())
+        for _ in range(3)
+    ]
+    a, b = twins(lambda: ms.MultilabelAccumulator(4), ml)
+    assert_same_state(a, b)
+    sc = [(labels(rng, 50, 2), torch.from_numpy(rng.uniform(size=50))) for _ in range(3)]
+    a, b = twins(lambda: ms.ScoreAccumulator("binary"), sc)
+    assert_same_state(a, b)
+    rg = [(torch.randn(20, dtype=torch.float64), torch.randn(20, dtype=torch.float64))]
+    a, b = twins(lambda: ms.RegressionAccumulator(), rg)
+    assert_same_state(a, b)
+
+
+# ---------------------------------------------------------------------- torch.compile
+def _compile_aware(monkeypatch) -> None:
+    """Route CPU tensors to metricstream.device inside a compiled step (the Numba path then
+    runs as the custom operator)."""
+    original = _devices.on_device
+
+    def on_device(value):
+        if original(value):
+            return True
+        return type(value).__module__.startswith("torch") and torch.compiler.is_compiling()
+
+    if not original.__code__.co_names.count("is_compiling"):
+        monkeypatch.setattr(_devices, "on_device", on_device)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forced", [True, False], ids=["device-path", "numba-custom-op"])
+def test_compiled_step_has_no_graph_break(forced, monkeypatch) -> None:
+    import torch._dynamo
+
+    device.force_device_path(forced)
+    _compile_aware(monkeypatch)
+    torch._dynamo.reset()
+    k = 4
+    acc = ms.ConfusionAccumulator(k)
+
+    def step(true, logits):
+        acc.update(true, logits)
+        return logits.sum()
+
+    true, logits = labels(np.random.default_rng(10), 64, k), torch.randn(64, k)
+    explained = torch._dynamo.explain(step)(true, logits)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1
+    acc.reset()
+    compiled = torch.compile(step, fullgraph=True)
+    reference = ms.ConfusionAccumulator(k)
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        true, logits = labels(rng, 64, k), torch.randn(64, k)
+        compiled(true, logits)
+        with cpu_path():
+            reference.update(true, logits)
+    assert (acc._device is not None) is forced
+    assert_same_state(acc, reference)
+    torch._dynamo.reset()
