@@ -8,7 +8,9 @@ empty accumulator (Arrow blocks are read in place by :mod:`metricstream.arrow` w
 class names mapped through ``class_names``), ``combine`` merges two partial states, and
 ``finalize`` returns the ordinary accumulator. The partial states travel between tasks as their
 ``to_bytes()`` serialization (an Arrow binary value, no Python objects in blocks). It works with
-``Dataset.aggregate`` and per group with ``Dataset.groupby(key).aggregate``.
+``Dataset.aggregate``, and per group through :func:`aggregate_by` (Ray prunes the input of a
+grouped aggregation to the keys and one declared column per aggregation, so there the columns
+travel packed in one struct column: :func:`pack` and ``packed=True``).
 
 Example::
 
@@ -40,12 +42,18 @@ from ray.data.block import BlockAccessor
 from . import ConfusionAccumulator, ScoreAccumulator
 from .base import Accumulator, AccumulatorGroup
 
-__all__ = ["MetricAggregate", "aggregate", "confusion", "scores"]
+__all__ = ["PACKED", "MetricAggregate", "aggregate", "aggregate_by", "confusion", "pack", "scores"]
 
 INSTALL_HINT = 'pip install "metricstream[ray]"'
 
 T = TypeVar("T", bound="Accumulator | AccumulatorGroup")
 Recipe = tuple[Any, ...]
+
+#: The struct column :func:`pack` adds: the columns an aggregation reads, as one column. Ray
+#: prunes the input of a grouped aggregation to the group keys and the one column each
+#: aggregation declares (``on``), so an aggregation that reads two or three columns declares
+#: this one.
+PACKED = "__metricstream_columns__"
 
 
 class MetricAggregate(AggregateFnV2):
@@ -66,6 +74,9 @@ class MetricAggregate(AggregateFnV2):
         nulls: ``"raise"`` (default): a null raises ``ValueError`` naming the column and row;
             ``"skip"``: rows with a null in any used column are dropped, never counted.
         name: the output column name (default ``"metricstream"``).
+        packed: read the columns from the struct column :data:`PACKED` that :func:`pack` adds
+            (and declare it as this aggregation's column): needed with ``groupby``, or beside
+            other aggregations, whose column pruning would drop the columns otherwise.
 
     Raises:
         TypeError: ``template`` is not an accumulator or a group.
@@ -82,6 +93,7 @@ class MetricAggregate(AggregateFnV2):
         class_names: Sequence[str] | None = None,
         nulls: Literal["raise", "skip"] = "raise",
         name: str = "metricstream",
+        packed: bool = False,
     ) -> None:
         if nulls not in ("raise", "skip"):
             raise ValueError(f"`nulls` must be 'raise' or 'skip', got {nulls!r}.")
@@ -90,8 +102,11 @@ class MetricAggregate(AggregateFnV2):
         self._class_names = None if class_names is None else list(class_names)
         self._nulls = nulls
         self.output_name: str = name
+        self._packed = bool(packed)
         # The zero is b"" (no state yet): an empty score state would be megabytes of zeros.
-        super().__init__(name, zero_factory=bytes, on=None, ignore_nulls=False)
+        super().__init__(
+            name, zero_factory=bytes, on=PACKED if packed else None, ignore_nulls=False
+        )
 
     def aggregate_block(self, block: Any) -> bytes:
         from .arrow import update_from_table
@@ -99,6 +114,8 @@ class MetricAggregate(AggregateFnV2):
         table = BlockAccessor.for_block(block).to_arrow()
         if table.num_rows == 0:
             return b""
+        if self._packed:
+            table = _unpack(table)
         y_true, y_pred, weights = self._columns
         acc = _build(self._recipe)
         update_from_table(
@@ -152,6 +169,63 @@ def aggregate(
     agg = MetricAggregate(template, y_true, y_pred, weights, class_names=class_names, nulls=nulls)
     result: T = agg.result(ds.aggregate(agg)[agg.output_name])
     return result
+
+
+def aggregate_by(
+    ds: Any,
+    by: str | Sequence[str],
+    template: T,
+    y_true: str = "label",
+    y_pred: str | Sequence[str] = "pred",
+    weights: str | None = None,
+    *,
+    class_names: Sequence[str] | None = None,
+    nulls: Literal["raise", "skip"] = "raise",
+) -> dict[Any, T]:
+    """One accumulator per group: ``{key: accumulator}`` for the values of the column ``by``
+    (a tuple of values for several columns), each equal to :func:`aggregate` over that group's
+    rows. Runs ``pack(ds, ...).groupby(by).aggregate(MetricAggregate(..., packed=True))``."""
+    agg = MetricAggregate(
+        template, y_true, y_pred, weights, class_names=class_names, nulls=nulls, packed=True
+    )
+    keys = [by] if isinstance(by, str) else list(by)
+    rows = pack(ds, y_true, y_pred, weights).groupby(by).aggregate(agg).take_all()
+    result: dict[Any, T] = {}
+    for row in rows:
+        key = row[keys[0]] if isinstance(by, str) else tuple(row[k] for k in keys)
+        result[key] = agg.result(row[agg.output_name])
+    return result
+
+
+def pack(ds: Any, y_true: str, y_pred: str | Sequence[str], weights: str | None = None) -> Any:
+    """``ds`` with the struct column :data:`PACKED` holding ``y_true``, ``y_pred`` (and
+    ``weights``) of every row (built from the same Arrow buffers: no copy of the values), for
+    :class:`MetricAggregate` ``(..., packed=True)`` in a grouped aggregation."""
+    import pyarrow as pa
+
+    columns = [y_true, *([y_pred] if isinstance(y_pred, str) else y_pred)]
+    if weights is not None:
+        columns.append(weights)
+    columns = list(dict.fromkeys(columns))
+
+    def add_struct(batch: Any) -> Any:
+        selected = batch.select(columns)
+        kind = pa.struct(list(selected.schema))
+        chunks = [
+            pa.StructArray.from_arrays(part.columns, fields=list(kind))
+            for part in selected.to_batches()
+        ]
+        return batch.append_column(PACKED, pa.chunked_array(chunks, type=kind))
+
+    return ds.map_batches(add_struct, batch_format="pyarrow", batch_size=None)
+
+
+def _unpack(table: Any) -> Any:
+    import pyarrow as pa
+
+    column = table.column(PACKED)
+    batches = [pa.RecordBatch.from_struct_array(chunk) for chunk in column.chunks]
+    return pa.Table.from_batches(batches, schema=pa.schema(list(column.type)))
 
 
 def confusion(

@@ -12,9 +12,18 @@ pytest.importorskip("ray.data", reason='needs ray[data]: pip install "metricstre
 pa = pytest.importorskip("pyarrow")
 pd = pytest.importorskip("pandas")
 
+from ray.data.aggregate import Count  # noqa: E402
+
 from metricstream import AccumulatorGroup, ConfusionAccumulator, ScoreAccumulator  # noqa: E402
 from metricstream.arrow import update_from_table  # noqa: E402
-from metricstream.ray import MetricAggregate, aggregate, confusion, scores  # noqa: E402
+from metricstream.ray import (  # noqa: E402
+    MetricAggregate,
+    aggregate,
+    aggregate_by,
+    confusion,
+    pack,
+    scores,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -92,13 +101,17 @@ def test_string_labels_and_groupby(local_ray):
     ds = ray.data.from_arrow(table).repartition(4)
     acc = confusion(ds, "label", "pred", class_names=NAMES)
     assert acc == ConfusionAccumulator(K, class_names=NAMES).update(y, p)
-    agg = MetricAggregate(ConfusionAccumulator(K, class_names=NAMES), "label", "pred")
-    rows = ds.groupby("model").aggregate(agg).take_all()
-    assert len(rows) == 2
+    per_model = aggregate_by(ds, "model", ConfusionAccumulator(K, class_names=NAMES))
+    assert sorted(per_model) == [0, 1]
+    for key, acc in per_model.items():
+        keep = model == key
+        assert acc == ConfusionAccumulator(K, class_names=NAMES).update(y[keep], p[keep])
+    # The same by hand, beside another aggregation (Ray prunes each to its declared column).
+    agg = MetricAggregate(ConfusionAccumulator(K, class_names=NAMES), "label", "pred", packed=True)
+    rows = pack(ds, "label", "pred").groupby("model").aggregate(agg, Count()).take_all()
     for row in rows:
-        keep = model == row["model"]
-        expected = ConfusionAccumulator(K, class_names=NAMES).update(y[keep], p[keep])
-        assert agg.result(row[agg.name]) == expected
+        assert agg.result(row[agg.name]) == per_model[row["model"]]
+        assert row["count()"] == (model == row["model"]).sum()
     bad = ray.data.from_arrow(pa.table({"label": ["ant", "emu"], "pred": ["ant", "ant"]}))
     with pytest.raises(Exception, match="'emu' at row 1"):
         confusion(bad, "label", "pred", class_names=NAMES)
