@@ -363,7 +363,8 @@ def _make_view_class() -> type:
 
         ``update(preds, target, weights=None)`` (torchmetrics' argument order) feeds the
         accumulator; ``compute()`` returns ``flat_scalars(acc)[key]`` as a 0-d float64 tensor,
-        or, with ``key=None``, the whole dict of tensors. Synchronising replaces torchmetrics'
+        or, with ``key=None``, the whole dict of tensors; ``view(preds, target)`` counts the
+        batch and returns the batch's own value. Synchronising replaces torchmetrics'
         gathers of every state with one :func:`metricstream.distributed.all_reduce` (one check,
         <= 2 collectives); the local state is restored after ``compute``, as torchmetrics does.
         The state is saved in the module's ``state_dict`` (as the accumulator's bytes).
@@ -400,8 +401,21 @@ def _make_view_class() -> type:
         def update(self, preds: Any, target: Any, weights: Any = None) -> None:
             self.acc.update(_to_host(target), _to_host(preds), _to_host(weights))
 
+        def forward(self, preds: Any, target: Any, weights: Any = None) -> Any:
+            # torchmetrics' own forward resets and restores its states around the batch; the
+            # accumulator is not one of them, so: count the batch, and return its own value.
+            self.update(preds, target, weights)
+            batch = (
+                self.acc.copy().reset().update(_to_host(target), _to_host(preds), _to_host(weights))
+            )
+            self._forward_cache = self._value(batch)
+            return self._forward_cache
+
         def compute(self) -> Any:
-            scalars = flat_scalars(self.acc, **self.scalar_options)
+            return self._value(self.acc)
+
+        def _value(self, acc: Metrics) -> Any:
+            scalars = flat_scalars(acc, **self.scalar_options)
             if self.key is not None:
                 return torch.tensor(scalars[self.key], dtype=torch.float64)
             return {k: torch.tensor(v, dtype=torch.float64) for k, v in scalars.items()}

@@ -171,6 +171,23 @@ def test_validate_logs_scalars_equal_to_sklearn(tmp_path):
     assert callback.synced["val"][0]["labels"].num_samples == 37
 
 
+def test_torchmetrics_view_forward_keeps_the_state():
+    view = TorchmetricsView(ConfusionAccumulator(K), "accuracy", scalars={"zero_division": 0.0})
+    y = torch.tensor([0, 1, 2, 2])
+    first = view(torch.eye(K)[[0, 1, 2, 0]], y)  # 3 of 4 right
+    second = view(torch.eye(K)[[0, 1, 2, 2]], y)  # 4 of 4
+    assert (float(first), float(second)) == (0.75, 1.0)
+    assert float(view.compute()) == 7 / 8
+    state = view.state_dict()
+    restored = TorchmetricsView(ConfusionAccumulator(K), "accuracy")
+    restored.load_state_dict(state)
+    assert restored.acc == view.acc
+    view.reset()
+    assert view.acc.num_samples == 0
+    with pytest.raises(ValueError, match="`key` 'f2' is not one of the scalars"):
+        TorchmetricsView(ConfusionAccumulator(K), "f2")
+
+
 def test_bad_step_output_is_named(tmp_path):
     class Bare(Model):
         def validation_step(self, batch, batch_idx):
