@@ -101,7 +101,9 @@ def test_segmentation_scores_with_ignore_index(class_axis) -> None:
         true[true == k] = 255
         shape = (2, k, 5, 6) if class_axis == 1 else (2, 5, 6, k)
         batches.append((true, torch.from_numpy(rng.normal(size=shape)).to(torch.float32)))
-    a, b = twins(lambda: ms.ConfusionAccumulator(k, ignore_index=255, class_axis=class_axis), batches)
+    a, b = twins(
+        lambda: ms.ConfusionAccumulator(k, ignore_index=255, class_axis=class_axis), batches
+    )
     assert a.num_samples < 180
     assert_same_state(a, b)
 
@@ -248,7 +250,7 @@ def test_bad_batch_is_left_out_and_raised_at_the_next_read(case) -> None:
     acc.update(*bad)
     acc.update(*good[2])
     with pytest.raises(ValueError, match="2 bad values were seen") as raised:
-        acc.matrix
+        acc.state_arrays()
     message = str(raised.value)
     assert words in message and "device batch 2" in message
     with cpu_path():

@@ -93,7 +93,7 @@ def _tensors(acc: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[An
         )
     device = _device_of("y_true", values[0])
     assert device is not None
-    tensors = []
+    tensors: list[Any] = []
     for name, value in zip(names, values, strict=False):
         if value is None:
             tensors.append(None)

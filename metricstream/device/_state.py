@@ -146,8 +146,7 @@ class DeviceState:
             add = incoming[name]
             if array.dtype.kind == "i":
                 if bool((add > _INT64_MAX - array).any()) or (
-                    float(array.sum(dtype=np.float64)) + float(add.sum(dtype=np.float64))
-                    >= 2.0**63
+                    float(array.sum(dtype=np.float64)) + float(add.sum(dtype=np.float64)) >= 2.0**63
                 ):
                     raise ValueError(
                         f"the counts of {type(acc).__name__} state array {name!r} would pass "

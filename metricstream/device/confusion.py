@@ -204,4 +204,3 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
             state.add("matrix", keys, torch.where(keep, values, 0).to(state_dtype))
 
     state.commit(acc, count_rows)
-
