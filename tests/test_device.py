@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -382,3 +384,48 @@ def test_compiled_step_has_no_graph_break(forced, monkeypatch) -> None:
     assert (acc._device is not None) is forced
     assert_same_state(acc, reference)
     torch._dynamo.reset()
+
+
+def test_other_keywords_reach_a_family_without_device_kernel() -> None:
+    acc = ms.BootstrapConfusionAccumulator(2, n_resamples=8, seed=0)
+    with cpu_path():
+        reference = ms.BootstrapConfusionAccumulator(2, n_resamples=8, seed=0)
+    true, pred, clusters = torch.tensor([0, 1, 1]), torch.tensor([0, 1, 0]), torch.tensor([4, 4, 5])
+    acc.update(true, pred, cluster_ids=clusters)
+    with cpu_path():
+        reference.update(true, pred, cluster_ids=clusters)
+    assert_same_state(acc, reference)
+
+
+def test_a_read_lets_the_next_batch_start_on_another_device() -> None:
+    acc = ms.ConfusionAccumulator(2).update(torch.tensor([0]), torch.tensor([0]))
+    state = acc._device
+    state.device = torch.device("cpu", 1)  # as if it had counted on another device
+    with pytest.raises(ValueError, match="holds counts on cpu:1, but the batch is on cpu"):
+        acc.update(torch.tensor([1]), torch.tensor([1]))
+    assert acc.num_samples == 1  # read: the counts are on the host now
+    acc.update(torch.tensor([1]), torch.tensor([1]))
+    assert acc._device is not state and acc.num_samples == 2
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    cuts=st.lists(st.integers(0, 60), max_size=4),
+    seed=st.integers(0, 2**16),
+    order=st.permutations(range(3)),
+)
+def test_any_split_and_merge_order_give_one_state(cuts, seed, order) -> None:
+    rng = np.random.default_rng(seed)
+    true = labels(rng, 60, 4)
+    true[::7] = 9  # ignored
+    logits = torch.from_numpy(rng.normal(size=(60, 4))).to(torch.float16)
+    make = lambda: ms.ConfusionAccumulator(4, ignore_index=9)  # noqa: E731
+    whole = make().update(true, logits)
+    bounds = [0, *sorted(cuts), 60]
+    parts = [make() for _ in range(3)]
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        parts[i % 3].update(true[lo:hi], logits[lo:hi])
+    merged = make()
+    for i in order:
+        merged.merge(parts[i])
+    assert_same_state(merged, whole)

@@ -114,24 +114,36 @@ def _tensors(acc: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[An
 
 def update_on_device(acc: Any, *args: Any, **kwargs: Any) -> None:
     """Count one batch of torch tensors into ``acc`` on their device (see the module doc)."""
-    y_true, y_pred, weights = _tensors(acc, args, dict(kwargs))
-    forced = y_true.device.type == "cpu" and _devices.force_cpu_tensors
-    if type(acc) is ConfusionAccumulator and (y_true.device.type != "cpu" or forced):
+    for name, value in zip(("y_true", "y_pred", "weights"), args, strict=False):
+        _device_of(name, value)  # the meta device is refused by name
+    for name, value in kwargs.items():
+        _device_of(name, value)
+    on_cpu = getattr(getattr(args[0], "device", None), "type", None) == "cpu" if args else True
+    if type(acc) is ConfusionAccumulator and (not on_cpu or _devices.force_cpu_tensors):
+        y_true, y_pred, weights = _tensors(acc, args, dict(kwargs))
         _confusion.count(acc, y_true, y_pred, weights)
         if _eager[0] and not torch.compiler.is_compiling() and acc._device is not None:
             acc._device.check_now()
         return
-    if torch.compiler.is_compiling():
-        _compile.host_update_op(acc, y_true, y_pred, weights)
-        return
-    host_update(acc, y_true, y_pred, weights)
+    if torch.compiler.is_compiling() and not kwargs and 2 <= len(args) <= 3:
+        host = [value.detach() if isinstance(value, torch.Tensor) else value for value in args]
+        if all(isinstance(value, torch.Tensor) for value in host[:2]):
+            weights = host[2] if len(host) == 3 else None
+            _compile.host_update_op(acc, host[0], host[1], weights)
+            return
+    host_update(acc, *args, **kwargs)
 
 
-def host_update(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
-    """Count a batch of tensors on the host through the family's Numba path (one copy of a
-    device batch to the host, which waits for the device)."""
-    host = [None if value is None else value.detach().cpu() for value in (y_true, y_pred, weights)]
-    batch = acc._prepare(*host)
+def host_update(acc: Any, *args: Any, **kwargs: Any) -> None:
+    """Count a batch on the host through the family's Numba path: device tensors are copied
+    to the host first (one copy each, which waits for the device)."""
+
+    def to_host(value: Any) -> Any:
+        return value.detach().cpu() if isinstance(value, torch.Tensor) else value
+
+    batch = acc._prepare(
+        *(to_host(value) for value in args), **{k: to_host(v) for k, v in kwargs.items()}
+    )
     with acc._lock:
         acc._count_finite(batch)
         acc._changed()

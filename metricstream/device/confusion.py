@@ -27,6 +27,8 @@ _NAN_BITS = 0x7FF8000000000000
 def state_of(acc: Any, device: torch.device) -> DeviceState:
     """The accumulator's device state on ``device``, created on its first device update."""
     state = acc._device
+    if state is not None and state.device != device and not state.dirty:
+        state = None  # everything counted so far is on the host: start anew on this device
     if state is None:
         rules = f"labels must be integers in [0, {acc.num_classes})"
         if acc.ignore_index is not None:
@@ -36,12 +38,9 @@ def state_of(acc: Any, device: torch.device) -> DeviceState:
         acc._device = state
     elif state.device != device:
         raise ValueError(
-            f"this {type(acc).__name__} counts on {state.device}, but the batch is on {device}; "
-            f"move the batch there (or read the accumulator first: any read brings the counts "
-            f"to the host and a later batch may then start on another device)."
-            if state.dirty
-            else f"this {type(acc).__name__} counts on {state.device}, but the batch is on "
-            f"{device}; call `reset()` or give batches on {state.device}."
+            f"this {type(acc).__name__} holds counts on {state.device}, but the batch is on "
+            f"{device}; give the batch on {state.device}, or read the accumulator first (any "
+            f"read brings the counts to the host, and the next batch may be anywhere)."
         )
     return state
 
