@@ -159,7 +159,7 @@ def test_two_gloo_ranks_equal_one_process(route):
         ]
         for proc in procs:
             proc.start()
-        results = dict(queue.get(timeout=120) for _ in procs)
+        results = dict(queue.get(timeout=500) for _ in procs)
         for proc in procs:
             proc.join(timeout=60)
             assert proc.exitcode == 0
