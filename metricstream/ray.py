@@ -181,15 +181,18 @@ def aggregate_by(
     *,
     class_names: Sequence[str] | None = None,
     nulls: Literal["raise", "skip"] = "raise",
+    num_partitions: int | None = None,
 ) -> dict[Any, T]:
     """One accumulator per group: ``{key: accumulator}`` for the values of the column ``by``
     (a tuple of values for several columns), each equal to :func:`aggregate` over that group's
-    rows. Runs ``pack(ds, ...).groupby(by).aggregate(MetricAggregate(..., packed=True))``."""
+    rows. Runs ``pack(ds, ...).groupby(by, num_partitions=...).aggregate(MetricAggregate(...,
+    packed=True))`` (``num_partitions``: of the hash shuffle; Ray's default is 200)."""
     agg = MetricAggregate(
         template, y_true, y_pred, weights, class_names=class_names, nulls=nulls, packed=True
     )
     keys = [by] if isinstance(by, str) else list(by)
-    rows = pack(ds, y_true, y_pred, weights).groupby(by).aggregate(agg).take_all()
+    grouped = pack(ds, y_true, y_pred, weights).groupby(by, num_partitions=num_partitions)
+    rows = grouped.aggregate(agg).take_all()
     result: dict[Any, T] = {}
     for row in rows:
         key = row[keys[0]] if isinstance(by, str) else tuple(row[k] for k in keys)

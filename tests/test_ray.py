@@ -36,6 +36,7 @@ def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
+    context.default_hash_shuffle_parallelism = 2  # Ray's 200 shuffle partitions, on 2 CPUs
     yield
     ray.shutdown()
 
@@ -101,7 +102,9 @@ def test_string_labels_and_groupby(local_ray):
     ds = ray.data.from_arrow(table).repartition(4)
     acc = confusion(ds, "label", "pred", class_names=NAMES)
     assert acc == ConfusionAccumulator(K, class_names=NAMES).update(y, p)
-    per_model = aggregate_by(ds, "model", ConfusionAccumulator(K, class_names=NAMES))
+    per_model = aggregate_by(
+        ds, "model", ConfusionAccumulator(K, class_names=NAMES), num_partitions=2
+    )
     assert sorted(per_model) == [0, 1]
     for key, acc in per_model.items():
         keep = model == key
