@@ -731,6 +731,12 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         Other keyword arguments (``cluster_ids=`` of a bootstrap member, say) go to every member
         whose ``update`` takes them; one that no member takes is refused by name.
         """
+        if _devices.on_device(y_true):
+            # Tensors on a device: each member counts them there (metricstream.device); bad
+            # values are recorded on the device and reported by the next read, not raised here.
+            for member in self._members.values():
+                member.update(y_true, y_pred, weights, **member_kwargs)
+            return self
         # Convert once: a torch tensor is read through DLPack here, not once per member.
         y_true = _once(y_true, "y_true")
         y_pred = _once(y_pred, "y_pred")

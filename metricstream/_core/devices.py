@@ -6,6 +6,8 @@ Kept apart from :mod:`metricstream.device`, which imports torch: this check runs
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -13,17 +15,15 @@ import numpy as np
 #: Count CPU torch tensors on the device path too (set by ``metricstream.device.force_device_path``
 #: or the environment variable ``METRICSTREAM_DEVICE_PATH=1``): proves the device path on
 #: machines without a GPU.
-force_cpu_tensors = False
+force_cpu_tensors = os.environ.get("METRICSTREAM_DEVICE_PATH", "") == "1"
 
 
 def on_device(value: Any) -> bool:
-    """Whether ``value`` is a torch tensor that the device path counts."""
-    if type(value) is np.ndarray or isinstance(value, (list, tuple, int, float)):
+    """Whether ``value`` is a torch tensor that the device path counts (one on a device; any,
+    when forced or while ``torch.compile`` traces, so that a compiled step stays one graph)."""
+    if type(value) is np.ndarray:
         return False
-    if type(value).__module__.partition(".")[0] != "torch":
+    torch = sys.modules.get("torch")  # never imported here: a tensor means torch is loaded
+    if torch is None or not isinstance(value, torch.Tensor):
         return False
-    device = getattr(value, "device", None)
-    kind = getattr(device, "type", None)
-    if kind is None:
-        return False
-    return kind != "cpu" or force_cpu_tensors
+    return not value.is_cpu or force_cpu_tensors or torch.compiler.is_compiling()
