@@ -19,6 +19,7 @@ C-contiguous int64/float64 so that the kit compiles no kernel specialisation of 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,6 +115,18 @@ def kind(name: str) -> Kind:
     if name not in _BUILT:
         _BUILT[name] = KINDS[name]()
     return _BUILT[name]
+
+
+def _accepts(cls: type, argument: str) -> bool:
+    return argument in inspect.signature(cls.__init__).parameters
+
+
+def _for_logits(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """``cls`` reading logits: ``logits=True`` where the class has the flag (the threshold is
+    then a probability), else the logit threshold 0.0."""
+    if _accepts(cls, "logits"):
+        return cls(*args, logits=True, threshold=0.5, **kwargs)
+    return cls(*args, threshold=0.0, **kwargs)
 
 
 # ---------------------------------------------------------------------------- batch helpers
@@ -579,7 +592,7 @@ def multilabel_indicators() -> Kind:
         },
         incompatible=(
             lambda: MultilabelAccumulator(L + 1),
-            lambda: MultilabelAccumulator(L, threshold=0.0),
+            lambda: MultilabelAccumulator(L, threshold=0.25),
         ),
         partner=lambda: ConfusionAccumulator(2),
     )
@@ -588,7 +601,7 @@ def multilabel_indicators() -> Kind:
 @register("multilabel-logits")
 def multilabel_logits() -> Kind:
     return Kind(
-        make=lambda: MultilabelAccumulator(L, threshold=0.0),
+        make=lambda: _for_logits(MultilabelAccumulator, L),
         make_batch=_multilabel_logits,
         views=MULTILABEL_VIEWS,
         invalid={
@@ -602,7 +615,7 @@ def multilabel_logits() -> Kind:
             ),
         },
         incompatible=(lambda: MultilabelAccumulator(L),),
-        partner=lambda: ConfusionAccumulator(2, threshold=0.0),
+        partner=lambda: _for_logits(ConfusionAccumulator, 2),
     )
 
 
