@@ -311,6 +311,13 @@ class Accumulator:
         return f"{type(self).__name__}({shown})"
 
     # ------------------------------------------------------------------ state
+    def scalars(self, prefix: str = "", **options: Any) -> dict[str, float]:
+        """The accumulator's metrics as one flat dict of floats (what every logger takes); see
+        :func:`metricstream.scalars.flat_scalars` for the keys and options."""
+        from .scalars import flat_scalars
+
+        return flat_scalars(self, prefix, **options)
+
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Copies of the state arrays, taken together under the lock (the caller owns them)."""
         with self._lock:
@@ -861,12 +868,25 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
     __hash__ = None  # type: ignore[assignment]
 
     def summary(self, **kwargs: Any) -> dict[str, Any]:
-        """``{name: member.summary(**kwargs)}`` for the members that have a summary."""
+        """``{name: member.summary(**kwargs)}``; a member without a ``summary`` gives its flat
+        scalars (:func:`metricstream.scalars.flat_scalars`), so no member is left out."""
+        from .scalars import flat_scalars
+
         return {
-            name: member.summary(**kwargs)  # type: ignore[attr-defined]
+            name: (
+                member.summary(**kwargs)  # type: ignore[attr-defined]
+                if hasattr(member, "summary")
+                else flat_scalars(member)
+            )
             for name, member in self._members.items()
-            if hasattr(member, "summary")
         }
+
+    def scalars(self, prefix: str = "", **options: Any) -> dict[str, float]:
+        """Every member's scalars in one flat dict, keyed ``"member/metric"`` (what loggers take);
+        see :func:`metricstream.scalars.flat_scalars` for the options."""
+        from .scalars import flat_scalars
+
+        return flat_scalars(self, prefix, **options)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -204,3 +204,28 @@ print("ok")
 """
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+def test_a_group_summary_leaves_no_member_out_and_scalars_are_one_flat_dict():
+    import warnings
+
+    from metricstream import AccumulatorGroup, ConfusionAccumulator, ScoreAccumulator
+
+    y = np.array([0, 1, 2, 1, 0])
+    probabilities = np.array(
+        [[0.8, 0.1, 0.1], [0.2, 0.7, 0.1], [0.1, 0.2, 0.7], [0.3, 0.4, 0.3], [0.5, 0.4, 0.1]]
+    )
+    group = AccumulatorGroup(
+        labels=ConfusionAccumulator(3), scores=ScoreAccumulator("multiclass", 3)
+    )
+    group["labels"].update(y, probabilities.argmax(axis=1))
+    group["scores"].update(y, probabilities)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        summary = group.summary()
+        flat = group.scalars("val/")
+        member = group["scores"].scalars("val/scores/")
+    assert set(summary) == {"labels", "scores"}  # the score member is no longer left out
+    assert all(isinstance(value, float) for value in flat.values())
+    assert flat["val/labels/accuracy"] == 1.0
+    assert {key: flat[key] for key in member} == member  # a member's own keys, prefixed alike
