@@ -73,7 +73,8 @@ def reference_state(acc: ScoreAccumulator, y, logits, weights=None) -> dict[str,
     np.add.at(state["confidence"], fine, w * conf)
     state["losses"][0] = np.sum(w * brier)
     # the loss of a sample is clipped at -log(eps) of float64, as scikit-learn clips
-    state["losses"][1] = np.sum(w * np.minimum(top + np.log(total) - true, LOG_LOSS_BOUND))
+    # ((top - true) first: top + log(total) - true loses log(total) next to huge logits)
+    state["losses"][1] = np.sum(w * np.minimum((top - true) + np.log(total), LOG_LOSS_BOUND))
     np.add.at(state["ranks"], (0, y, greater + after), w)
     np.add.at(state["ranks"], (1, y, greater), w)
     # curves: each class's softmax probability (as the kernel forms it, exp times 1 / total)
