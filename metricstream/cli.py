@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.5,
         metavar="T",
-        help="with --multilabel and .npz scores: positive where score >= T (default 0.5)",
+        help="with --multilabel and .npz scores: a probability; positive where score >= T "
+        "(with --logits: where sigmoid(score) >= T) (default 0.5)",
     )
 
     reading = report.add_argument_group("reading")
@@ -766,7 +767,12 @@ def _multilabel_report(args: argparse.Namespace) -> int:
     digits = (2 if args.format == "sklearn" else 4) if args.digits is None else args.digits
     try:
         if path.suffix == ".npz":
-            acc = read_multilabel_npz(path, threshold=args.threshold, max_labels=args.max_classes)
+            acc = read_multilabel_npz(
+                path,
+                threshold=args.threshold,
+                logits=bool(getattr(args, "logits", False)),
+                max_labels=args.max_classes,
+            )
         else:
             delimiter = {"\\t": "\t", "tab": "\t"}.get(args.delimiter or "", args.delimiter)
             acc = read_multilabel_csv(

@@ -415,21 +415,21 @@ def test_scores_are_thresholded_in_the_kernel():
     logits[1, 1] = 0.0
     # int64 references: the kernel of int64 indicators, compiled anyway
     ref_p = MultilabelAccumulator(9).update(y_true, (probabilities >= 0.5).astype(np.int64))
-    ref_l = MultilabelAccumulator(9, threshold=0.0).update(y_true, (logits >= 0).astype(np.int64))
+    ref_l = MultilabelAccumulator(9, logits=True).update(y_true, (logits >= 0).astype(np.int64))
     assert MultilabelAccumulator(9).update(y_true, probabilities) == ref_p
     assert MultilabelAccumulator(9).update(y_true, probabilities.astype(np.float32)) == ref_p
-    assert MultilabelAccumulator(9, threshold=0.0).update(y_true, logits) == ref_l
-    assert MultilabelAccumulator(9, threshold=0.0).update(
+    assert MultilabelAccumulator(9, logits=True).update(y_true, logits) == ref_l
+    assert MultilabelAccumulator(9, logits=True).update(
         y_true, logits.astype(np.float16)
-    ) == MultilabelAccumulator(9, threshold=0.0).update(
+    ) == MultilabelAccumulator(9, logits=True).update(
         y_true, (logits.astype(np.float16) >= 0).astype(np.int64)
     )
 
 
-@pytest.mark.parametrize("threshold", [0.3, 0.1 + 1e-12, 2.0**-130, -1.5])
+@pytest.mark.parametrize("threshold", [0.3, 0.1 + 1e-12, 2.0**-130, 0.75])
 def test_float32_scores_decide_as_in_float64(threshold):
     rng = np.random.default_rng(13)
-    scores = rng.normal(scale=0.5, size=(200, 4)).astype(np.float32)
+    scores = rng.random(size=(200, 4)).astype(np.float32)
     near = np.float32(threshold)
     scores[:5, 0] = [
         near,
@@ -471,10 +471,10 @@ def test_torch_tensors():
     torch = pytest.importorskip("torch")
     y_true, _, _ = CASES["dense"]
     logits = np.random.default_rng(3).normal(size=y_true.shape).astype(np.float32)
-    acc = MultilabelAccumulator(7, threshold=0.0).update(
+    acc = MultilabelAccumulator(7, logits=True).update(
         torch.from_numpy(y_true), torch.from_numpy(logits)
     )
-    assert acc == MultilabelAccumulator(7, threshold=0.0).update(
+    assert acc == MultilabelAccumulator(7, logits=True).update(
         y_true, (logits >= 0).astype(np.int64)
     )
     acc = MultilabelAccumulator(7).update(
@@ -911,9 +911,10 @@ def test_group_updates_members_atomically():
 
     group = AccumulatorGroup(
         probabilities=MultilabelAccumulator(3),
-        logits=MultilabelAccumulator(3, threshold=0.0, cooccurrence=True),
+        logits=MultilabelAccumulator(3, threshold=0.55, logits=True, cooccurrence=True),
     )
-    group.update(np.array([[1, 0, 1]]), np.array([[0.9, -0.2, 0.4]]))
+    # logits above logit(0.55) = 0.2 are positive: [1, 0, 1]; probabilities at 0.5: [1, 0, 0]
+    group.update(np.array([[1, 0, 1]]), np.array([[0.9, 0.1, 0.4]]))
     assert group["probabilities"].subset_accuracy() == 0.0
     assert group["logits"].subset_accuracy() == 1.0
     before = {name: member.state_arrays() for name, member in group.items()}

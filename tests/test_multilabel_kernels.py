@@ -314,7 +314,7 @@ def test_wide_rows_at_block_edges_equal_the_general_kernel(num_labels, n):
     acc = MultilabelAccumulator(num_labels, betas=(0.5, 1.0, 2.0)).update(y_true, y_pred)
     assert _equal_states(acc.state_arrays(), _by_general_kernel(num_labels, y_true, y_pred))
     scores = np.where(y_pred, 0.5, -0.5).astype(np.float32)
-    fused = MultilabelAccumulator(num_labels, betas=(0.5, 1.0, 2.0), threshold=0.0)
+    fused = MultilabelAccumulator(num_labels, betas=(0.5, 1.0, 2.0), logits=True)
     assert _equal_states(fused.update(y_true, scores).state_arrays(), acc.state_arrays())
 
 
@@ -352,7 +352,7 @@ def test_batches_ending_at_a_page_boundary_are_not_read_past(num_labels):
             pred = pred.reshape(n, num_labels)
             truth[...] = y_true
             pred[...] = values
-            acc = MultilabelAccumulator(num_labels, threshold=0.0 if dtype is np.float32 else 0.5)
+            acc = MultilabelAccumulator(num_labels, logits=dtype is np.float32)
             counted = acc.update(truth, pred).state_arrays()
             assert _equal_states(counted, reference.state_arrays()), (n, dtype)
             del truth, pred

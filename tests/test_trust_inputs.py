@@ -171,3 +171,90 @@ def test_a_missing_value_of_a_pandas_int64_column_is_not_a_swap():
 def test_binary_scores_without_threshold_still_get_the_threshold_hint():
     message = _message(ConfusionAccumulator(2).update, np.array([0, 1]), np.array([0.2, 0.7]))
     assert "give a `threshold`" in message
+
+
+# ---------------------------------------------------------------------------- thresholds
+def _scores(seed=0, shape=(256, 20)):
+    rng = np.random.default_rng(seed)
+    y_true = rng.integers(0, 2, shape).astype(np.uint8)
+    logits = rng.normal(size=shape).astype(np.float32)
+    return y_true, logits, (1 / (1 + np.exp(-logits.astype(np.float64)))).astype(np.float32)
+
+
+@pytest.mark.parametrize("ignore_index", [None, -1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_multilabel_logits_at_the_default_threshold_are_refused(ignore_index, dtype):
+    y_true, logits, _ = _scores()
+    acc = MultilabelAccumulator(20, ignore_index=ignore_index)
+    before = _state(acc)
+    with pytest.raises(ValueError, match=r"probabilities, which lie in \[0, 1\].*logits=True"):
+        acc.update(y_true, logits.astype(dtype))
+    assert all(np.array_equal(before[k], v) for k, v in acc.state_arrays().items())
+
+
+@pytest.mark.parametrize("shape", [(256, 20), (256, 1000), (3, 70), (1, 1)])
+def test_multilabel_logits_flag_counts_as_the_probabilities(shape):
+    y_true, logits, probs = _scores(1, shape)
+    from_probs = MultilabelAccumulator(shape[1]).update(y_true, probs)
+    for scores in (logits, logits.astype(np.float64)):
+        from_logits = MultilabelAccumulator(shape[1], logits=True).update(y_true, scores)
+        for name, array in from_probs.state_arrays().items():
+            assert np.array_equal(from_logits.state_arrays()[name], array), name
+    # and scikit-learn's F1 on the thresholded probabilities
+    sklearn = pytest.importorskip("sklearn.metrics")
+    expected = sklearn.f1_score(y_true, probs >= 0.5, average="micro")
+    assert from_probs.f1("micro") == pytest.approx(expected, abs=1e-15)
+
+
+def test_multilabel_threshold_is_a_probability_for_logits_too():
+    y_true, logits, probs = _scores(2)
+    for p in (0.0, 0.3, 0.5, 0.8, 1.0):
+        a = MultilabelAccumulator(20, threshold=p).update(y_true, probs.astype(np.float64))
+        b = MultilabelAccumulator(20, threshold=p, logits=True).update(
+            y_true, np.log(probs.astype(np.float64)) - np.log1p(-probs.astype(np.float64))
+        )
+        # equal decisions but for scores within rounding of the threshold
+        assert abs(a.counts().labels.pp.sum() - b.counts().labels.pp.sum()) <= 1
+    with pytest.raises(ValueError, match=r"probability in \[0, 1\].*logits=True"):
+        MultilabelAccumulator(3, threshold=0.0 - 1.0)
+    with pytest.raises(ValueError, match="probability"):
+        MultilabelAccumulator(3, threshold=2.0, logits=True)
+
+
+def test_multilabel_probabilities_declared_as_logits_warn_and_count():
+    y_true, _, probs = _scores(3)
+    acc = MultilabelAccumulator(20, logits=True)
+    with pytest.warns(UserWarning, match="look like probabilities"):
+        acc.update(y_true, probs)
+    assert acc.num_samples == 256
+    masked = MultilabelAccumulator(20, logits=True, ignore_index=-1)
+    with pytest.warns(UserWarning, match="look like probabilities"):
+        masked.update(y_true, probs)
+
+
+def test_multilabel_indicators_are_not_scores():
+    y_true, _, probs = _scores(4)
+    for logits in (False, True):
+        acc = MultilabelAccumulator(20, logits=logits).update(
+            y_true, (probs > 0.5).astype(np.uint8)
+        )
+        assert acc.num_samples == 256
+
+
+def test_multilabel_states_of_format_1_load_with_their_decisions():
+    y_true, logits, probs = _scores(5)
+    for scores, logits_flag in ((logits, True), (probs, False)):
+        acc = MultilabelAccumulator(20, threshold=0.5, logits=logits_flag)
+        acc.update(y_true, scores)
+        state = acc.state_dict()
+        state["format"] = 1
+        config = dict(state["config"])
+        config.pop("logits")
+        config["threshold"] = 0.0 if logits_flag else 0.5  # format 1: logits compared with 0.0
+        state["config"] = config
+        restored = MultilabelAccumulator.from_state_dict(state)
+        assert restored.logits is logits_flag and restored.threshold == 0.5
+        assert restored == acc
+        # the restored accumulator takes the same scores as before
+        restored.update(y_true, scores)
+        assert restored.num_samples == 512

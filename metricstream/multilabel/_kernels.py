@@ -1414,7 +1414,18 @@ ROUTE_SCRATCH_AT = 4  # the address of a uint8 scratch of ``plain_buffer_size(L)
 ROUTE_SCRATCH = 5  # its size
 ROUTE_LAYOUT_AT = 6  # the address of ``layout`` (int64)
 ROUTE_LAYOUT = 7  # its length
-ROUTE_SIZE = 8
+ROUTE_SCORES = 8  # what float scores must be: SCORES_ANY, SCORES_PROBABILITIES or SCORES_LOGITS
+ROUTE_SIZE = 9
+# ``table[ROUTE_SCORES]``: scores are probabilities, so a score outside [0, 1] makes the call
+# count nothing (``OUT_OF_RANGE``: the caller's general path words the error); or logits, so a
+# batch of scores all inside [0, 1] is counted and returns ``SUSPICIOUS`` (the caller warns).
+SCORES_ANY = 0
+SCORES_PROBABILITIES = 1
+SCORES_LOGITS = 2
+OUT_OF_RANGE = 8 * 2**40  # a status above any ``status_code`` of a batch under 2**31 rows
+SUSPICIOUS = -1
+# Fewer logits than this may all lie in [0, 1] by chance: no warning.
+SUSPICIOUS_MIN_SCORES = 16
 
 
 @_kernel
@@ -1432,7 +1443,66 @@ def count_routed(y_true, y_pred, threshold, table):
     per_sample = carray(_llvm.pointer_to(table[ROUTE_SAMPLES_AT], np.int64), table[ROUTE_SAMPLES])
     buffer = carray(_llvm.pointer_to(table[ROUTE_SCRATCH_AT], np.uint8), table[ROUTE_SCRATCH])
     layout = carray(_llvm.pointer_to(table[ROUTE_LAYOUT_AT], np.int64), table[ROUTE_LAYOUT])
-    return _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, 2, buffer)
+    rule = table[ROUTE_SCORES]
+    outside = False
+    if rule != SCORES_ANY and _is_score_array(y_pred):
+        # one vectorised pass over the scores (then in cache for the count)
+        if not _plain_matrix(y_pred, y_pred.shape[0], y_pred.shape[1]):
+            return NOT_PLAIN
+        outside = _outside_unit(_flat(y_pred))
+        if outside and rule == SCORES_PROBABILITIES:
+            return OUT_OF_RANGE
+    code = _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, 2, buffer)
+    if code == 0 and rule == SCORES_LOGITS and not outside and _is_score_array(y_pred):
+        return SUSPICIOUS if y_pred.size >= SUSPICIOUS_MIN_SCORES else 0
+    return code
+
+
+def _is_score_array(a):  # pragma: no cover - replaced by the overload below
+    """Whether ``a`` holds float scores (known when compiling)."""
+
+
+@overload(_is_score_array, inline="always")
+def _is_score_array_impl(a):
+    if isinstance(a.dtype, types.Float):
+        return lambda a: True
+    return lambda a: False
+
+
+@njit(inline="always")
+def outside_unit(flat):
+    """Whether a 1-D float array holds a value below 0 or above 1 (NaN is neither)."""
+    return _outside_unit(flat)
+
+
+def _unit_bounds(flat):  # pragma: no cover - replaced by the overload below
+    """0 and the smallest value above 1, in the scores' own float type."""
+
+
+@overload(_unit_bounds, inline="always")
+def _unit_bounds_impl(flat):
+    if isinstance(flat.dtype, types.Float) and flat.dtype.bitwidth == 32:
+        above = float(np.nextafter(np.float32(1.0), np.float32(2.0)))
+        return lambda flat: (np.float32(0.0), np.float32(above))
+    above64 = float(np.nextafter(1.0, 2.0))
+    return lambda flat: (0.0, above64)
+
+
+@njit(inline="always")
+def _outside_unit(flat):
+    """Whether a value lies below 0 or above 1 (a NaN counts as outside: the count then finds
+    and words it). 64 entries a step, two vector compares (as in pass 2), then the rest."""
+    zero, above = _unit_bounds(flat)
+    n = flat.shape[0]
+    full = n - n % CHUNK
+    found = np.uint64(0)
+    for k in range(0, full, CHUNK):
+        found |= ~_positive_bits(flat, k, zero) | _positive_bits(flat, k, above)
+    for k in range(full, n):
+        v = flat[k]
+        if not (v >= zero) or v >= above:
+            return True
+    return found != 0
 
 
 @njit(inline="always")

@@ -29,7 +29,9 @@ nowhere but in ``num_rows``. Without masked entries every number equals scikit-l
 from __future__ import annotations
 
 import itertools
+import math
 import threading
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,6 +43,7 @@ import numpy as np
 from .._inputs import as_array, label_hint
 from ..base import Accumulator
 from ..confusion._dispatch import get_num_threads
+from ..exceptions import caller_stacklevel
 from ..metrics import multilabel as _ml
 from ..metrics._averaging import MultilabelAverage
 from ..metrics._selection import LabelCounts
@@ -278,7 +281,10 @@ class MultilabelAccumulator(Accumulator):
         (0.75, 0.5)
     """
 
-    state_format = 1
+    # 2: ``threshold`` is a probability and ``logits`` says what float scores are (format 1
+    # compared scores with ``threshold`` as they were, 0.0 for logits).
+    state_format = 2
+    state_upgrades = {1: lambda state: _upgrade_v1(state)}
 
     def __init__(
         self,
@@ -286,6 +292,7 @@ class MultilabelAccumulator(Accumulator):
         label_names: Sequence[str] | None = None,
         *,
         threshold: float = 0.5,
+        logits: bool = False,
         ignore_index: int | None = None,
         weighted: bool = False,
         betas: Sequence[float] = (1.0,),
@@ -293,10 +300,12 @@ class MultilabelAccumulator(Accumulator):
     ) -> None:
         if isinstance(num_labels, bool) or not isinstance(num_labels, (int, np.integer)):
             raise TypeError(f"`num_labels` must be an integer, got {type(num_labels).__name__}.")
-        if not 1 <= num_labels <= _MAX_LABELS:
+        if num_labels < 1:
+            raise ValueError(f"`num_labels` must be at least 1, got {num_labels}.")
+        if num_labels > _MAX_LABELS:
             raise ValueError(
-                f"`num_labels` must be between 1 and 2**40 (the state holds several int64 "
-                f"counts per label), got {num_labels}."
+                f"`num_labels` must be at most 2**40 (the state holds several int64 counts per "
+                f"label), got {num_labels}."
             )
         self._num_labels = int(num_labels)
         self._label_names = _check_names(label_names, self._num_labels)
@@ -306,11 +315,24 @@ class MultilabelAccumulator(Accumulator):
             or not np.isfinite(threshold)
         ):
             raise TypeError(f"`threshold` must be a finite number, got {threshold!r}.")
+        if not isinstance(logits, (bool, np.bool_)):
+            raise TypeError(f"`logits` must be True or False, got {logits!r}.")
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(
+                f"`threshold` is a probability in [0, 1], got {threshold!r}; for logits create "
+                f"the accumulator with `logits=True` and give the threshold as a probability "
+                f"(0.5 is a logit of 0)."
+            )
         self._threshold = float(threshold)
+        self._logits = bool(logits)
+        # What the kernels compare scores with: the probability itself, or its logit
+        # (sigmoid(x) >= p exactly when x >= log(p / (1 - p)); 0.5 is 0 exactly).
+        cut = _logit(self._threshold) if self._logits else self._threshold
+        self._cut = cut
         # float32 scores are compared with the smallest float32 at or above the threshold:
         # the same decisions as comparing in float64, at twice the vector width.
-        threshold32 = np.float32(self._threshold)
-        if float(threshold32) < self._threshold:
+        threshold32 = np.float32(cut)
+        if float(threshold32) < cut:
             threshold32 = np.nextafter(threshold32, np.float32(np.inf))
         self._threshold32 = threshold32
         if ignore_index is not None:
@@ -357,6 +379,7 @@ class MultilabelAccumulator(Accumulator):
             "num_labels": self._num_labels,
             "label_names": None if self._label_names is None else list(self._label_names),
             "threshold": self._threshold,
+            "logits": self._logits,
             "ignore_index": self._ignore_index,
             "weighted": self._weighted,
             "betas": list(self._betas),
@@ -370,7 +393,13 @@ class MultilabelAccumulator(Accumulator):
 
     @property
     def threshold(self) -> float:
+        """The decision threshold, a probability (scores are logits when :attr:`logits`)."""
         return self._threshold
+
+    @property
+    def logits(self) -> bool:
+        """Whether float scores are logits (else probabilities, which must lie in [0, 1])."""
+        return self._logits
 
     @property
     def weighted(self) -> bool:
@@ -437,11 +466,17 @@ class MultilabelAccumulator(Accumulator):
                 lock = self._lock
                 lock.acquire()
                 try:
-                    if not kernel(true, pred, threshold, table):
+                    code = kernel(true, pred, threshold, table)
+                    if not code:
                         self._changed()
                         return self
+                    if code == _k.SUSPICIOUS:  # counted: logits that look like probabilities
+                        self._changed()
                 finally:
                     lock.release()
+                if code == _k.SUSPICIOUS:
+                    _warn_probabilities(y_pred)
+                    return self
                 # Nothing was counted: the general path finds the error and words it.
         return super().update(y_true, y_pred, weights)
 
@@ -452,7 +487,7 @@ class MultilabelAccumulator(Accumulator):
         ``_routes`` (a restored or copied accumulator starts with none)."""
         true_view = _FAST_VIEWS.get(y_true.dtype)
         pred_view = _FAST_VIEWS.get(y_pred.dtype)
-        threshold: Any = self._threshold
+        threshold: Any = self._cut
         if y_pred.dtype == np.float32:
             threshold = self._threshold32
         route = None
@@ -495,6 +530,10 @@ class MultilabelAccumulator(Accumulator):
                 (_k.ROUTE_SCRATCH, size),
                 (_k.ROUTE_LAYOUT_AT, self._layout.ctypes.data),
                 (_k.ROUTE_LAYOUT, self._layout.shape[0]),
+                (
+                    _k.ROUTE_SCORES,
+                    _k.SCORES_LOGITS if self._logits else _k.SCORES_PROBABILITIES,
+                ),
             ):
                 table[position] = value
             self._table = table
@@ -524,6 +563,8 @@ class MultilabelAccumulator(Accumulator):
             ):
                 true = y_true.view(true_view)
                 pred = y_pred if pred_view is None else y_pred.view(pred_view)
+                if scores:
+                    self._check_scores(y_pred)
                 return _DenseBatch(
                     true, pred, _NO_WEIGHTS, 0, 0, float(true.shape[0]), y_true, y_pred
                 )
@@ -537,6 +578,27 @@ class MultilabelAccumulator(Accumulator):
         if true_sets is not None and pred_sets is not None:
             return self._prepare_sets(true_sets, pred_sets, weights)
         return self._prepare_dense(y_true, y_pred, weights)
+
+    def _check_scores(self, scores: np.ndarray) -> None:
+        """Probabilities must lie in [0, 1] (a ValueError naming the first that does not, with
+        the remedy); logits that all lie in [0, 1] are counted with a warning."""
+        if not scores.size:
+            return
+        flat = scores.reshape(-1) if scores.flags.c_contiguous else np.ravel(scores)
+        outside = bool(_k.outside_unit(flat))
+        if self._logits:
+            if not outside and scores.size >= _k.SUSPICIOUS_MIN_SCORES:
+                _warn_probabilities(scores)
+            return
+        if outside:
+            bad = (scores < 0) | (scores > 1)
+            row, column = (int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"`y_pred` holds {scores[row, column].item()!r} at row {row}, label {column}, "
+                f"but this accumulator reads scores as probabilities, which lie in [0, 1]; "
+                f"for logits create it with `logits=True` (the threshold stays a probability). "
+                f"Nothing was counted."
+            )
 
     def _prepare_weights(self, weights: Any, n: int) -> tuple[np.ndarray, int, float]:
         dtype = np.float64 if self._weighted else np.int64
@@ -607,6 +669,7 @@ class MultilabelAccumulator(Accumulator):
             if pred.dtype.itemsize < 4:
                 pred = pred.astype(np.float32)  # float16: numba has no half-precision loads
             pred = np.ascontiguousarray(pred)
+            self._check_scores(pred)
         else:
             raise TypeError(
                 f"`y_pred` must be a 0/1 indicator matrix or float scores, got dtype {pred.dtype}."
@@ -674,7 +737,7 @@ class MultilabelAccumulator(Accumulator):
             raise ValueError(
                 f"batches of 2**31 rows or more are not supported (got {n}); split them."
             )
-        threshold: Any = self._threshold
+        threshold: Any = self._cut
         if batch.y_pred.dtype == np.float32:
             threshold = self._threshold32
         if not batch.flags and not self._weighted:
@@ -1243,6 +1306,40 @@ def _dense_error(status: int, row: int, batch: _DenseBatch, ignore_index: int | 
     )
 
 
+def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 to 2: a threshold ``t`` in (0, 1] stays a probability threshold; any other (0.0,
+    the documented threshold for logits, or any value outside [0, 1]) compared logits, and
+    becomes ``logits=True`` with the probability ``sigmoid(t)`` (0.5 for 0.0: the same
+    decisions; others to the nearest float)."""
+    config = dict(state["config"])
+    threshold = float(config["threshold"])
+    if 0.0 < threshold <= 1.0:
+        config["logits"] = False
+    else:
+        config["logits"] = True
+        config["threshold"] = 1.0 / (1.0 + math.exp(-threshold)) if threshold > -745 else 0.0
+    return {**state, "format": 2, "config": config}
+
+
+def _logit(probability: float) -> float:
+    """``log(p / (1 - p))`` (``-inf`` at 0, ``inf`` at 1, exactly 0 at 0.5)."""
+    if probability <= 0.0:
+        return -math.inf
+    if probability >= 1.0:
+        return math.inf
+    return math.log(probability) - math.log1p(-probability)
+
+
+def _warn_probabilities(scores: Any) -> None:
+    warnings.warn(
+        "every score of this batch lies in [0, 1]: they look like probabilities, but the "
+        "accumulator was created with `logits=True`, which compares them with the logit of "
+        "`threshold`; create it without `logits=True` for probabilities.",
+        UserWarning,
+        stacklevel=caller_stacklevel(),
+    )
+
+
 def _get_pool(workers: int) -> ThreadPoolExecutor:
     """A pool of ``workers`` threads for large batches, made on first use."""
     global _pool
@@ -1408,12 +1505,15 @@ def read_multilabel_npz(
     path: Any,
     *,
     threshold: float = 0.5,
+    logits: bool = False,
     weighted: bool | None = None,
     max_labels: int = MAX_LABELS_READ,
 ) -> MultilabelAccumulator:
     """Count an ``.npz`` file holding (N, L) ``y_true`` and ``y_pred`` members.
 
-    ``y_pred`` holds 0/1 indicators or scores (positive where ``score >= threshold``);
+    ``y_pred`` holds 0/1 indicators or scores: probabilities in [0, 1] positive where
+    ``score >= threshold``, or with ``logits=True`` logits positive where
+    ``sigmoid(score) >= threshold``;
     optional members: ``weights`` (N,) and ``label_names`` (L strings). ``weighted`` defaults to
     whether the weights are fractional. Members are streamed in blocks of rows (never loaded
     whole, no pickle); at most ``max_labels`` labels are read. A batch that fails leaves the
@@ -1463,7 +1563,9 @@ def read_multilabel_npz(
             if "weights" in shapes:
                 for block in iter_npz_rows(path, ["weights"], _NPZ_ROWS):
                     weighted |= bool(np.any(np.asarray(block["weights"]) % 1 != 0))
-        acc = MultilabelAccumulator(true_shape[1], names, threshold=threshold, weighted=weighted)
+        acc = MultilabelAccumulator(
+            true_shape[1], names, threshold=threshold, logits=logits, weighted=weighted
+        )
         # rows in blocks of about 2**22 entries: memory bounded whatever the file expands to
         rows = max(1, (1 << 22) // true_shape[1])
         for block in iter_npz_rows(path, members, rows):
