@@ -318,7 +318,7 @@ def log_to_wandb(
     ``wandb.plot.confusion_matrix``, but from the counts, so its cells are exactly
     ``confusion_matrix()`` (weights included); the ROC and precision-recall curves with the
     ``wandb/area-under-curve/v0`` preset of ``wandb.plot.roc_curve`` / ``pr_curve``, every
-    point of the curves (W&B's helpers keep 21 thresholds per class from raw scores); the
+    point of the curves (``pr_curve`` interpolates 21 recalls from the raw scores); the
     reliability diagram as a line of (mean confidence, accuracy) per bin. A table keeps at most
     ``wandb.Table.MAX_ROWS`` rows: a longer curve table keeps evenly spaced points of each
     curve, its end points included.
