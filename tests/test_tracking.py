@@ -165,6 +165,38 @@ def test_rich_tables_corner_cases() -> None:
         rich_tables(scores, prefix=3)  # type: ignore[arg-type]
 
 
+def test_tables_do_not_depend_on_the_batch_split_or_merge_order() -> None:
+    y, p = _data(200, seed=3)
+    whole = AccumulatorGroup(c=ConfusionAccumulator(3), s=ScoreAccumulator("multiclass", 3))
+    whole.update(y, p)
+    parts = []
+    for lo, hi in ((120, 200), (0, 7), (7, 120)):
+        part = AccumulatorGroup(c=ConfusionAccumulator(3), s=ScoreAccumulator("multiclass", 3))
+        parts.append(part.update(y[lo:hi], p[lo:hi]))
+    merged = parts[2].merge(parts[0]).merge(parts[1])
+    ours, reference = rich_tables(merged), rich_tables(whole)
+    assert {k: t.rows for k, t in ours.items()} == {k: t.rows for k, t in reference.items()}
+
+
+def test_other_kinds_bootstrap_and_multilabel() -> None:
+    import metricstream as ms
+
+    y, p = _data(90, seed=4)
+    pred = p.argmax(axis=1)
+    group = AccumulatorGroup(
+        boot=ms.BootstrapConfusionAccumulator(3, n_resamples=20, class_names=NAMES),
+        multi=ms.MultilabelAccumulator(3),
+    )
+    group["boot"].update(y, pred)
+    group["multi"].update(np.eye(3, dtype=np.int64)[y], p)
+    tables = rich_tables(group)
+    assert list(tables) == ["boot/confusion_matrix"]  # a multilabel member: scalars only
+    matrix = ConfusionAccumulator(3).update(y, pred).confusion_matrix()
+    assert tables["boot/confusion_matrix"].rows == [
+        [NAMES[i], NAMES[j], int(matrix[i, j])] for i in range(3) for j in range(3)
+    ]
+
+
 def test_thin_keeps_end_points_and_the_limit() -> None:
     rows = [["a", i / 99, 0.0, None] for i in range(100)] + [["b", 0.0, 1.0, None]] * 3
     kept = _thin(rows, 20)
