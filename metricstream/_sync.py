@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Accumulator, AccumulatorGroup
+from .base import Accumulator, AccumulatorGroup, exact_total
 
 # Bump when the packed layout or the description changes, so that ranks running different
 # metricstream versions refuse to sum rather than sum garbage.
@@ -37,8 +37,6 @@ SYNC_PROTOCOL = 2
 NUM_FIELDS = 6
 _ERROR_MARK = -1
 _INT64_MAX = 2**63 - 1
-# As merge: the float64 total of an int64 array keeps a margin below 2**63 for its rounding.
-_TOTAL_LIMIT = 2.0**63 - 2.0**20
 
 Syncable = Accumulator | AccumulatorGroup
 
@@ -92,10 +90,7 @@ def synchronize(
             description = _describe(work, arrays)
             # The largest total of an int64 array (not its largest cell): the ranks' totals must
             # add up below 2**63, as a merge's do, or N of the summed matrix would wrap.
-            int_max = min(
-                max((int(a.sum(dtype=np.float64)) for a in ints if a.size), default=0),
-                _INT64_MAX,
-            )
+            int_max = min(max((exact_total(a) for a in ints), default=0), _INT64_MAX)
             float_max = max((float(a.max()) for a in floats if a.size), default=0.0)
             vector = np.array(
                 [
@@ -182,7 +177,7 @@ def _check(
             f"{detail}. Every rank must create its accumulators with the same configuration; "
             f"nothing was summed."
         )
-    if sum(int(v) for v in table[:, 4]) >= _TOTAL_LIMIT:
+    if sum(int(v) for v in table[:, 4]) > _INT64_MAX:
         raise ValueError(
             f"cannot {engine}: the summed int64 counts could reach 2**63 (the ranks' largest "
             f"totals add up to {sum(int(v) for v in table[:, 4])}); nothing was summed."

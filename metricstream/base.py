@@ -61,6 +61,9 @@ BUILTIN_TYPES = {
 # Views cached per state version: beyond this many distinct calls the cache starts again, so a
 # loop of calls with ever new arguments cannot grow it without bound between two updates.
 _MAX_CACHED_VIEWS = 256
+# int64 state arrays up to this many cells are checked for a wrapped count after every count
+# through the base (cheap at that size); larger ones are bounded by their family's kernels.
+_CHECKED_INT_CELLS = 1 << 16
 
 # While a state from outside (bytes, a state dict, another rank) is restored, the number of state
 # bytes it carries: a configuration that asks for more is refused before anything is allocated,
@@ -70,7 +73,6 @@ _allocation_budget: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 )
 
 _INT64_MAX = np.iinfo(np.int64).max
-_TOTAL_LIMIT = 2.0**63 - 2.0**20
 _STATE_DTYPES = (np.dtype(np.int64), np.dtype(np.float64))
 ArraySpec = tuple[tuple[int, ...], Any]
 
@@ -441,7 +443,7 @@ class Accumulator:
             )
         _codec.check_arrays(arrays, new._arrays)
         for name, array in arrays.items():
-            if array.dtype.kind in "iu" and float(array.sum(dtype=np.float64)) >= _TOTAL_LIMIT:
+            if array.dtype.kind in "iu" and exact_total(array) > _INT64_MAX:
                 # Each cell fits, but the total (N of a matrix) would not: the next update or
                 # merge could only wrap it. The same rule as merge's.
                 raise ValueError(
@@ -453,10 +455,12 @@ class Accumulator:
 
     # ------------------------------------------------------------------ for subclasses
     def _changed(self) -> None:
-        self._version += 1
+        # Caches first, then the version: a reader that sees the new version can no longer find
+        # a snapshot of the old one.
         self._frozen = None
         if self._views:
             self._views.clear()
+        self._version += 1
 
     def _snapshot(self) -> dict[str, np.ndarray]:
         """Read-only copies of the state at one version, cached until the next change."""
@@ -498,8 +502,10 @@ class Accumulator:
             except TypeError:  # an unhashable argument, e.g. a weight matrix
                 cacheable = False
             else:
-                if hit is not None:
-                    return _fresh(hit)
+                # Each entry carries the version it was computed at: one stored by a view that
+                # an update overtook is never returned for the newer state.
+                if hit is not None and hit[0] == self._version:
+                    return _fresh(hit[1])
         version = self._version
         warned = _exceptions.undefined_warnings_issued()
         value = function(self._view_source(), *args, **kwargs)
@@ -513,7 +519,7 @@ class Accumulator:
             views = self._views
             if len(views) >= _MAX_CACHED_VIEWS:
                 views.clear()
-            views[key] = value
+            views[key] = (version, value)
             return _fresh(value)
         return value
 
@@ -544,37 +550,54 @@ class Accumulator:
                 )
 
     def _count_finite(self, batch: Any) -> None:
-        """:meth:`_count` (lock held), refused and undone if it leaves a float sum non-finite.
+        """:meth:`_count` (lock held), refused and undone if it leaves a state ``load`` refuses.
 
-        A state holding infinity or NaN could not be loaded back (``load`` refuses it), so the
-        base never lets one come to be, whatever the family's own checks: after counting, every
-        float64 array is checked, and a count that overflowed one is undone exactly (by
-        :meth:`_uncount` and the float arrays' backup, or by a backup of the whole state when
-        there is no ``_uncount``) before a ``ValueError`` names the array.
+        A state holding infinity, NaN or a wrapped (negative) count could not be loaded back,
+        so the base never lets one come to be, whatever the family's own checks: after counting,
+        every float64 array is checked for non-finite values and every int64 array of at most
+        ``_CHECKED_INT_CELLS`` cells for a wrapped count (a larger one is its family's kernel's
+        to bound, before it writes); a count that broke one is undone exactly (by
+        :meth:`_uncount` and a backup of the checked arrays, or by a backup of the whole state
+        when there is no ``_uncount``) before a ``ValueError`` names the array.
         """
         arrays = self._arrays
-        floats = [name for name, array in arrays.items() if array.dtype.kind == "f"]
-        if not floats:
+        checked = [
+            name
+            for name, array in arrays.items()
+            if array.dtype.kind == "f" or array.size <= _CHECKED_INT_CELLS
+        ]
+        if not checked:
             self._count(arrays, batch)
             return
         undoable = type(self)._uncount is not Accumulator._uncount
         backup = {
             name: array.copy()
             for name, array in arrays.items()
-            if array.dtype.kind == "f" or not undoable
+            if not undoable or (name in checked and array.dtype.kind == "f")
         }
         self._count(arrays, batch)
-        bad = [name for name in floats if not np.isfinite(arrays[name]).all()]
-        if not bad:
+        for name in checked:
+            array = arrays[name]
+            broken = (
+                not np.isfinite(array).all() if array.dtype.kind == "f" else bool((array < 0).any())
+            )
+            if broken:
+                break
+        else:
             return
         if undoable:
-            self._uncount(arrays, batch)
-        for name, array in backup.items():
-            arrays[name][...] = array
+            self._uncount(arrays, batch)  # exact for int64 even past a wrap (modular arithmetic)
+        for key, array in backup.items():
+            arrays[key][...] = array
+        if arrays[name].dtype.kind == "f":
+            raise ValueError(
+                f"this batch would take the float64 sums of {type(self).__name__} state "
+                f"{name!r} to infinity or NaN (weights or values too large), a state that could "
+                f"not be saved and loaded back; nothing was counted."
+            )
         raise ValueError(
-            f"this batch would take the float64 sums of {type(self).__name__} state {bad[0]!r} "
-            f"to infinity or NaN (weights or values too large), a state that could not be saved "
-            f"and loaded back; nothing was counted."
+            f"this batch would take an int64 count of {type(self).__name__} state {name!r} "
+            f"past 2**63 - 1; nothing was counted."
         )
 
     def _count_undoable(self, batch: Any) -> Callable[[], None]:
@@ -599,6 +622,21 @@ class Accumulator:
 def _a(name: str) -> str:
     """``"a ConfusionAccumulator"``, ``"an AccumulatorGroup"``."""
     return f"{'an' if name[:1].upper() in 'AEIOU' else 'a'} {name}"
+
+
+def exact_total(array: np.ndarray) -> int:
+    """The exact sum of a non-negative int64 array, as a Python int (no float rounding, no wrap).
+
+    Summed as high and low 32-bit halves, neither of which can overflow int64 for fewer than
+    2**31 elements: the same bound for updates, merges, restored states and syncs, so that none
+    of them creates a state another refuses.
+    """
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.int64)
+    if flat.size == 0:
+        return 0
+    high = int((flat >> 32).sum(dtype=np.int64))
+    low = int((flat & 0xFFFFFFFF).sum(dtype=np.int64))
+    return high * 2**32 + low
 
 
 def _function_key(function: Callable[..., Any], owner: object) -> Any:
@@ -649,9 +687,8 @@ def _checked_sums(
             with np.errstate(over="ignore"):
                 total = array + other
             wrapped = total < array
-            # The array's own total must stay an int64 too (N of a confusion matrix): a float64
-            # sum is exact to 2**53 and within a few ulps beyond, so keep a margin below 2**63.
-            if not wrapped.any() and float(total.sum(dtype=np.float64)) >= _TOTAL_LIMIT:
+            # The array's own total must stay an int64 too (N of a confusion matrix).
+            if not wrapped.any() and exact_total(total) > _INT64_MAX:
                 raise ValueError(
                     f"merging would take the total of {what} state {name!r} to 2**63 or more, "
                     f"beyond int64; nothing was merged."

@@ -619,22 +619,23 @@ class ConfusionAccumulator(Accumulator):
     # ------------------------------------------------------------------ internals
     def _view_source(self) -> ClassCounts:
         """The per-class counts of one snapshot of the matrix, cached until the next change."""
-        counts = self._views.get(_COUNTS_KEY)
-        if counts is None:
-            with self._lock:  # one consistent copy, not the snapshot dict: this is the hot view
-                self._flush_device()
-                version = self._version
-                matrix = self._matrix.copy()
-            matrix.flags.writeable = False
-            counts = ClassCounts.from_matrix(matrix, validate=False)
-            for array in (
-                counts.true_positives,
-                counts.actual_positives,
-                counts.predicted_positives,
-            ):
-                array.flags.writeable = False
-            if version == self._version:
-                self._views[_COUNTS_KEY] = counts
+        cached = self._views.get(_COUNTS_KEY)
+        if cached is not None and cached[0] == self._version:
+            return cached[1]  # type: ignore[no-any-return]
+        with self._lock:  # one consistent copy, not the snapshot dict: this is the hot view
+            self._flush_device()
+            version = self._version
+            matrix = self._matrix.copy()
+        matrix.flags.writeable = False
+        counts = ClassCounts.from_matrix(matrix, validate=False)
+        for array in (
+            counts.true_positives,
+            counts.actual_positives,
+            counts.predicted_positives,
+        ):
+            array.flags.writeable = False
+        # With its version: a store that an update overtakes is never read as the newer one.
+        self._views[_COUNTS_KEY] = (version, counts)
         return counts
 
     def _labels(self, labels: LabelsArg) -> tuple[int, ...] | None:
