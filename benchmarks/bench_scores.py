@@ -148,6 +148,8 @@ def exact_values(s: ScoreSet) -> tuple[float, float]:
     from sklearn import metrics
 
     scores = s.scores.astype(np.float64)
+    if s.logits and s.task == "multiclass":  # ranked by their softmax, as scikit-learn's input
+        scores = _softmax(scores)
     if s.task == "binary":
         return (metrics.roc_auc_score(s.y, scores), metrics.average_precision_score(s.y, scores))
     onehot = np.eye(scores.shape[1])[s.y]
@@ -316,7 +318,8 @@ def bench_update(classes: int, repeats: int) -> dict[str, float]:
         present = onehot.sum(axis=0) > 0
         for values, logit in ((scores, False), (logits, True)):
             check = ScoreAccumulator("multiclass", classes, logits=logit).update(y, values)
-            reference = metrics.roc_auc_score(onehot[:, present], values[:, present])
+            ranked = _softmax(values.astype(np.float64)) if logit else values
+            reference = metrics.roc_auc_score(onehot[:, present], ranked[:, present])
             bound = check.auroc("macro", with_bound=True)
             assert bound.lower <= reference <= bound.upper, "AUROC outside its bound"
     ty, ts, tl = torch.from_numpy(y), torch.from_numpy(scores), torch.from_numpy(logits)
