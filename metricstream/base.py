@@ -549,7 +549,7 @@ class Accumulator:
                     f"be configured alike."
                 )
 
-    def _count_finite(self, batch: Any) -> None:
+    def _count_finite(self, batch: Any, backup: dict[str, np.ndarray] | None = None) -> None:
         """:meth:`_count` (lock held), refused and undone if it leaves a state ``load`` refuses.
 
         A state holding infinity, NaN or a wrapped (negative) count could not be loaded back,
@@ -570,11 +570,12 @@ class Accumulator:
             self._count(arrays, batch)
             return
         undoable = type(self)._uncount is not Accumulator._uncount
-        backup = {
-            name: array.copy()
-            for name, array in arrays.items()
-            if not undoable or (name in checked and array.dtype.kind == "f")
-        }
+        if backup is None:  # (a caller that already holds a copy of the whole state passes it)
+            backup = {
+                name: array.copy()
+                for name, array in arrays.items()
+                if not undoable or (name in checked and array.dtype.kind == "f")
+            }
         self._count(arrays, batch)
         for name in checked:
             array = arrays[name]
@@ -610,7 +611,7 @@ class Accumulator:
             self._count_finite(batch)
             return lambda: self._uncount(self._arrays, batch)
         backup = {name: array.copy() for name, array in self._arrays.items()}
-        self._count_finite(batch)
+        self._count_finite(batch, backup)
 
         def restore() -> None:
             for name, array in backup.items():
@@ -750,6 +751,12 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         if len({id(m) for m in combined.values()}) != len(combined):
             raise ValueError("the same accumulator object is a member twice; give each its own.")
         self._members = combined
+        self._index()
+
+    def _index(self) -> None:
+        """What every update reads: the members in order, and their locks in the global order."""
+        self._member_list = list(self._members.values())
+        self._lock_order = [member._lock for member in sorted(self._member_list, key=id)]
 
     # ------------------------------------------------------------------ mapping
     def __getitem__(self, name: str) -> Accumulator:
@@ -785,25 +792,33 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         y_true = _once(y_true, "y_true")
         y_pred = _once(y_pred, "y_pred")
         weights = None if weights is None else _once(weights, "weights")
-        members = list(self._members.values())
-        taken = {name: _keywords(type(member)._prepare) for name, member in self._members.items()}
-        unused = sorted(set(member_kwargs) - set().union(*taken.values()))
-        if unused:
-            raise TypeError(
-                f"AccumulatorGroup.update() got the keyword argument(s) {unused}, which no "
-                f"member takes (members: "
-                f"{', '.join(f'{n}: {type(m).__name__}' for n, m in self._members.items())})."
-            )
-        batches = [
-            member._prepare(
-                y_true,
-                y_pred,
-                weights,
-                **{key: value for key, value in member_kwargs.items() if key in taken[name]},
-            )
-            for name, member in self._members.items()
-        ]
-        with self._locked():
+        members = self._member_list
+        if member_kwargs:
+            taken = [_keywords(type(member)._prepare) for member in members]
+            unused = sorted(set(member_kwargs) - set().union(*taken))
+            if unused:
+                raise TypeError(
+                    f"AccumulatorGroup.update() got the keyword argument(s) {unused}, which no "
+                    f"member takes (members: "
+                    f"{', '.join(f'{n}: {type(m).__name__}' for n, m in self._members.items())})."
+                )
+            batches = [
+                member._prepare(
+                    y_true,
+                    y_pred,
+                    weights,
+                    **{key: value for key, value in member_kwargs.items() if key in keys},
+                )
+                for member, keys in zip(members, taken, strict=True)
+            ]
+        else:
+            batches = [member._prepare(y_true, y_pred, weights) for member in members]
+        # The members' locks in one global order (by id), taken and released by hand: an
+        # ExitStack costs more than a small member's whole update.
+        locks = self._lock_order
+        for lock in locks:
+            lock.acquire()
+        try:
             undo: list[Callable[[], None]] = []
             try:
                 for member, batch in zip(members, batches, strict=True):
@@ -815,6 +830,9 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
             finally:
                 for member in members[: len(undo) + 1]:
                     member._changed()
+        finally:
+            for lock in reversed(locks):
+                lock.release()
         return self
 
     def merge(self: G, other: G) -> G:
@@ -1060,6 +1078,7 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._members = type(self).from_state_dict(state)._members
+        self._index()
 
     # ------------------------------------------------------------------ for the sync engines
     def members(self) -> dict[str, Accumulator]:
