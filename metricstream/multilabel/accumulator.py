@@ -592,6 +592,8 @@ class MultilabelAccumulator(Accumulator):
             return
         if outside:
             bad = (scores < 0) | (scores > 1)
+            if not bad.any():
+                return  # NaN (outside for the range pass): the count words it
             row, column = (int(i) for i in np.argwhere(bad)[0])
             raise ValueError(
                 f"`y_pred` holds {scores[row, column].item()!r} at row {row}, label {column}, "
