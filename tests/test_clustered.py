@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import pickle
-
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from scipy import stats
 
-from metricstream import AccumulatorGroup, ConfusionAccumulator, metrics
+from metricstream import ConfusionAccumulator, metrics
 from metricstream.bootstrap import _kernels as kernels
 from metricstream.bootstrap import bootstrap, interval_from_replicates
 from metricstream.clustered import BootstrapConfusionAccumulator
@@ -104,26 +100,6 @@ def test_per_item_ids_equal_per_sample_ids_in_any_memory_order() -> None:
     for i in range(6):
         one_by_one.update(masks_true[i], masks_pred[i], cluster_ids=int(ids[i]))
     assert per_item == per_sample == fortran == one_by_one
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    splits=st.lists(st.integers(0, 200), max_size=6),
-    order=st.randoms(use_true_random=False),
-    shards=st.integers(1, 4),
-)
-def test_any_split_shard_and_merge_order_gives_the_same_state(splits, order, shards) -> None:
-    y_true, y_pred, clusters = _data(4)
-    whole = BootstrapConfusionAccumulator(K, n_resamples=8, seed=9)
-    whole.update(y_true, y_pred, cluster_ids=clusters)
-    bounds = sorted({0, y_true.size, *splits})
-    pieces = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    order.shuffle(pieces)
-    parts = [BootstrapConfusionAccumulator(K, n_resamples=8, seed=9) for _ in range(shards)]
-    for i, piece in enumerate(pieces):
-        parts[i % shards].update(y_true[piece], y_pred[piece], cluster_ids=clusters[piece])
-    order.shuffle(parts)
-    assert sum(parts) == whole
 
 
 def test_poisson1_weights_are_poisson_and_independent() -> None:
@@ -244,29 +220,6 @@ def test_ignore_index() -> None:
             np.array([0, 1, 1, 2]), np.array([0, 1, 2, 2]), np.array([1, 2, 2, 3]), 0, 5, k=3
         ),
     )
-
-
-def test_state_round_trips() -> None:
-    y_true, y_pred, clusters = _data(10)
-    acc = BootstrapConfusionAccumulator(K, n_resamples=7, seed=2**63 + 5)
-    acc.update(y_true, y_pred, cluster_ids=clusters)
-    assert pickle.loads(pickle.dumps(acc)) == acc
-    assert BootstrapConfusionAccumulator.from_bytes(acc.to_bytes()) == acc
-    assert BootstrapConfusionAccumulator.from_state_dict(acc.state_dict()) == acc
-    copy = acc.copy()
-    copy.update([0], [1], cluster_ids=5)
-    assert copy != acc
-    assert (acc + acc).replicates.sum() == 2 * acc.replicates.sum()
-    assert acc.state_nbytes == 8 * K * K * 8
-
-
-def test_group_member() -> None:
-    group = AccumulatorGroup(
-        plain=ConfusionAccumulator(K), boot=BootstrapConfusionAccumulator(K, n_resamples=4)
-    )
-    y_true, y_pred, _ = _data(11)
-    group.update(y_true, y_pred)
-    assert np.array_equal(group["boot"].matrix, group["plain"].matrix)
 
 
 def test_bad_input_leaves_the_state_unchanged() -> None:
@@ -432,24 +385,3 @@ def test_interleaved_cluster_ids(shuffle: bool, weighted: bool) -> None:
         _expected_replicates(y_true, y_pred, clusters, 8, 11, weights=weights),
         rtol=1e-12,
     )
-
-
-def test_save_load_and_groups(tmp_path) -> None:
-    y_true, y_pred, clusters = _data(18)
-    acc = BootstrapConfusionAccumulator(
-        K, n_resamples=5, seed=1, class_names=list("abcd"), ignore_index=255
-    )
-    acc.update(y_true, y_pred, cluster_ids=clusters)
-    path = acc.save(tmp_path / "boot.msacc")
-    assert BootstrapConfusionAccumulator.load(path) == acc
-    with pytest.raises(
-        ValueError, match="holds a BootstrapConfusionAccumulator, not a ConfusionAccumulator"
-    ):
-        ConfusionAccumulator.from_bytes(acc.to_bytes())
-    group = AccumulatorGroup(boot=acc, plain=ConfusionAccumulator(K, list("abcd"), 255))
-    restored = AccumulatorGroup.from_bytes(group.to_bytes())
-    assert restored["boot"] == acc
-    blob = bytearray(acc.to_bytes())
-    blob[-7] ^= 1
-    with pytest.raises(ValueError, match="checksum"):
-        BootstrapConfusionAccumulator.from_bytes(bytes(blob))

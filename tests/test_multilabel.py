@@ -4,13 +4,11 @@ character; input forms; masking; atomic failures; split/merge invariance."""
 
 from __future__ import annotations
 
-import pickle
 import warnings
 
 import numpy as np
 import pytest
 import sklearn.metrics as skm
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metricstream.exceptions import UndefinedMetricWarning
@@ -788,23 +786,6 @@ def test_bad_configuration(config, error, match):
 
 
 # ---------------------------------------------------------------------------- state
-def test_state_round_trips_and_merges():
-    y_true, y_pred, w = CASES["float-weights"]
-    acc = _accumulate(y_true, y_pred, w, cooccurrence=True, label_names=list("abcdef"))
-    assert MultilabelAccumulator.from_bytes(acc.to_bytes()) == acc
-    assert pickle.loads(pickle.dumps(acc)) == acc
-    assert MultilabelAccumulator.from_state_dict(acc.state_dict()) == acc
-    first = _accumulate(y_true[:20], y_pred[:20], w[:20], splits=())
-    second = _accumulate(y_true[20:], y_pred[20:], w[20:], splits=())
-    close((first + second).f1("samples", zero_division=1), acc.f1("samples", zero_division=1))
-    with pytest.raises(ValueError, match="different `threshold`"):
-        MultilabelAccumulator(6, threshold=0.5).merge(MultilabelAccumulator(6, threshold=0.0))
-    empty = MultilabelAccumulator(6)
-    assert quietly(empty.f1, "samples") == 0.0
-    assert np.isnan(empty.subset_accuracy(zero_division=np.nan))
-    assert empty.hamming_loss(zero_division=1) == 1.0
-
-
 def test_views_from_sklearn_confusion_matrices():
     y_true, y_pred, _ = CASES["dense"]
     counts = ml.MultilabelCounts.from_confusion_matrices(
@@ -880,46 +861,3 @@ def _streams(draw):
     weights = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)))
     cuts = sorted(draw(st.lists(st.integers(0, n), max_size=4)))
     return num_labels, y_true.reshape(n, num_labels), y_pred.reshape(n, num_labels), weights, cuts
-
-
-@settings(deadline=None)  # examples per run: the hypothesis profile (more in the slow run)
-@given(_streams(), st.randoms(use_true_random=False))
-def test_any_split_and_merge_order_gives_the_same_state(stream, random):
-    num_labels, y_true, y_pred, weights, cuts = stream
-    config = dict(betas=BETAS, cooccurrence=True)
-    whole = MultilabelAccumulator(num_labels, **config).update(y_true, y_pred, weights)
-    bounds = [0, *cuts, len(y_true)]
-    parts = [
-        MultilabelAccumulator(num_labels, **config).update(
-            y_true[lo:hi], y_pred[lo:hi], weights[lo:hi]
-        )
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
-    ]
-    streamed = MultilabelAccumulator(num_labels, **config)
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        streamed.update(y_true[lo:hi], y_pred[lo:hi], weights[lo:hi])
-    random.shuffle(parts)
-    merged = sum(parts)
-    assert streamed == whole  # bit-identical: every state array is int64
-    assert merged == whole
-    lists = [list(np.flatnonzero(r)) for r in y_true], [list(np.flatnonzero(r)) for r in y_pred]
-    assert MultilabelAccumulator(num_labels, **config).update_sets(*lists, weights) == whole
-
-
-def test_group_updates_members_atomically():
-    from metricstream import AccumulatorGroup
-
-    group = AccumulatorGroup(
-        probabilities=MultilabelAccumulator(3),
-        logits=MultilabelAccumulator(3, threshold=0.55, logits=True, cooccurrence=True),
-    )
-    # logits above logit(0.55) = 0.2 are positive: [1, 0, 1]; probabilities at 0.5: [1, 0, 0]
-    group.update(np.array([[1, 0, 1]]), np.array([[0.9, 0.1, 0.4]]))
-    assert group["probabilities"].subset_accuracy() == 0.0
-    assert group["logits"].subset_accuracy() == 1.0
-    before = {name: member.state_arrays() for name, member in group.items()}
-    with pytest.raises(ValueError, match="`y_pred` holds NaN at row 0, label 1"):
-        group.update(np.array([[1, 0, 1]]), np.array([[0.9, np.nan, 0.4]]))
-    for name, member in group.items():
-        _assert_unchanged(member, before[name])
-    assert AccumulatorGroup.from_bytes(group.to_bytes()) == group

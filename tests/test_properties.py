@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 import warnings
 
 import numpy as np
@@ -33,68 +32,6 @@ def _pieces(y_true, y_pred, weights, cuts):
     bounds = [0, *cuts, y_true.size]
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
         yield y_true[lo:hi], y_pred[lo:hi], None if weights is None else weights[lo:hi]
-
-
-@given(streams())
-def test_any_split_into_batches_equals_one_update(stream):
-    num_classes, y_true, y_pred, weights, cuts = stream
-    whole = ConfusionAccumulator(num_classes).update(y_true, y_pred)
-    batched = ConfusionAccumulator(num_classes)
-    for t, p, _ in _pieces(y_true, y_pred, weights, cuts):
-        batched.update(t, p)
-    np.testing.assert_array_equal(batched.matrix, whole.matrix)
-    assert batched == whole
-
-
-@given(streams(weighted=True))
-def test_any_split_weighted(stream):
-    num_classes, y_true, y_pred, weights, cuts = stream
-    whole = ConfusionAccumulator(num_classes, weighted=True).update(y_true, y_pred, weights)
-    batched = ConfusionAccumulator(num_classes, weighted=True)
-    for t, p, w in _pieces(y_true, y_pred, weights, cuts):
-        batched.update(t, p, w)
-    np.testing.assert_array_equal(batched.matrix, whole.matrix)
-
-
-@given(streams(), st.randoms(use_true_random=False))
-def test_shards_merged_in_any_order_equal_one_update(stream, random):
-    num_classes, y_true, y_pred, weights, cuts = stream
-    whole = ConfusionAccumulator(num_classes).update(y_true, y_pred)
-    shards = [
-        ConfusionAccumulator(num_classes).update(t, p)
-        for t, p, _ in _pieces(y_true, y_pred, weights, cuts)
-    ]
-    random.shuffle(shards)
-    # Merge as a random binary tree: associativity and commutativity together.
-    while len(shards) > 1:
-        i = random.randrange(len(shards) - 1)
-        left, right = shards[i], shards.pop(i + 1)
-        shards[i] = left + right if random.random() < 0.5 else right.merge(left)
-    np.testing.assert_array_equal(shards[0].matrix, whole.matrix)
-
-
-@given(streams())
-def test_merging_an_empty_accumulator_changes_nothing(stream):
-    num_classes, y_true, y_pred, _, _ = stream
-    acc = ConfusionAccumulator(num_classes).update(y_true, y_pred)
-    before = acc.matrix.copy()
-    acc.merge(ConfusionAccumulator(num_classes))
-    np.testing.assert_array_equal(acc.matrix, before)
-    assert sum([acc, ConfusionAccumulator(num_classes)]) == acc
-
-
-@given(streams(weighted=True))
-def test_pickle_and_copy_round_trip(stream):
-    num_classes, y_true, y_pred, weights, _ = stream
-    acc = ConfusionAccumulator(num_classes, weighted=True, ignore_index=0).update(
-        y_true, y_pred, weights
-    )
-    for clone in (pickle.loads(pickle.dumps(acc)), acc.copy()):
-        assert clone == acc
-        assert clone.ignore_index == 0 and clone.weighted
-        np.testing.assert_array_equal(clone.matrix, acc.matrix)
-        clone.update([1 % num_classes], [0])
-        assert clone.num_samples == acc.num_samples + 1 or num_classes == 1
 
 
 @given(streams(), st.floats(0.1, 10))

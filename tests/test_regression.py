@@ -15,11 +15,9 @@
 from __future__ import annotations
 
 import os
-import pickle
 import socket
 import subprocess
 import sys
-import threading
 import warnings
 from fractions import Fraction
 from pathlib import Path
@@ -461,27 +459,6 @@ def test_merge_keeps_the_maximum_and_sum_only_paths_mark_it_unknown():
 
 
 # ---------------------------------------------------------------------- the protocol
-def test_round_trips(tmp_path):
-    rng = np.random.default_rng(11)
-    t, p = _data(rng, 40, 3)
-    acc = _fed(t, p, rng.random(40), [10, 20])
-    assert RegressionAccumulator.from_bytes(acc.to_bytes()) == acc
-    assert RegressionAccumulator.from_state_dict(acc.state_dict()) == acc
-    assert pickle.loads(pickle.dumps(acc)) == acc
-    path = acc.save(tmp_path / "reg.msacc")
-    assert RegressionAccumulator.load(path) == acc
-    copy = acc.copy()
-    assert copy == acc and copy is not acc
-    assert repr(acc) == "RegressionAccumulator(num_outputs=3)"
-    assert acc.copy().reset() == RegressionAccumulator(3)
-    with pytest.raises(ValueError, match="holds a RegressionAccumulator, not a Confusion"):
-        ConfusionAccumulator.from_bytes(acc.to_bytes())
-    torch = pytest.importorskip("torch", reason="state_dict through torch.save needs PyTorch")
-    torch.save(acc.state_dict(), tmp_path / "state.pt")
-    loaded = torch.load(tmp_path / "state.pt", weights_only=True)
-    assert RegressionAccumulator.from_state_dict(loaded) == acc
-
-
 def test_group_membership_and_atomicity(tmp_path):
     rng = np.random.default_rng(2)
     t, p = _data(rng, 30, 1)
@@ -500,26 +477,6 @@ def test_group_membership_and_atomicity(tmp_path):
     with pytest.raises(ValueError, match="position 3"):
         group.update(t[:5], np.where(np.arange(5) == 3, np.nan, p[:5]))
     assert group == before
-
-
-def test_concurrent_updates_lose_nothing():
-    rng = np.random.default_rng(9)
-    t, p = _data(rng, 64, 1)
-    acc = RegressionAccumulator()
-
-    def work():
-        for _ in range(25):
-            acc.update(t, p)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert acc.num_samples == 64 * 100
-    assert acc.total_weight == 6400.0
-    _close(acc.mse(), sk.mean_squared_error(t, p))
-    _close(acc.r2(), sk.r2_score(np.tile(t, 100), np.tile(p, 100)))
 
 
 def test_sync_in_process_three_ranks():

@@ -50,41 +50,6 @@ def _assert_same(a: ScoreAccumulator, b: ScoreAccumulator) -> None:
 
 @SETTINGS
 @given(streams())
-def test_any_split_equals_one_update(stream):
-    classes, y, scores, weights, cuts = stream
-    whole = ScoreAccumulator("multiclass", classes, bins=256).update(y, scores, weights)
-    split = ScoreAccumulator("multiclass", classes, bins=256)
-    edges = [0, *cuts, len(y)]
-    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        split.update(y[lo:hi], scores[lo:hi], weights[lo:hi])
-    _assert_same(whole, split)
-
-
-@SETTINGS
-@given(streams(), st.randoms())
-def test_merge_in_any_order(stream, random):
-    classes, y, scores, weights, cuts = stream
-    edges = [0, *cuts, len(y)]
-    shards = [
-        ScoreAccumulator("multiclass", classes, bins=256).update(
-            y[lo:hi], scores[lo:hi], weights[lo:hi]
-        )
-        for lo, hi in zip(edges[:-1], edges[1:], strict=True)
-    ]
-    whole = ScoreAccumulator("multiclass", classes, bins=256).update(y, scores, weights)
-    random.shuffle(shards)
-    merged = sum(shards)
-    _assert_same(whole, merged)
-    empty = ScoreAccumulator("multiclass", classes, bins=256)
-    before = merged.state_arrays()
-    merged.merge(empty)
-    after = merged.state_arrays()
-    for name in before:
-        np.testing.assert_array_equal(before[name], after[name])
-
-
-@SETTINGS
-@given(streams())
 def test_unweighted_rows_in_any_split_equal_weights_of_one(stream):
     """Without weights, at most 16 classes of probabilities are counted row by row; with
     weights of one, by the block kernel: the same state."""

@@ -4,14 +4,11 @@ on randomized masks with absent classes, empty images and void pixels, 2-D and 3
 from __future__ import annotations
 
 import math
-import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from metricstream import AccumulatorGroup, ConfusionAccumulator
+from metricstream import ConfusionAccumulator
 from metricstream.segmentation import RULES, AbsentRule, SegmentationAccumulator
 from metricstream.segmentation.accumulator import t_quantile
 from tests.marks import slow_beyond
@@ -587,49 +584,6 @@ def test_interval_from_image_sums():
 
 
 # ---------------------------------------------------------------------------- streaming
-@settings(max_examples=25, deadline=None)
-@given(
-    seed=st.integers(0, 2**16),
-    cuts=st.lists(st.integers(0, 8), max_size=4),
-    order=st.permutations(range(3)),
-)
-def test_any_split_and_merge_order_gives_one_state(seed, cuts, order):
-    truth, pred = masks(seed, images=8, shape=(5, 4), k=4)
-    whole = SegmentationAccumulator(4, ignore_index=VOID).update(truth, pred)
-    bounds = sorted({0, 8, *cuts})
-    parts = [
-        SegmentationAccumulator(4, ignore_index=VOID).update(truth[a:b], pred[a:b])
-        for a, b in zip(bounds, bounds[1:], strict=False)
-    ]
-    streamed = SegmentationAccumulator(4, ignore_index=VOID)
-    for a, b in zip(bounds, bounds[1:], strict=False):
-        streamed.update(truth[a:b], pred[a:b])
-    assert streamed == whole
-    assert sum(parts) == whole
-    shards = [SegmentationAccumulator(4, ignore_index=VOID) for _ in range(3)]
-    for index, part in enumerate(parts):
-        shards[index % 3].merge(part)
-    merged = SegmentationAccumulator(4, ignore_index=VOID)
-    for index in order:
-        merged += shards[index]
-    assert merged == whole
-
-
-def test_threads_count_like_one_thread():
-    import metricstream
-
-    truth, pred = masks(2, images=9, shape=(128, 130), k=6)
-    before = metricstream.get_num_threads()
-    try:
-        metricstream.set_num_threads(1)
-        one = SegmentationAccumulator(6, ignore_index=VOID).update(truth, pred)
-        metricstream.set_num_threads(3)
-        many = SegmentationAccumulator(6, ignore_index=VOID).update(truth, pred)
-    finally:
-        metricstream.set_num_threads(before)
-    assert one == many
-
-
 # ---------------------------------------------------------------------------- bad input
 def _bad(acc, y_true, y_pred, error, match):
     before = acc.state_arrays()
@@ -678,36 +632,6 @@ def test_counts_never_wrap():
 
 
 # ---------------------------------------------------------------------------- state
-def test_round_trips_and_groups(tmp_path):
-    truth, pred = masks(6, k=4)
-    acc = SegmentationAccumulator(
-        4, class_names=["bg", "a", "b", "c"], ignore_index=VOID, class_axis=-1
-    ).update(truth, pred)
-    assert SegmentationAccumulator.from_bytes(acc.to_bytes()) == acc
-    assert SegmentationAccumulator.from_state_dict(acc.state_dict()) == acc
-    assert pickle.loads(pickle.dumps(acc)) == acc
-    acc.save(tmp_path / "seg.msacc")
-    assert SegmentationAccumulator.load(tmp_path / "seg.msacc") == acc
-    with pytest.raises(ValueError, match="not a ConfusionAccumulator"):
-        ConfusionAccumulator.from_bytes(acc.to_bytes())
-    with pytest.raises(ValueError, match="different `ignore_index`"):
-        acc.merge(SegmentationAccumulator(4, class_names=["bg", "a", "b", "c"], class_axis=-1))
-    group = AccumulatorGroup(
-        seg=SegmentationAccumulator(4, ignore_index=VOID),
-        matrix=ConfusionAccumulator(4, ignore_index=VOID),
-    )
-    group.update(truth, pred)
-    assert np.array_equal(group["seg"].matrix, group["matrix"].matrix)
-    bad = truth.copy()
-    bad[0, 0, 0] = 9
-    before = group.copy()
-    with pytest.raises(ValueError):
-        group.update(bad, pred)
-    assert group == before
-    assert AccumulatorGroup.from_bytes(group.to_bytes()) == group
-    assert "seg" in group.summary()
-
-
 def test_sync_in_a_fake_world():
     from tests.sync_fixtures import FakeWorld
 
