@@ -57,7 +57,7 @@ CASES = {
     ),
     "multilabel: float32 logits": (
         "from metricstream import MultilabelAccumulator\n"
-        "MultilabelAccumulator(20, threshold=0.0).update(ml_true, ml_logits)"
+        "MultilabelAccumulator(20, logits=True).update(ml_true, ml_logits)"
     ),
     "bootstrap of a matrix": (
         "from metricstream import ConfusionAccumulator\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..base import Accumulator
+from ..exceptions import UndefinedMetricWarning, caller_stacklevel
 from . import _kernels as _k
 from .absent import AbsentRule, reproduce, resolve_rule
 
@@ -855,6 +857,14 @@ def _compute(
     bg: int | None,
 ) -> Any:
     keep = _included(state["matrix"].shape[0], bg, background)
+    if not state["matrix"].any():
+        # Nothing counted: every value is 0/0 (the rule of every accumulator's views).
+        warnings.warn(
+            f"{metric} of a SegmentationAccumulator that has counted no pixel is undefined "
+            f"(0/0); returning the absent-class rule's value.",
+            UndefinedMetricWarning,
+            stacklevel=caller_stacklevel(),
+        )
     if aggregation == "dataset":
         if average in ("none", "macro"):
             values = _dataset_class_values(state, metric, rule)[keep]
