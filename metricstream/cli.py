@@ -51,6 +51,7 @@ from .report.scores import (
     report_from_args,
     write_score_plots,
 )
+from .segmentation import report as _segmentation_report
 
 __all__ = ["main"]
 
@@ -436,6 +437,31 @@ SECTIONS.append(
         data=lambda r: _score_section(r, "dict"),
         enabled=lambda args: getattr(args, "scores", None) is not None,
         add_arguments=add_score_arguments,
+    )
+)
+
+
+def _per_image_section(report: Report, kind: str) -> Any:
+    render = {
+        "text": _segmentation_report.cli_section_text,
+        "markdown": _segmentation_report.cli_section_markdown,
+        "dict": _segmentation_report.cli_section_data,
+    }[kind]
+    try:
+        return render(report)
+    except ValueError as error:
+        _fail(f"--per-image: {error}", EXIT_DATA)
+
+
+# Segmentation masks (.npz): the per-image mIoU/mDice beside the dataset-level ones.
+SECTIONS.append(
+    Section(
+        "per_image",
+        text=lambda r: str(_per_image_section(r, "text")),
+        markdown=lambda r: str(_per_image_section(r, "markdown")),
+        data=lambda r: _per_image_section(r, "dict"),
+        enabled=_segmentation_report.cli_enabled,
+        add_arguments=_segmentation_report.cli_arguments,
     )
 )
 

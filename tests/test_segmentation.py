@@ -681,27 +681,7 @@ def test_cli_hook_prints_both_aggregations(tmp_path, monkeypatch, capsys):
     import json
 
     from metricstream import cli
-    from metricstream.segmentation import report as segmentation
 
-    def section(report, kind):
-        try:
-            return {
-                "text": segmentation.cli_section_text,
-                "markdown": segmentation.cli_section_markdown,
-                "dict": segmentation.cli_section_data,
-            }[kind](report)
-        except ValueError as error:
-            cli._fail(f"--per-image: {error}", cli.EXIT_DATA)
-
-    hook = cli.Section(
-        "per_image",
-        text=lambda r: section(r, "text"),
-        markdown=lambda r: section(r, "markdown"),
-        data=lambda r: section(r, "dict"),
-        enabled=segmentation.cli_enabled,
-        add_arguments=segmentation.cli_arguments,
-    )
-    monkeypatch.setattr(cli, "SECTIONS", [*cli.SECTIONS, hook])
     truth, pred = masks(13, images=5, k=3)
     path = tmp_path / "masks.npz"
     np.savez(path, y_true=truth, y_pred=pred)
