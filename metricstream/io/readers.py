@@ -949,7 +949,7 @@ class _MemberReader:
 
     def __init__(
         self,
-        path: Path,
+        path: Path | str,
         archive: zipfile.ZipFile,
         column: str,
         shape: tuple[int, ...],
@@ -1114,7 +1114,7 @@ def _open_npz(path: Path, options: OpenOptions) -> Source:
 
 
 def iter_npz_rows(
-    path: str | os.PathLike, members: Sequence[str], rows: int = CHUNK_ROWS
+    path: str | os.PathLike | Any, members: Sequence[str], rows: int = CHUNK_ROWS
 ) -> Iterator[dict[str, np.ndarray]]:
     """Consecutive row blocks of ``members`` of an .npz file, each member streamed (never
     loaded whole: memory is bounded by ``rows`` rows, however well the file compresses).
@@ -1125,9 +1125,14 @@ def iter_npz_rows(
     Raises:
         InputError: a missing or unreadable member, object arrays, or row counts that differ.
     """
-    path = Path(path)
+    source = path  # a path or a binary file object (io.BytesIO, say)
+    path = (
+        Path(path)
+        if isinstance(path, (str, os.PathLike))
+        else getattr(path, "name", "<file object>")
+    )
     try:
-        archive = zipfile.ZipFile(path)
+        archive = zipfile.ZipFile(source)
     except (zipfile.BadZipFile, OSError, NotImplementedError) as error:
         raise InputError(f"{path}: not a readable .npz file ({error}).") from None
     with archive:
@@ -1179,11 +1184,16 @@ def iter_npz_rows(
                 reader.close()
 
 
-def npz_member_shapes(path: str | os.PathLike) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+def npz_member_shapes(path: str | os.PathLike | Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """``{member: (shape, dtype)}`` of an .npz file, from the members' headers alone."""
-    path = Path(path)
+    source = path  # a path or a binary file object (io.BytesIO, say)
+    path = (
+        Path(path)
+        if isinstance(path, (str, os.PathLike))
+        else getattr(path, "name", "<file object>")
+    )
     try:
-        archive = zipfile.ZipFile(path)
+        archive = zipfile.ZipFile(source)
     except (zipfile.BadZipFile, OSError, NotImplementedError) as error:
         raise InputError(f"{path}: not a readable .npz file ({error}).") from None
     shapes = {}
