@@ -179,7 +179,7 @@ def _check(
         )
     if sum(int(v) for v in table[:, 4]) > _INT64_MAX:
         raise ValueError(
-            f"cannot {engine}: the summed int64 counts could reach 2**63 (the ranks' largest "
+            f"cannot {engine}: the summed int64 counts could pass 2**63 - 1 (the ranks' largest "
             f"totals add up to {sum(int(v) for v in table[:, 4])}); nothing was summed."
         )
     float_maxima = table[:, 5].copy().view(np.float64)

@@ -7,6 +7,7 @@ file holds. The bounds are functional limits with about ten times headroom over 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -31,32 +32,49 @@ class Run:
     peak_bytes: int
 
 
+# Spawns the command from a small process and reports its exit code and peak RSS. Linux counts
+# in a child's peak RSS the pages it shared with its parent before exec: started straight from a
+# test worker that has grown (torch, Spark or a compiled model loaded by an earlier test), the
+# command would "peak" at the worker's size.
+_SPAWNER = """
+import os, subprocess, sys
+process = subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+_, status, usage = os.wait4(process.pid, 0)
+with open(sys.argv[1], "w") as out:
+    out.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss * 1024}")
+"""
+
+
 def measure(tmp_path: Path, *args: str | os.PathLike, timeout: float) -> Run:
     """Run ``python -m metricstream ARGS``; its exit code, stderr, wall time and peak RSS.
 
-    ``os.wait4`` gives the resource usage of exactly this child (``RUSAGE_CHILDREN`` would mix
-    in every earlier child); a timer kills the process if it runs past ``timeout``.
+    ``os.wait4`` in a small spawning process gives the resource usage of exactly the command
+    (``RUSAGE_CHILDREN`` would mix in every earlier child); a timer kills both if the command
+    runs past ``timeout``.
     """
     err_path = tmp_path / "stderr.txt"
+    result_path = tmp_path / "usage.txt"
+    command = [sys.executable, "-m", "metricstream", *map(str, args)]
     with open(err_path, "wb") as err:
         start = time.monotonic()
         process = subprocess.Popen(
-            [sys.executable, "-m", "metricstream", *map(str, args)],
+            [sys.executable, "-c", _SPAWNER, str(result_path), *command],
             stdout=subprocess.DEVNULL,
             stderr=err,
             stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
-        timer = threading.Timer(timeout, process.kill)
+        timer = threading.Timer(timeout, lambda: os.killpg(process.pid, signal.SIGKILL))
         timer.start()
         try:
-            _, status, usage = os.wait4(process.pid, 0)
+            process.wait()
         finally:
             timer.cancel()
         seconds = time.monotonic() - start
-    process.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     stderr = err_path.read_text(encoding="utf-8", errors="replace")
     assert seconds < timeout, f"still running after {timeout} s: {args}"
-    return Run(process.returncode, stderr, seconds, usage.ru_maxrss * 1024)
+    code, peak = (int(part) for part in result_path.read_text().split())
+    return Run(code, stderr, seconds, peak)
 
 
 def assert_bounded(run: Run, seconds: float) -> None:

@@ -370,7 +370,7 @@ def test_int64_overflow_is_refused_on_every_rank_before_summing(inplace):
     for result in results:
         assert isinstance(result, ValueError)
         assert re.search(
-            r"cannot all_reduce: the summed int64 counts could reach 2\*\*63 \(the "
+            r"cannot all_reduce: the summed int64 counts could pass 2\*\*63 - 1 \(the "
             r"ranks' largest totals add up to 92233720368547758\d\d\); nothing was "
             r"summed\.",
             str(result),

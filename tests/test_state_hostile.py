@@ -157,7 +157,13 @@ CRAFTED = {
             + b"]" * 1000
             + b"}"
         ),
-        "has an unreadable header (RecursionError)",
+        # Whether 1000 levels overflow the JSON parser depends on the process's recursion limit
+        # (libraries such as torch's compiler raise it): either way a ValueError, in bounded
+        # memory.
+        (
+            "has an unreadable header (RecursionError)",
+            "has a header without a valid type, format, config and array list",
+        ),
     ),
     "json-nested-100000": (
         craft(header_bytes=b"[" * 100_000 + b"]" * 100_000),
@@ -382,7 +388,8 @@ def test_crafted_valid_checksum_blobs_raise_value_error_in_bounded_memory(traced
     blob, fragment = CRAFTED[name]
     outcome, peak = _peak_while(ConfusionAccumulator.from_bytes, blob)
     assert isinstance(outcome, ValueError), repr(outcome)
-    assert fragment in str(outcome), str(outcome)
+    fragments = (fragment,) if isinstance(fragment, str) else fragment
+    assert any(part in str(outcome) for part in fragments), str(outcome)
     assert peak <= 8 * len(blob) + SLACK, f"{peak:,} bytes traced for a {len(blob):,}-byte blob"
 
 
