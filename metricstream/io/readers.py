@@ -612,13 +612,15 @@ def _open_csv_arrow(path: Path, sep: str, header: bool, compression: str | None 
     )
     parse_options = pacsv.ParseOptions(delimiter=sep)
     try:
-        with pacsv.open_csv(
+        # read_csv, not the streaming open_csv: no reader object, and so no read-ahead task, is
+        # left behind to abort the interpreter at exit (seen with stray quotes in a free-text
+        # column, on a successful run).
+        schema = pacsv.read_csv(
             pa.py_buffer(bytes(head)),
             read_options=read_options,
             parse_options=parse_options,
             convert_options=_arrow_convert_options(),
-        ) as peek:
-            schema = peek.schema
+        ).schema
     except pa.ArrowInvalid as error:
         if "Empty CSV file" in str(error):
             raise InputError(
