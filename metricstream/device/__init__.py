@@ -20,15 +20,16 @@ custom operator ``metricstream::host_update`` (see :mod:`metricstream.device.com
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
 import torch
 
-from .. import ConfusionAccumulator
+import metricstream
+
 from .._core import devices as _devices
 from . import compile as _compile
-from . import confusion as _confusion
 
 __all__ = ["eager", "force_device_path", "is_eager", "update_on_device"]
 
@@ -112,6 +113,35 @@ def _tensors(acc: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[An
     return tensors
 
 
+# The families that count on the device: the accumulator's exact type (a subclass may change
+# what an update means) -> the module of this package whose ``count(acc, y_true, y_pred,
+# weights)`` counts one batch of tensors on their device. The others copy to the host.
+_FAMILY_MODULES = {
+    "ConfusionAccumulator": "confusion",
+    "ScoreAccumulator": "scores",
+    "MultilabelAccumulator": "multilabel",
+    "RegressionAccumulator": "regression",
+}
+_families: dict[type, Any] = {}
+
+
+def _family_of(acc: Any) -> Any:
+    """The device module that counts ``acc``'s batches on their device, or None."""
+    kind = type(acc)
+    if kind in _families:
+        return _families[kind]
+    module = None
+    name = _FAMILY_MODULES.get(kind.__name__)
+    if name is not None and getattr(metricstream, kind.__name__, None) is kind:
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:  # a family whose device module is not built
+            if error.name != f"{__name__}.{name}":
+                raise
+    _families[kind] = module
+    return module
+
+
 def update_on_device(acc: Any, *args: Any, **kwargs: Any) -> None:
     """Count one batch of torch tensors into ``acc`` on their device (see the module doc)."""
     for name, value in zip(("y_true", "y_pred", "weights"), args, strict=False):
@@ -119,9 +149,10 @@ def update_on_device(acc: Any, *args: Any, **kwargs: Any) -> None:
     for name, value in kwargs.items():
         _device_of(name, value)
     on_cpu = getattr(getattr(args[0], "device", None), "type", None) == "cpu" if args else True
-    if type(acc) is ConfusionAccumulator and (not on_cpu or _devices.force_cpu_tensors):
+    family = _family_of(acc)
+    if family is not None and (not on_cpu or _devices.force_cpu_tensors):
         y_true, y_pred, weights = _tensors(acc, args, dict(kwargs))
-        _confusion.count(acc, y_true, y_pred, weights)
+        family.count(acc, y_true, y_pred, weights)
         if _eager[0] and not torch.compiler.is_compiling() and acc._device is not None:
             acc._device.check_now()
         return
