@@ -158,8 +158,147 @@ def main(argv: list[str] | None = None) -> None:
                     f"  {name:38s} {format_seconds(seconds):>10s}  {n / seconds / 1e9:8.3f} "
                     f"G labels/s  x{seconds / base:6.2f} of the device path's time"
                 )
+        if device.type == "cuda":
+            _training_step(device, 100 if args.quick else 2000)
+            _families(device, args.quick, repeats)
     finally:
         msdevice.force_device_path(previous)
+
+
+def _training_step(device: Any, updates: int) -> None:
+    """One (256, 10) logits update as a training loop issues it: the host's time per update when
+    nothing waits for the GPU (``updates`` updates, then one sync), whether any operation of an
+    update synchronises (torch's sync debug mode set to raise), and one CUDA-graph replay."""
+    import time
+
+    import torch
+
+    import metricstream as ms
+
+    rng = np.random.default_rng(1)
+    y_true = torch.from_numpy(rng.integers(0, 10, 256)).to(device)
+    logits = torch.from_numpy(rng.normal(size=(256, 10)).astype(np.float32)).to(device)
+
+    def per_update(update: Callable[[], object]) -> float:
+        for _ in range(20):
+            update()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(updates):
+            update()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / updates
+
+    acc = ms.ConfusionAccumulator(10)
+    acc.update(y_true, logits)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(10):
+            acc.update(y_true, logits)
+        syncs = "0 (torch's sync debug mode, set to raise, saw none)"
+    except RuntimeError as error:
+        syncs = f"at least 1: {error}"
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    results = {"metricstream device path, eager": per_update(lambda: acc.update(y_true, logits))}
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            acc.update(y_true, logits)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        acc.update(y_true, logits)
+    results["metricstream, one CUDA-graph replay"] = per_update(graph.replay)
+    try:
+        from torchmetrics.classification import MulticlassConfusionMatrix
+    except ImportError:
+        pass
+    else:
+        checked = MulticlassConfusionMatrix(10).to(device)
+        unchecked = MulticlassConfusionMatrix(10, validate_args=False).to(device)
+        results["torchmetrics"] = per_update(lambda: checked.update(logits, y_true))
+        results["torchmetrics (validate_args=False)"] = per_update(
+            lambda: unchecked.update(logits, y_true)
+        )
+    print(f"\n(256, 10) float32 logits, one update, {updates} updates then one sync")
+    print(f"  host syncs per metricstream update: {syncs}")
+    base = results["metricstream device path, eager"]
+    for name, seconds in results.items():
+        print(f"  {name:38s} {seconds * 1e6:8.1f} µs  x{seconds / base:6.2f}")
+
+
+def _families(device: Any, quick: bool, repeats: int) -> None:
+    """Values per second of the other families' device paths (beside their Numba path on the
+    same data copied to the host, and the copy itself)."""
+    import torch
+
+    import metricstream as ms
+    from metricstream import device as msdevice
+
+    rng = np.random.default_rng(2)
+    n = 10**6 if quick else 10**7
+    rows = n // 100
+    cases = [
+        (
+            f"binary scores, float32, N={n:.0e}",
+            lambda: ms.ScoreAccumulator("binary"),
+            (rng.integers(0, 2, n), rng.random(n).astype(np.float32)),
+        ),
+        (
+            f"multiclass logits, float32, ({rows // 10}, 10)",
+            lambda: ms.ScoreAccumulator("multiclass", 10, logits=True),
+            (rng.integers(0, 10, rows // 10), rng.normal(size=(rows // 10, 10)).astype(np.float32)),
+        ),
+        (
+            f"multilabel logits, float32, ({rows}, 100)",
+            lambda: ms.MultilabelAccumulator(100, logits=True),
+            (rng.integers(0, 2, (rows, 100)), rng.normal(size=(rows, 100)).astype(np.float32)),
+        ),
+        (
+            f"regression, float32, N={n:.0e}",
+            lambda: ms.RegressionAccumulator(),
+            (rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32)),
+        ),
+    ]
+    for title, make, (y_true, y_pred) in cases:
+        acc, host = make(), make()
+        if msdevice._family_of(acc) is None:
+            print(f"\n{title}: no device kernel, skipped")
+            continue
+        t_gpu = torch.from_numpy(y_true).to(device)
+        p_gpu = torch.from_numpy(y_pred).to(device)
+
+        def on_device(acc: Any = acc, t: Any = t_gpu, p: Any = p_gpu) -> None:
+            acc.update(t, p)
+            torch.cuda.synchronize()
+
+        def numba_path(host: Any = host, t: Any = y_true, p: Any = y_pred) -> None:
+            host.update(t, p)
+
+        def copy_to_host(t: Any = t_gpu, p: Any = p_gpu) -> None:
+            t.cpu()
+            p.cpu()
+
+        times = interleaved(
+            {
+                "metricstream device path": on_device,
+                "Numba path (host arrays)": numba_path,
+                "copy of the batch to the host": copy_to_host,
+            },
+            repeats,
+            min_sample=0.05,
+        )
+        values = int(np.prod(y_pred.shape))
+        base = times["metricstream device path"]
+        print(f"\n{title}")
+        for name, seconds in times.items():
+            print(
+                f"  {name:38s} {format_seconds(seconds):>10s}  {values / seconds / 1e9:8.3f} "
+                f"G values/s  x{seconds / base:6.2f} of the device path's time"
+            )
 
 
 if __name__ == "__main__":

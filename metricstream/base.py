@@ -469,7 +469,7 @@ class Accumulator:
     def _versioned_snapshot(self) -> tuple[int, dict[str, np.ndarray]]:
         """``(version, snapshot)``: the snapshot and the version it was taken at, together."""
         frozen = self._frozen
-        if frozen is not None:
+        if frozen is not None and (self._device is None or not self._device.replayable):
             return frozen
         with self._lock:
             self._flush_device()
@@ -494,6 +494,10 @@ class Accumulator:
         Results that may warn (``zero_division="warn"``) are recomputed each call so that the
         warning repeats, as scikit-learn repeats it. Arrays are returned as fresh copies.
         """
+        device = self._device
+        if device is not None and device.replayable:  # a CUDA graph may have counted since
+            with self._lock:
+                self._flush_device()
         cacheable = kwargs.get("zero_division", None) != "warn"
         key = (_function_key(function, self), args, tuple(kwargs.items()))
         if cacheable:

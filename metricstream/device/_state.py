@@ -69,6 +69,9 @@ class DeviceState:
         self.rules = rules
         # Whether anything was counted since the last flush (host flag: skip empty flushes).
         self.dirty = False
+        # Whether an update was captured into a CUDA graph: its replays count without running
+        # any Python, so no host flag can say whether they did; every read then copies.
+        self.replayable = False
 
     # ------------------------------------------------------------------ counting (no sync)
     def note_errors(self, code: torch.Tensor, value_bits: torch.Tensor) -> torch.Tensor:
@@ -119,13 +122,15 @@ class DeviceState:
     def _counted(self, acc: Any) -> None:
         self.batches += 1
         self.dirty = True
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            self.replayable = True
         acc._changed()
 
     # ------------------------------------------------------------------ reading (one copy)
     def flush_into(self, acc: Any, host_arrays: dict[str, np.ndarray]) -> None:
         """Add the device counts into ``host_arrays`` (one copy), zero them, then raise the
         recorded error if a bad value was seen (the host then holds the valid batches)."""
-        if not self.dirty:
+        if not self.dirty and not self.replayable:
             return
         parts = [self.tensors[name][:-1].view(torch.int64) for name in self.names]
         packed = torch.cat([*parts, self.record]).cpu().numpy()
@@ -163,6 +168,8 @@ class DeviceState:
                         f"were dropped and the host state is unchanged."
                     )
                 sums[name] = total
+        if self.replayable and not record[0] and not any(add.any() for add in incoming.values()):
+            return  # no replay since the last read: the views stay valid
         for name, total in sums.items():
             host_arrays[name][...] = total
         acc._changed()

@@ -27,7 +27,7 @@ _NAN_BITS = 0x7FF8000000000000
 def state_of(acc: Any, device: torch.device) -> DeviceState:
     """The accumulator's device state on ``device``, created on its first device update."""
     state = acc._device
-    if state is not None and state.device != device and not state.dirty:
+    if state is not None and state.device != device and not (state.dirty or state.replayable):
         state = None  # everything counted so far is on the host: start anew on this device
     if state is None:
         rules = f"labels must be integers in [0, {acc.num_classes})"
