@@ -13,7 +13,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
     python3 -c "import torch, numba, numpy; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'numba', numba.__version__, 'numpy', numpy.__version__)"
     nproc
 } 2>&1 | tee "$out/machine.log"
-tests=$(ls tests/test_device*.py)
+tests=${TESTS:-$(ls tests/test_device*.py)}
 timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest -p no:cacheprovider -o addopts="" -q -ra \
     --run-slow -n "${WORKERS:-8}" $tests 2>&1 | tee "$out/tests.log" | tail -60
 timeout "${BENCH_TIMEOUT:-240}" python3 -m benchmarks.bench_device --device cuda 2>&1 |
