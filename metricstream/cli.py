@@ -259,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
     for section in SECTIONS:
         if section.add_arguments is not None:
             section.add_arguments(report)
+    commands.add_parser(
+        "warm-up",
+        help="compile the kernels for the common inputs into Numba's on-disk cache",
+        description="Run a first update of every family's common inputs, so that a container "
+        "image or CI runner built with this step starts with the kernels compiled.",
+    )
     return parser
 
 
@@ -285,6 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "report":
             return _report(args)
+        if args.command == "warm-up":
+            from ._core.warmup import main as warm_up
+
+            return warm_up()
     except InputError as error:
         _fail(str(error), EXIT_USAGE if error.usage else EXIT_DATA)
     except MemoryError:

@@ -45,7 +45,7 @@ from .._inputs import (
     learn_torch,
     tensor_dtype,
 )
-from . import _kernels
+from . import _firstuse, _kernels
 
 # Below this many labels a batch is counted by the calling thread alone. Handing chunks to the
 # pool costs a few tens of microseconds and each helper thread needs a private K×K matrix; on
@@ -309,6 +309,8 @@ def count_small(
         return None
     if y_true.flags.num & y_pred.flags.num & _PLAIN != _PLAIN:
         return None
+    if entry is _UNSEEN and _firstuse.defer_small(y_true, y_pred, out, flags):
+        return None  # not compiled yet: the general path counts without it meanwhile
     if total != total:  # unknown after a merge, reset or restore: O(K²) once
         total = _kernels.matrix_total(out)
     if not size <= _INT_LIMIT - total:
@@ -381,6 +383,8 @@ def small_threshold_counter(threshold: float) -> Callable[..., float | None]:
             return None
         if y_true.flags.num & y_pred.flags.num & _PLAIN != _PLAIN:
             return None
+        if entry is _UNSEEN and _firstuse.defer_threshold(y_true, y_pred, out, flags, threshold):
+            return None  # not compiled yet: the general path counts without it meanwhile
         if total != total:  # unknown after a merge, reset or restore: O(K²) once
             total = _kernels.matrix_total(out)
         if not size <= _INT_LIMIT - total:
@@ -491,6 +495,10 @@ def count_batch(
     ``out`` changes only through ``count_batch``; a caller that also writes ``out`` elsewhere
     (a merge, a reset, a load) must pass ``total`` (NaN: "unknown, sum it").
     """
+    if _firstuse.warmup.enabled():  # count with numpy while the batch's kernel compiles
+        counted = _firstuse.count_batch(out, batch, ignore_index, total)
+        if counted is not None:
+            return counted
     entry = None
     if total is None:
         entry = _known_totals.get(id(out))

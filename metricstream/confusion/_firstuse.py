@@ -1,0 +1,259 @@
+"""The confusion kernels' plain-numpy twin, for the batches counted while they compile.
+
+``count_batch`` here is called first by ``_dispatch.count_batch``: when the kernel that batch's
+route takes is not compiled yet (see :mod:`metricstream._core.warmup`), it counts the batch with
+numpy and returns the new bound of the total, leaving exactly the matrix the kernel would have
+left; otherwise it returns None and the kernel counts. The ``defer_*`` functions tell the
+small-batch paths of ``_dispatch`` to step aside (to the general path, which arrives here) while
+their kernel compiles.
+
+The twin counts only what it can count exactly and cheaply: integer (or bool) labels, float32 or
+float64 scores (argmax, first maximum wins, or ``>= threshold`` in float64), integral or float64
+weights, far from the overflow limits. Anything else, including every batch the kernel would
+refuse (a bad label, weight or NaN score), returns None untouched: the kernel then counts it or
+words the error, compiling at that call as it would without the twin.
+
+Exactness: integer counts do not depend on order (``np.bincount``, or ``np.add.at`` in int64 for
+weights). Float64 weights are added to the cells one at a time in stream order by the kernel
+(``flat[cell] += w``); ``np.add.at`` does the same, element by element in index order, so the
+sums round identically. (A float64 batch large enough for ``_dispatch`` to share between
+threads is summed in private matrices by the kernel, whose rounding depends on which thread took
+which chunk; the twin gives the one-thread result.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._core import warmup
+from .._inputs import GENERAL, LABELS, ROWS, THRESHOLD, Batch
+from . import _kernels
+
+_INF = float("inf")
+_UNREAD = _kernels.HALF | _kernels.BFLOAT16
+# The twin counts into int64 cells only while the total stays below this (far from 2^63), and
+# into float64 cells only while every cell stays an exact integer count (2^53) or, for float
+# weights, far from float64 overflow.
+_INT_ROOM = 2.0**62
+_FLOAT_COUNT_ROOM = 2.0**52
+_FLOAT_WEIGHT_ROOM = 1e300
+_LABEL_KINDS = "iub"
+_SCORE_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_KERNELS = {
+    LABELS: _kernels.count_labels,
+    ROWS: _kernels.count_argmax_rows,
+    THRESHOLD: _kernels.count_threshold,
+    GENERAL: _kernels.count_argmax,
+}
+
+
+def _routes(out: np.ndarray, batch: Batch, flags: int, ignore: int) -> tuple:
+    """The (kernel, arguments) pairs ``_dispatch.count_batch`` calls for ``batch``."""
+    kernel = _KERNELS[batch.kind]
+    if batch.kind == THRESHOLD:
+        args: tuple = (batch.y_true, batch.y_pred, batch.weights, out, 0, 1, 1, flags, ignore)
+        args += (batch.threshold, _INF)
+    else:
+        args = (batch.y_true, batch.y_pred, batch.weights, out, 0, 1, 1, flags, ignore, _INF)
+    return ((kernel, args), (_kernels.matrix_total, (out,)))
+
+
+def count_batch(
+    out: np.ndarray, batch: Batch, ignore_index: int | None, total: float | None
+) -> float | None:
+    """Count ``batch`` into ``out`` with numpy while its kernel compiles; the new bound of the
+    total (as ``_dispatch.count_batch`` returns it), or None to let the kernel count."""
+    if total is None:
+        return None  # the caller keeps a bound per matrix; only the kernel path updates it
+    y_true, y_pred, weights = batch.y_true, batch.y_pred, batch.weights
+    # Routes whose kernels were compiled, by what decides the kernel's Numba types (dtypes,
+    # dimensions, layout and writeability flags): one look-up, about 1 µs, afterwards.
+    key = (
+        batch.kind,
+        batch.flags,
+        y_true.dtype,
+        y_true.ndim,
+        y_true.flags.num,
+        y_pred.dtype,
+        y_pred.ndim,
+        y_pred.flags.num,
+        None if weights is None else (weights.dtype, weights.ndim, weights.flags.num),
+        out.dtype,
+        out.flags.num,
+    )
+    if key in _ready:
+        return None
+    if batch.size == 0:
+        return total if total == total else _total_bound(out)  # no kernel, nothing to compile
+    flags = batch.flags | (_kernels.INTEGRAL if out.dtype.kind != "f" else 0)
+    ignore = 0 if ignore_index is None else ignore_index
+    if not warmup.defer(_routes(out, batch, flags, ignore)):
+        if not warmup.busy():
+            _ready.add(key)
+        return None
+    return count(out, batch, ignore_index, total)
+
+
+# Keys (see ``count_batch``) of the routes whose kernels are compiled in this process.
+_ready: set[tuple] = set()
+
+
+def defer_small(y_true: np.ndarray, y_pred: np.ndarray, out: np.ndarray, flags: int) -> bool:
+    """Whether ``_dispatch.count_small`` should leave these arrays to the general path now."""
+    kernel = _kernels.count_labels if y_pred.ndim == 1 else _kernels.count_argmax_rows
+    args = (y_true, y_pred, None, out, 0, 1, 1, flags, 0, _INF)
+    return warmup.defer(((kernel, args), (_kernels.matrix_total, (out,))))
+
+
+def defer_threshold(
+    y_true: np.ndarray, y_pred: np.ndarray, out: np.ndarray, flags: int, threshold: float
+) -> bool:
+    """Whether the binary small-batch path should leave these arrays to the general path now."""
+    args = (y_true, y_pred, None, out, 0, 1, 1, flags, 0, threshold, _INF)
+    return warmup.defer(((_kernels.count_threshold, args), (_kernels.matrix_total, (out,))))
+
+
+def _total_bound(out: np.ndarray) -> float:
+    """An upper bound of the sum of the (non-negative) cells, as ``_kernels.matrix_total``."""
+    return float(np.sum(out, dtype=np.float64)) * (1.0 + out.size * 2.3e-16)
+
+
+def _valid_labels(labels: np.ndarray, num_classes: int) -> bool:
+    if labels.size == 0:
+        return True
+    if labels.dtype.kind == "b":
+        return num_classes >= 2 or not labels.any()
+    return bool(labels.min() >= 0) and bool(labels.max() < num_classes)
+
+
+def _not_ignored(labels: np.ndarray, ignore_index: int) -> np.ndarray | None:
+    """The mask of labels other than ``ignore_index`` (None: no label can equal it)."""
+    if labels.dtype.kind == "b":
+        if ignore_index not in (0, 1):
+            return None
+        return labels != bool(ignore_index)
+    info = np.iinfo(labels.dtype)
+    if not info.min <= ignore_index <= info.max:
+        return None
+    return labels != labels.dtype.type(ignore_index)
+
+
+def count(out: np.ndarray, batch: Batch, ignore_index: int | None, total: float) -> float | None:
+    """The twin itself: count ``batch`` into ``out`` exactly as the kernel would, or return None
+    (``out`` untouched) when the batch is not one it counts (see the module docstring)."""
+    num_classes = out.shape[0]
+    kind = batch.kind
+    y_true = batch.y_true
+    y_pred = batch.y_pred
+    weights = batch.weights
+    if batch.flags & _UNREAD or y_true.dtype.kind not in _LABEL_KINDS:
+        return None
+    integral = out.dtype.kind != "f"
+    if total != total:
+        total = _total_bound(out)
+    labels = y_true.reshape(-1)
+    predicted: np.ndarray | None
+    if kind == LABELS:
+        if y_pred.dtype.kind not in _LABEL_KINDS:
+            return None
+        predicted = y_pred.reshape(-1)
+    elif y_pred.dtype not in _SCORE_TYPES or (kind == THRESHOLD and num_classes != 2):
+        return None
+    elif np.isnan(y_pred).any():
+        return None  # the kernel words which score
+    elif kind == ROWS:
+        predicted = np.argmax(y_pred, axis=1) if y_pred.shape[1] else None
+    elif kind == GENERAL:
+        predicted = np.argmax(y_pred, axis=1).reshape(-1) if y_pred.shape[1] else None
+    else:
+        # float32 scores are compared in float64, as the kernel does: exact against any
+        # float64 threshold (numpy would compare a float32 array in float32).
+        predicted = y_pred.astype(np.float64) >= np.float64(batch.threshold)
+    if predicted is None or labels.shape != predicted.shape:
+        return None
+    size = labels.size
+    # Skip ignored pairs; every prediction must be valid, ignored or not (stricter than needed
+    # is safe: the kernel then decides).
+    keep = None if ignore_index is None else _not_ignored(labels, ignore_index)
+    if not _valid_labels(predicted, num_classes):
+        return None
+    kept_labels = labels if keep is None else labels[keep]
+    if not _valid_labels(kept_labels, num_classes):
+        return None
+    kept_predicted = predicted if keep is None else predicted[keep]
+    keys = kept_labels.astype(np.intp) * num_classes + kept_predicted.astype(np.intp)
+    flat = out.reshape(-1)
+    if weights is None:
+        room = _INT_ROOM if integral else _FLOAT_COUNT_ROOM
+        if not total + size <= room:
+            return None
+        counts = np.bincount(keys, minlength=flat.size)
+        flat += counts if integral else counts.astype(np.float64)
+        return total + size
+    values = _weight_values(weights.reshape(-1), integral)
+    if values is None:
+        return None
+    weight_sum = float(np.sum(values, dtype=np.float64)) * (1.0 + size * 2.3e-16)
+    if not total + weight_sum <= (_INT_ROOM if integral else _FLOAT_WEIGHT_ROOM):
+        return None
+    kept_values = values if keep is None else values[keep]
+    # Cell by cell in stream order (float64: the kernel's rounding, see the module docstring).
+    np.add.at(flat, keys, kept_values)
+    if weights.size >= out.size:
+        return _total_bound(out)
+    return total + float(np.sum(weights, dtype=np.float64))
+
+
+def _weight_values(weights: np.ndarray, integral: bool) -> np.ndarray | None:
+    """The weights in the matrix's arithmetic (int64 or float64), or None when one is not a
+    weight the kernel accepts."""
+    kind = weights.dtype.kind
+    if weights.size == 0:
+        return np.zeros(0, dtype=np.int64 if integral else np.float64)
+    if kind in "iu":
+        if weights.min() < 0 or (kind == "u" and weights.max() > np.iinfo(np.int64).max):
+            return None
+        return weights.astype(np.int64 if integral else np.float64)
+    if kind != "f" or weights.dtype.itemsize < 4:
+        return None
+    values = weights.astype(np.float64)
+    low = values.min()
+    high = values.max()
+    if not (low >= 0 and high < _INF):  # NaN fails both
+        return None
+    if integral:
+        if not high < _kernels.MAX_INTEGRAL_WEIGHT or (np.floor(values) != values).any():
+            return None
+        return values.astype(np.int64)
+    return values
+
+
+def warm_up_routes() -> list[tuple[Any, tuple]]:
+    """The specialisations that first updates of common inputs need: int64 labels, float32 and
+    float64 logits, binary float32/float64 scores, into int64 counts; float64 weights into
+    float64 sums."""
+    labels = np.zeros(1, dtype=np.int64)
+    counts = np.zeros((2, 2), dtype=np.int64)
+    sums = np.zeros((2, 2), dtype=np.float64)
+    fast = _kernels.INTEGRAL | _kernels.COMMIT
+    routes: list[tuple[Any, tuple]] = [
+        (_kernels.matrix_total, (counts,)),
+        (_kernels.matrix_total, (sums,)),
+        (_kernels.count_labels, (labels, labels, None, counts, 0, 1, 1, fast, 0, _INF)),
+        (
+            _kernels.count_labels,
+            (labels, labels, labels.astype(np.float64), sums, 0, 1, 1, 1, 0, _INF),
+        ),
+    ]
+    for dtype in _SCORE_TYPES:
+        rows = np.zeros((1, 2), dtype=dtype)
+        scores = np.zeros(1, dtype=dtype)
+        routes.append(
+            (_kernels.count_argmax_rows, (labels, rows, None, counts, 0, 1, 1, fast, 0, _INF))
+        )
+        routes.append(
+            (_kernels.count_threshold, (labels, scores, None, counts, 0, 1, 1, fast, 0, 0.5, _INF))
+        )
+    return routes
