@@ -32,7 +32,6 @@ from .._inputs import GENERAL, LABELS, ROWS, THRESHOLD, Batch
 from . import _kernels
 
 _INF = float("inf")
-_UNREAD = _kernels.HALF | _kernels.BFLOAT16
 # The twin counts into int64 cells only while the total stays below this (far from 2^63), and
 # into float64 cells only while every cell stays an exact integer count (2^53) or, for float
 # weights, far from float64 overflow.
@@ -40,6 +39,10 @@ _INT_ROOM = 2.0**62
 _FLOAT_COUNT_ROOM = 2.0**52
 _FLOAT_WEIGHT_ROOM = 1e300
 _LABEL_KINDS = "iub"
+# How binary scores are read (probabilities or logits), where the kernels know it.
+_PROBABILITIES = getattr(_kernels, "PROBABILITIES", 0)
+_SCORE_RULES = _PROBABILITIES | getattr(_kernels, "LOGITS", 0)
+_SUSPICIOUS = getattr(_kernels, "SUSPICIOUS_MIN_SCORES", 0)
 _SCORE_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _KERNELS = {
     LABELS: _kernels.count_labels,
@@ -148,7 +151,9 @@ def count(out: np.ndarray, batch: Batch, ignore_index: int | None, total: float)
     y_true = batch.y_true
     y_pred = batch.y_pred
     weights = batch.weights
-    if batch.flags & _UNREAD or y_true.dtype.kind not in _LABEL_KINDS:
+    if batch.flags & ~(_SCORE_RULES if kind == THRESHOLD else 0):
+        return None  # half-precision bits, or any other flag the twin does not read
+    if y_true.dtype.kind not in _LABEL_KINDS:
         return None
     integral = out.dtype.kind != "f"
     if total != total:
@@ -168,6 +173,8 @@ def count(out: np.ndarray, batch: Batch, ignore_index: int | None, total: float)
     elif kind == GENERAL:
         predicted = np.argmax(y_pred, axis=1).reshape(-1) if y_pred.shape[1] else None
     else:
+        if batch.flags and y_pred.size and _unit(y_pred, batch.flags):
+            return None  # refused probabilities, or logits that look like probabilities
         # float32 scores are compared in float64, as the kernel does: exact against any
         # float64 threshold (numpy would compare a float32 array in float32).
         predicted = y_pred.astype(np.float64) >= np.float64(batch.threshold)
@@ -199,11 +206,51 @@ def count(out: np.ndarray, batch: Batch, ignore_index: int | None, total: float)
     if not total + weight_sum <= (_INT_ROOM if integral else _FLOAT_WEIGHT_ROOM):
         return None
     kept_values = values if keep is None else values[keep]
-    # Cell by cell in stream order (float64: the kernel's rounding, see the module docstring).
-    np.add.at(flat, keys, kept_values)
+    copies = _sub_histograms(kind, num_classes, size) if not integral else 0
+    if copies:
+        # The kernel's private sums (see ``_sub_histograms``): each in stream order from 0.0,
+        # then added to the matrix one after the other.
+        copy = np.arange(size) % copies
+        copy[size - size % copies :] = 0
+        if keep is not None:
+            copy = copy[keep]
+        for c in range(copies):
+            chosen = copy == c
+            sums = np.zeros(flat.size, dtype=np.float64)
+            np.add.at(sums, keys[chosen], kept_values[chosen])
+            flat += sums
+    else:
+        # Cell by cell in stream order (float64: the kernel's rounding, see the module
+        # docstring).
+        np.add.at(flat, keys, kept_values)
     if weights.size >= out.size:
         return _total_bound(out)
     return total + float(np.sum(weights, dtype=np.float64))
+
+
+def _unit(scores: np.ndarray, flags: int) -> bool:
+    """Whether the kernel would not simply count these (NaN-free) binary scores: with
+    ``PROBABILITIES`` one lies outside [0, 1] (refused); with ``LOGITS`` there are at least
+    ``SUSPICIOUS_MIN_SCORES`` and all lie in [0, 1] (counted with a warning)."""
+    low = scores.min()
+    high = scores.max()
+    inside = bool(low >= 0) and bool(high <= 1)
+    if flags & _PROBABILITIES:
+        return not inside
+    return inside and scores.size >= _SUSPICIOUS
+
+
+def _sub_histograms(kind: int, num_classes: int, size: int) -> int:
+    """How many private sums ``count_labels`` adds weights into for one serial call over
+    ``size`` pairs (0: straight into the matrix). Pair ``i`` goes to sum ``i % copies``, except
+    the last ``size % copies`` pairs, which go to sum 0 (the kernel's blocks hold a multiple of
+    ``copies`` pairs; the tail of the last one is counted one by one into the first)."""
+    if kind != LABELS or size <= _kernels.BLOCK or num_classes > _kernels.SUB_HISTOGRAM_MAX_CLASSES:
+        return 0
+    stride = num_classes * num_classes + 1
+    if not _kernels.SUB_HISTOGRAM_MIN_LABELS_PER_CELL * stride <= size < 2**31:
+        return 0
+    return 4 if num_classes <= 16 else 2
 
 
 def _weight_values(weights: np.ndarray, integral: bool) -> np.ndarray | None:
