@@ -318,24 +318,27 @@ def test_switch_routes_cpu_tensors_only_when_on() -> None:
 
 
 # ---------------------------------------------------------------------- other families
-def test_regression_counts_on_the_host() -> None:
-    rg = [(torch.randn(20, dtype=torch.float64), torch.randn(20, dtype=torch.float64))]
-    a, b = twins(lambda: ms.RegressionAccumulator(), rg)
-    assert a._device is None
-    assert_same_state(a, b)
-
-
-@pytest.mark.slow  # compiles the multilabel and score kernels
 def test_families_without_device_kernel_count_on_the_host() -> None:
     rng = np.random.default_rng(9)
-    ml = [
-        (labels(rng, (30, 4), 2), torch.from_numpy(rng.uniform(size=(30, 4))).float())
-        for _ in range(3)
-    ]
-    a, b = twins(lambda: ms.MultilabelAccumulator(4), ml)
+    a = ms.BootstrapConfusionAccumulator(3, n_resamples=8, seed=1)
+    b = ms.BootstrapConfusionAccumulator(3, n_resamples=8, seed=1)
+    for image in range(3):  # one cluster per call: its id makes the replicates reproducible
+        true, pred = labels(rng, 40, 3), labels(rng, 40, 3)
+        a.update(true, pred, cluster_ids=image)
+        with cpu_path():
+            b.update(true, pred, cluster_ids=image)
+    assert a._device is None and device._family_of(a) is None
     assert_same_state(a, b)
-    sc = [(labels(rng, 50, 2), torch.from_numpy(rng.uniform(size=50))) for _ in range(3)]
-    a, b = twins(lambda: ms.ScoreAccumulator("binary"), sc)
+
+
+class _MyConfusion(ms.ConfusionAccumulator):
+    """A subclass may change what an update means: it counts through its own (host) path."""
+
+
+def test_a_subclass_counts_on_the_host() -> None:
+    batches = [(labels(np.random.default_rng(2), 30, 3), labels(np.random.default_rng(3), 30, 3))]
+    a, b = twins(lambda: _MyConfusion(3), batches)
+    assert a._device is None and device._family_of(a) is None
     assert_same_state(a, b)
 
 

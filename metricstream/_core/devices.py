@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from typing import Any
 
 import numpy as np
@@ -27,3 +28,21 @@ def on_device(value: Any) -> bool:
     if torch is None or not isinstance(value, torch.Tensor):
         return False
     return not value.is_cpu or force_cpu_tensors or torch.compiler.is_compiling()
+
+
+# Accumulators by handle, held weakly: a compiled step carries an accumulator's handle (a plain
+# int attribute, which torch.compile reads as a constant) to the custom operator that counts
+# CPU tensors with the Numba path (metricstream.device.compile), which finds it here.
+_by_handle: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def register(accumulator: Any) -> int:
+    """A handle for ``accumulator`` (its id, while it lives), for :func:`by_handle`."""
+    handle = id(accumulator)
+    _by_handle[handle] = accumulator
+    return handle
+
+
+def by_handle(handle: int) -> Any:
+    """The live accumulator registered under ``handle``, or None."""
+    return _by_handle.get(handle)
