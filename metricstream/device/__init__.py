@@ -26,8 +26,6 @@ from typing import Any
 
 import torch
 
-import metricstream
-
 from .._core import devices as _devices
 from . import compile as _compile
 
@@ -115,31 +113,27 @@ def _tensors(acc: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[An
 
 # The families that count on the device: the accumulator's exact type (a subclass may change
 # what an update means) -> the module of this package whose ``count(acc, y_true, y_pred,
-# weights)`` counts one batch of tensors on their device. The others copy to the host.
+# weights)`` counts one batch of tensors on their device. The others copy to the host. Looked
+# up by the class's qualified name, so that a compiled step reads only constants.
 _FAMILY_MODULES = {
-    "ConfusionAccumulator": "confusion",
-    "ScoreAccumulator": "scores",
-    "MultilabelAccumulator": "multilabel",
-    "RegressionAccumulator": "regression",
+    "metricstream.confusion.accumulator.ConfusionAccumulator": "confusion",
+    "metricstream.scores.accumulator.ScoreAccumulator": "scores",
+    "metricstream.multilabel.accumulator.MultilabelAccumulator": "multilabel",
+    "metricstream.regression.accumulator.RegressionAccumulator": "regression",
 }
-_families: dict[type, Any] = {}
+_families: dict[str, Any] = {}
+for _name, _module in _FAMILY_MODULES.items():
+    try:
+        _families[_name] = importlib.import_module(f"{__name__}.{_module}")
+    except ModuleNotFoundError as _error:  # a family whose device module is not built
+        if _error.name != f"{__name__}.{_module}":
+            raise
 
 
 def _family_of(acc: Any) -> Any:
     """The device module that counts ``acc``'s batches on their device, or None."""
     kind = type(acc)
-    if kind in _families:
-        return _families[kind]
-    module = None
-    name = _FAMILY_MODULES.get(kind.__name__)
-    if name is not None and getattr(metricstream, kind.__name__, None) is kind:
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as error:  # a family whose device module is not built
-            if error.name != f"{__name__}.{name}":
-                raise
-    _families[kind] = module
-    return module
+    return _families.get(f"{kind.__module__}.{kind.__qualname__}")
 
 
 def update_on_device(acc: Any, *args: Any, **kwargs: Any) -> None:

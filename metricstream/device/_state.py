@@ -118,12 +118,12 @@ class DeviceState:
             with acc._lock:
                 count()
                 self._counted(acc)
+                if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                    self.replayable = True
 
     def _counted(self, acc: Any) -> None:
         self.batches += 1
         self.dirty = True
-        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            self.replayable = True
         acc._changed()
 
     # ------------------------------------------------------------------ reading (one copy)
