@@ -210,6 +210,7 @@ class Accumulator:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the protocol
+        self._handle = _devices.register(self)  # how a compiled step names this accumulator
     def update(self: A, *args: Any, **kwargs: Any) -> A:
         """Count a batch and return ``self``; on error nothing is counted."""
         if args and _devices.on_device(args[0]):
@@ -442,6 +443,7 @@ class Accumulator:
                 f"by `state_dict()` or is damaged."
             )
         _codec.check_arrays(arrays, new._arrays)
+        self._handle = _devices.register(self)
         for name, array in arrays.items():
             if array.dtype.kind in "iu" and exact_total(array) > _INT64_MAX:
                 # Each cell fits, but the total (N of a matrix) would not: the next update or
