@@ -60,6 +60,7 @@ def twin_only(monkeypatch):
     monkeypatch.setattr(warmup, "_enabled", True)
     monkeypatch.setattr(warmup, "defer", lambda routes: True)
     monkeypatch.setattr(_firstuse, "_ready", set())
+    monkeypatch.setattr(_firstuse, "_last", (False,) * 6)
     monkeypatch.setattr(_firstuse, "count", counting)
     for name in SMALL_REGISTRIES:
         monkeypatch.setattr(_dispatch, name, getattr(_dispatch, name))
@@ -68,7 +69,14 @@ def twin_only(monkeypatch):
 
 
 # The small-batch paths' registries of compiled entry points (a fresh process starts empty).
-SMALL_REGISTRIES = ("_small_entries", "_last_small", "_threshold_entries", "_last_threshold")
+SMALL_REGISTRIES = (
+    "_small_entries",
+    "_last_small",
+    "_threshold_entries",
+    "_last_threshold",
+    "_tensor_entries",
+    "_last_tensors",
+)
 
 
 def forget_small_entries() -> None:
@@ -77,6 +85,8 @@ def forget_small_entries() -> None:
     _dispatch._last_small = (None, None, -1, None)
     _dispatch._threshold_entries = {}
     _dispatch._last_threshold = (None, None, None)
+    _dispatch._tensor_entries = {}
+    _dispatch._last_tensors = (None, None, -1, None, None, None, 0)
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -237,6 +247,21 @@ def test_twin_declines_what_the_kernel_words(y_true, y_pred, weights, twin_only)
     assert with_twin == without
 
 
+def test_cpu_tensors_step_aside_while_compiling(twin_only):
+    """CPU torch tensors (read in place by the small-batch path once compiled) are counted by
+    the twin through the general path meanwhile, to the kernel's state."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    y = torch.from_numpy(rng.integers(0, 4, size=300))
+    logits = torch.from_numpy(rng.normal(size=(300, 4)).astype(np.float32))
+    labels = torch.from_numpy(rng.integers(0, 4, size=300))
+    twin = ConfusionAccumulator(4).update(y, logits).update(y, labels)
+    assert twin_only == [300, 300]
+    warmup._enabled = False
+    reference = ConfusionAccumulator(4).update(y, logits).update(y, labels)
+    assert same_bits(twin.matrix, reference.matrix)
+
+
 @HAS_LOGITS
 @pytest.mark.parametrize(
     ("logits", "scores"),
@@ -305,7 +330,7 @@ def test_switch_from_twin_to_kernel_mid_stream(stream):
     """The first batches counted by the twin, the rest by the kernel: the state of the kernel
     alone, bit for bit, through ``update`` (the small-batch paths step aside to the twin)."""
     kind, seed, lengths, switch, ignore = stream
-    saved = (warmup._enabled, warmup.defer, _firstuse._ready, _firstuse.count)
+    saved = (warmup._enabled, warmup.defer, _firstuse._ready, _firstuse.count, _firstuse._last)
     registries = {name: getattr(_dispatch, name) for name in SMALL_REGISTRIES}
     try:
         warmup._enabled = False
@@ -323,6 +348,7 @@ def test_switch_from_twin_to_kernel_mid_stream(stream):
         warmup._enabled = True
         warmup.defer = lambda routes: True  # type: ignore[assignment]
         _firstuse._ready = set()
+        _firstuse._last = (False,) * 6
         _firstuse.count = counting  # type: ignore[assignment]
         forget_small_entries()
         for position, batch in enumerate(_stream_batches(kind, seed, lengths)):
@@ -335,7 +361,7 @@ def test_switch_from_twin_to_kernel_mid_stream(stream):
         assert same_bits(mixed.matrix, reference.matrix)
         assert mixed.num_samples == reference.num_samples
     finally:
-        warmup._enabled, warmup.defer, _firstuse._ready, _firstuse.count = saved
+        warmup._enabled, warmup.defer, _firstuse._ready, _firstuse.count, _firstuse._last = saved
         for name, value in registries.items():
             setattr(_dispatch, name, value)
 

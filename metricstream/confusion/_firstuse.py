@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .._core import warmup
-from .._inputs import GENERAL, LABELS, ROWS, THRESHOLD, Batch
+from .._inputs import GENERAL, LABELS, ROWS, THRESHOLD, Batch, tensor_dtype
 from . import _kernels
 
 _INF = float("inf")
@@ -70,23 +70,29 @@ def count_batch(
     total (as ``_dispatch.count_batch`` returns it), or None to let the kernel count."""
     if total is None:
         return None  # the caller keeps a bound per matrix; only the kernel path updates it
-    y_true, y_pred, weights = batch.y_true, batch.y_pred, batch.weights
-    # Routes whose kernels were compiled, by what decides the kernel's Numba types (dtypes,
-    # dimensions, layout and writeability flags): one look-up, about 1 µs, afterwards.
-    key = (
-        batch.kind,
-        batch.flags,
-        y_true.dtype,
-        y_true.ndim,
-        y_true.flags.num,
-        y_pred.dtype,
-        y_pred.ndim,
-        y_pred.flags.num,
-        None if weights is None else (weights.dtype, weights.ndim, weights.flags.num),
-        out.dtype,
-        out.flags.num,
-    )
+    # Routes whose kernels were compiled, by dtypes: the last one by identity (numpy's built-in
+    # dtypes are singletons), the others in a set. Layout and writeability also decide the
+    # kernel's Numba types; a route marked ready whose kernel then meets another layout
+    # compiles it at the call, as it would without the twin.
+    kind = batch.kind
+    true_dtype = batch.y_true.dtype
+    pred_dtype = batch.y_pred.dtype
+    weights = batch.weights
+    weight_dtype = None if weights is None else weights.dtype
+    out_dtype = out.dtype
+    last = _last
+    if (
+        true_dtype is last[0]
+        and pred_dtype is last[1]
+        and weight_dtype is last[2]
+        and out_dtype is last[3]
+        and kind == last[4]
+        and batch.flags == last[5]
+    ):
+        return None
+    key = (true_dtype, pred_dtype, weight_dtype, out_dtype, kind, batch.flags)
     if key in _ready:
+        _remember(key)
         return None
     if batch.size == 0:
         return total if total == total else _total_bound(out)  # no kernel, nothing to compile
@@ -95,12 +101,20 @@ def count_batch(
     if not warmup.defer(_routes(out, batch, flags, ignore)):
         if not warmup.busy():
             _ready.add(key)
+            _remember(key)
         return None
     return count(out, batch, ignore_index, total)
 
 
-# Keys (see ``count_batch``) of the routes whose kernels are compiled in this process.
+# Keys (see ``count_batch``) of the routes whose kernels are compiled in this process, and the
+# last one of them, replaced as a whole (threads never see a torn one).
 _ready: set[tuple] = set()
+_last: tuple = (False,) * 6
+
+
+def _remember(key: tuple) -> None:
+    global _last
+    _last = key
 
 
 def defer_small(y_true: np.ndarray, y_pred: np.ndarray, out: np.ndarray, flags: int) -> bool:
@@ -116,6 +130,25 @@ def defer_threshold(
     """Whether the binary small-batch path should leave these arrays to the general path now."""
     args = (y_true, y_pred, None, out, 0, 1, 1, flags, 0, threshold, _INF)
     return warmup.defer(((_kernels.count_threshold, args), (_kernels.matrix_total, (out,))))
+
+
+def defer_tensors(true_type: Any, pred_type: Any, ndim: int, out: np.ndarray) -> bool:
+    """Whether the small-batch path of CPU torch tensors of these torch dtypes should leave
+    them to the general path now (which reads them as arrays and may count them here)."""
+    true_described = tensor_dtype(true_type)
+    pred_described = tensor_dtype(pred_type)
+    if true_described is None or pred_described is None or true_described[1]:
+        return False  # the general path takes them anyway
+    if pred_described[1]:
+        return False  # half-precision bits: the twin does not read them
+    true_dtype, pred_dtype = true_described[0], pred_described[0]
+    if ndim == 1:
+        kernel = _kernels.count_labels_at
+        args: tuple = (0, true_dtype, 0, pred_dtype, 0, out, 0, 1, 0, 0)
+    else:
+        kernel = _kernels.count_rows_at
+        args = (0, true_dtype, 0, pred_dtype, 0, 1, out, 0, 1, 0, 0)
+    return warmup.defer(((kernel, args), (_kernels.matrix_total, (out,))))
 
 
 def _total_bound(out: np.ndarray) -> float:
