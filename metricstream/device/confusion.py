@@ -197,8 +197,7 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
         keep = counted & clean
         keys = torch.where(keep, true_keys * num_classes + pred_keys, spare)
         if values is None:
-            ones = torch.ones((), dtype=state_dtype, device=keys.device).expand(size)
-            state.add("matrix", keys, ones)
+            state.count("matrix", keys)
         else:
             state.add("matrix", keys, torch.where(keep, values, 0).to(state_dtype))
 
