@@ -436,3 +436,30 @@ def test_any_split_and_merge_order_give_one_state(cuts, seed, order) -> None:
     for i in order:
         merged.merge(parts[i])
     assert_same_state(merged, whole)
+
+
+@pytest.mark.parametrize("k", [2, 10, 150])
+def test_histogram_counting_equals_the_numba_path(k) -> None:
+    """The GPU counts unweighted batches with a histogram of the keys (torch.histc); its bin
+    arithmetic is proven here on CPU tensors, on every kind of key a confusion update makes."""
+    from metricstream.device import _state
+
+    rng = np.random.default_rng(k)
+    batches = [
+        (labels(rng, 5000, k), labels(rng, 5000, k)),
+        (labels(rng, 300, k), torch.from_numpy(rng.normal(size=(300, k)).astype(np.float32))),
+        (torch.full((64,), k - 1), torch.full((64,), k - 1)),  # the last cell
+    ]
+    _state.HISTOGRAM_ON_CPU[0] = True
+    try:
+        a, b = twins(lambda: ms.ConfusionAccumulator(k, ignore_index=-1), batches)
+        c = ms.ConfusionAccumulator(k, ignore_index=-1)
+        bad = labels(rng, 40, k)
+        bad[5] = k  # a bad batch: all its rows go to the spare cell, nothing is counted
+        c.update(bad, labels(rng, 40, k))
+    finally:
+        _state.HISTOGRAM_ON_CPU[0] = False
+    assert_same_state(a, b)
+    with pytest.raises(ValueError, match="device batch 0"):
+        c.state_arrays()
+    assert c.num_samples == 0

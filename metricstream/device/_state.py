@@ -30,6 +30,9 @@ BAD_SCORE = 3  # y_pred: a NaN score
 BAD_WEIGHT = 4  # weights: negative, infinite, NaN, or fractional for integer counts
 FLOAT_VALUE = 8  # added to the code when the value is a float64's bits
 
+# Count with the histogram on CPU tensors too (tests prove the bin arithmetic with it).
+HISTOGRAM_ON_CPU = [False]
+
 _RECORD_SIZE = 5
 _INT64_MAX = 2**63 - 1
 
@@ -102,6 +105,33 @@ class DeviceState:
     def add(self, name: str, keys: torch.Tensor, values: torch.Tensor) -> None:
         """``state[name].flat[keys] += values`` (the spare cell takes rows left out)."""
         self.tensors[name].index_add_(0, keys, values)
+
+    def count(self, name: str, keys: torch.Tensor) -> None:
+        """``state[name].flat[keys] += 1`` (the spare cell takes rows left out).
+
+        On a GPU this is a histogram of the keys (``torch.histc``, whose kernel counts in each
+        block's shared memory) rather than ``index_add_``, whose atomic adds to global memory
+        serialise when many keys share few cells (a confusion matrix). The keys go in as floats
+        that hold them exactly, into bins centred on the integers, so rounding in the bin
+        arithmetic cannot move a key to a neighbour; the per-batch counts come back as floats
+        that are exact below 2**24 (float32) or 2**53 (float64). Under deterministic
+        algorithms (histc has no deterministic CUDA kernel) and in compiled steps it stays
+        ``index_add_``.
+        """
+        tensor = self.tensors[name]
+        if (
+            (keys.device.type == "cuda" or HISTOGRAM_ON_CPU[0])
+            and not torch.compiler.is_compiling()
+            and not torch.are_deterministic_algorithms_enabled()
+        ):
+            cells = tensor.numel()
+            exact32 = cells <= 2**21 and keys.numel() < 2**24
+            as_float = keys.to(torch.float32 if exact32 else torch.float64)
+            counts = torch.histc(as_float, bins=cells, min=-0.5, max=cells - 0.5)
+            tensor.add_(counts.to(tensor.dtype))
+        else:
+            ones = torch.ones((), dtype=tensor.dtype, device=keys.device).expand(keys.numel())
+            tensor.index_add_(0, keys, ones)
 
     def commit(self, acc: Any, count: Callable[[], None]) -> None:
         """Run ``count`` (the tensor operations of one update) under the accumulator's lock,
