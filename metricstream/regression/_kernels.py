@@ -1,340 +1,447 @@
-"""Numba kernels of the regression accumulator: one batch's moments, as exact fixed-point sums.
+"""Numba kernels of the regression accumulator: every row's moments, added exactly.
 
 The state must merge by plain addition (``merge``, groups and the distributed syncs add state
-arrays), restore only non-negative values, and stay accurate when ``y`` has a large mean and a
+arrays), restore only non-negative values, stay accurate when ``y`` has a large mean and a
 small spread (mean 1e9, spread 1: the raw sum of squares is 1e18 times larger than the centred
-one). Float sums about zero lose everything there, and sums about a per-batch shift cannot be
-added across shards. So every moment is kept as an **exact** number in fixed point: a row of
-``LIMBS`` int64 limbs, limb ``k`` worth ``2**(EMIN + BITS * k)``, each holding ``BITS`` bits once
-normalised. Adding two states limb by limb adds the numbers exactly, in any order; the views turn
-the limbs into Python integers and compute every metric from exact integers, rounding once.
+one), and be one state whatever the batches were: any split of a stream, any merge order.
+So every row's terms — ``w``, ``w t``, ``w t²``, ``w p``, ``w p²``, ``w e``, ``w e²``,
+``w t p``, ``w |e|`` with ``e = p - t`` (the float64 difference) — are added **exactly**, as
+integers in fixed point: a row of ``LIMBS`` int64 limbs, limb ``k`` worth
+``2**(EMIN + BITS * k)``, each holding ``BITS`` bits once normalised. Signed sums keep their
+positive and negative terms in two rows. The views turn the limbs into Python integers and
+compute every metric from exact integers, rounding once.
 
-One batch is summarised in float64 first, centred on its first counted row (two passes: means,
-then centred second moments; blocks of rows summed plainly, block sums with compensation), and
-only its summary is deposited exactly:
-``sum(w * y**2) = M2 + W * (c + d)**2`` with ``c`` the shift and ``d`` the mean offset, every
-product expanded without rounding (mantissa products split with Veltkamp's method). The batch's
-rounding is relative to its own centred moments, so a large mean costs nothing; a constant
-column gives exactly zero variance; and a sum that would not fit is refused before anything is
-written.
+How a row is added without rounding: a float64 is an integer mantissa ``m < 2**53`` times a
+power of two. Mantissas are cut into digits of 27 bits, so that a product of two or three of
+them is a handful of int64 partial products (each below ``2**55``), each worth a known power of
+two. A partial is added into a *bin* for its power of two (one integer addition, no shift);
+after at most ``CHUNK`` rows, so that no bin can pass ``2**63``, the bins that can be non-zero
+are carried into the limbs and cleared. Nothing is dropped: ``EMIN`` is below the smallest
+product of three float64 subnormals, and a row whose weighted square ``w * max(|t|, |p|,
+|e|)**2`` overflows float64 is refused, so the sum of up to ``2**63`` rows stays below the top
+limb.
 """
 
 from __future__ import annotations
 
-import math
-
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 # Fixed-point layout: limb k holds bits [EMIN + BITS*k, EMIN + BITS*(k+1)) once normalised.
 BITS = 31
 MASK = (1 << BITS) - 1
-EMIN = -1100  # below the smallest float64 (2**-1074): what is dropped cannot change a result
-LIMBS = 71  # up to 2**1101: 41 bits of headroom above the largest single deposit
-TOP = 1060  # a batch whose exact sums reach 2**TOP is refused (it would overflow any metric)
+EMIN = -3239  # <= 3 * -1074 (a product of three subnormals); EMIN + 1100 is a multiple of BITS
+LIMBS = 140  # up to 2**1101: the sum of 2**63 terms below 2**1024 fits
+# Format 1 of the state had EMIN = -1100 and 71 limbs: its limb k is limb k + LOW_LIMBS_ADDED.
+LOW_LIMBS_ADDED = 69
 
-# The quantities of one batch, per output (signed while the batch is summarised).
-W, T, TT, P, PP, E, EE, TP, AE = range(9)
-NUM_BATCH = 9
 # Rows of the state, per output: every signed quantity has a positive and a negative row.
 S_W, S_T_POS, S_T_NEG, S_TT, S_P_POS, S_P_NEG, S_PP = range(7)
 S_E_POS, S_E_NEG, S_EE, S_TP_POS, S_TP_NEG, S_AE = range(7, 13)
 NUM_STATE = 13
-# Batch quantity -> (state row for its positive part, state row for its negative part).
-ROUTE = np.array(
-    [
-        [S_W, S_W],
-        [S_T_POS, S_T_NEG],
-        [S_TT, S_TT],
-        [S_P_POS, S_P_NEG],
-        [S_PP, S_PP],
-        [S_E_POS, S_E_NEG],
-        [S_EE, S_EE],
-        [S_TP_POS, S_TP_NEG],
-        [S_AE, S_AE],
-    ],
-    dtype=np.int64,
-)
 
-# Status codes of `summarise` (the Python side words the messages).
+# Status codes of `count` (the Python side words the messages).
 OK = 0
 BAD_TRUE = 1  # y_true not finite at (row, col)
 BAD_PRED = 2  # y_pred not finite at (row, col)
 BAD_DIFF = 3  # y_pred - y_true overflows at (row, col)
 BAD_WEIGHT = 4  # weight NaN, infinite or negative at (row, -)
-OVERFLOW = 5  # the batch's sums for output col overflow float64
-TOO_LARGE = 6  # an exact sum of output col would reach 2**TOP
+OVERFLOW = 5  # w * max(|t|, |p|, |e|)**2 overflows float64 at (row, col)
 STATE_TOO_LARGE = 7  # the state holds limbs too large to add to (not written by us)
 
-BLOCK = 32  # rows summed plainly before a compensated addition
-_SPLITTER = 134217729.0  # 2**27 + 1: Veltkamp's constant for float64
+CHUNK = 256  # rows between carries of the bins: 256 partials below 2**55 stay below 2**63
+DIGIT = 27
+DIGIT_MASK = (1 << DIGIT) - 1
+WORD = 53  # a product of two mantissas goes into two bins, 53 bits apart
+HALF_MASK = (1 << (WORD - DIGIT)) - 1
+# Bins: one per power of two a partial can be worth, position = exponent - EMIN. A partial of
+# a valid row is worth less than 2**1024 and sits at most 4 digits above its product's lowest
+# bit, so positions stay below 1024 + 4 * DIGIT - EMIN.
+NUM_BINS = 1024 + 4 * DIGIT + 8 - EMIN
+_FRACTION = (1 << 52) - 1
+_HIDDEN = 1 << 52
+_EXP_BIAS = 1075  # a float64 with exponent field x > 0 is (2**52 + fraction) * 2**(x - 1075)
+_FINITE_LIMIT = 0x7FF0000000000000  # bits of +inf: finite magnitudes have fewer
+_DBL_MAX = 1.7976931348623157e308
+# Exponent fields (ew + 2 * ea) below this guarantee that w * a * a stays below 2**1023.
+_SAFE_EXPONENTS = 3 * 1023 + 1022 - 3
 
 
-@numba.njit
-def _two_sum(s: float, x: float) -> tuple[float, float]:
-    total = s + x
-    back = total - s
-    return total, (s - (total - back)) + (x - back)
+@intrinsic
+def _float_bits(typingctx, x):  # type: ignore[no-untyped-def]
+    """The bits of a float64 as an int64 (a bitcast; no memory)."""
+    if x != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.int64(x), codegen
 
 
-@numba.njit
-def _two_prod(a: float, b: float) -> tuple[float, float]:
-    """``a * b == hi + lo`` exactly (no FMA needed; |a|, |b| < 1, so nothing overflows)."""
-    hi = a * b
-    c = _SPLITTER * a
-    a1 = c - (c - a)
-    a2 = a - a1
-    c = _SPLITTER * b
-    b1 = c - (c - b)
-    b2 = b - b1
-    return hi, ((a1 * b1 - hi) + a1 * b2 + a2 * b1) + a2 * b2
+@intrinsic
+def _bits_float(typingctx, x):  # type: ignore[no-untyped-def]
+    """The float64 whose bits are the int64 ``x``."""
+    if x != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(x), codegen
 
 
-@numba.njit
-def _put(row: np.ndarray, x: float, exponent: int) -> bool:
-    """Add ``x * 2**exponent`` (x a nonzero double, any sign) into ``row`` exactly.
+@numba.njit(inline="always")
+def _decode(bits):  # type: ignore[no-untyped-def]
+    """``(mantissa, position of its lowest bit - EMIN, negative)`` of a float64's bits."""
+    field = (bits >> 52) & 0x7FF
+    mantissa = (bits & _FRACTION) | (np.int64(field != 0) << 52)
+    return mantissa, max(field, 1) - _EXP_BIAS - EMIN, np.int64(bits < 0)
 
-    Limbs may go negative here; `_normalise` settles the carries. Bits below 2**EMIN are
-    dropped. Returns False when the value reaches 2**TOP.
-    """
-    fraction, exp = math.frexp(abs(x))
-    mantissa = np.int64(fraction * 9007199254740992.0)  # exact: 53 bits
-    position = exp + exponent - 53 - EMIN
-    if position + 53 > TOP - EMIN:
-        return False
-    if position < 0:
-        if position <= -53:
-            return True
-        mantissa >>= -position
-        position = 0
+
+@numba.njit(inline="always")
+def _carry_bin(limbs, value, position):  # type: ignore[no-untyped-def]
+    """Add ``value * 2**(EMIN + position)`` (0 <= value < 2**63) into ``limbs``, exactly."""
     k = position // BITS
     shift = position - k * BITS
-    sign = np.int64(1) if x >= 0 else np.int64(-1)
-    # Two pieces, so that no shifted piece passes 2**62: 31 low bits, then the rest (22 bits).
-    piece = (mantissa & MASK) << shift
-    row[k] += sign * (piece & MASK)
-    row[k + 1] += sign * (piece >> BITS)
-    piece = (mantissa >> BITS) << shift
-    row[k + 1] += sign * (piece & MASK)
-    row[k + 2] += sign * (piece >> BITS)
-    return True
+    low = (value & MASK) << shift  # < 2**61
+    high = (value >> BITS) << shift  # < 2**62
+    limbs[k] += low & MASK
+    limbs[k + 1] += (low >> BITS) + (high & MASK)
+    limbs[k + 2] += high >> BITS
 
 
 @numba.njit
-def _put_product(row: np.ndarray, a: float, b: float, c: float) -> bool:
-    """Add ``a * b * c`` into ``row`` exactly (four doubles after two exact products)."""
-    if a == 0.0 or b == 0.0 or c == 0.0:
-        return True
-    fa, ea = math.frexp(a)
-    fb, eb = math.frexp(b)
-    fc, ec = math.frexp(c)
-    exponent = ea + eb + ec
-    hi, lo = _two_prod(fa, fb)
-    p1, p2 = _two_prod(hi, fc)
-    ok = _put(row, p1, exponent)
-    if p2 != 0.0:
-        ok &= _put(row, p2, exponent)
-    if lo != 0.0:
-        q1, q2 = _two_prod(lo, fc)
-        ok &= _put(row, q1, exponent)
-        if q2 != 0.0:
-            ok &= _put(row, q2, exponent)
-    return ok
+def _flush(bins, limbs, intervals):  # type: ignore[no-untyped-def]
+    """Carry the bins of ``intervals`` (rows of ``(row, first, last)`` positions) into
+    ``limbs`` and clear them."""
+    for r in range(intervals.shape[0]):
+        q = intervals[r, 0]
+        for s in range(intervals[r, 1], intervals[r, 2] + 1):
+            value = bins[q, s]
+            if value != 0:
+                bins[q, s] = 0
+                _carry_bin(limbs[q], value, s)
 
 
 @numba.njit
-def _put_square_about(row: np.ndarray, m2: float, w: float, c: float, d: float) -> bool:
-    """``m2 + w * (c + d)**2``: a centred second moment moved back to zero, exactly."""
-    ok = True
-    if m2 != 0.0:
-        ok &= _put(row, m2, 0)
-    ok &= _put_product(row, w, c, c)
-    ok &= _put_product(row, w, c, d)
-    ok &= _put_product(row, w, c, d)  # twice: 2 * w could overflow
-    ok &= _put_product(row, w, d, d)
-    return ok
+def _intervals(found, weighted):  # type: ignore[no-untyped-def]
+    """``(row, first, last)``: the bin positions each row of the bins can use in a batch whose
+    exponent fields are ``found[4:12]`` (t, p, e, w: lowest non-zero, highest)."""
+    pos = np.empty(8, dtype=np.int64)
+    for k in range(8):
+        pos[k] = max(found[4 + k], 1) - _EXP_BIAS - EMIN
+    tl, th, pl, ph, el, eh, wl, wh = pos[0], pos[1], pos[2], pos[3], pos[4], pos[5], pos[6], pos[7]
+    out = np.empty((26, 3), dtype=np.int64)
+    n = 0
+    if weighted:
+        singles = ((S_T_POS, tl, th), (S_P_POS, pl, ph), (S_E_POS, el, eh))
+        for q, lo, hi in singles:
+            for sign in range(2):
+                out[n, 0], out[n, 1], out[n, 2] = q + sign, wl + lo + EMIN, wh + hi + EMIN + WORD
+                n += 1
+        squares = ((S_TT, tl, th, tl, th), (S_PP, pl, ph, pl, ph), (S_EE, el, eh, el, eh))
+        for q, lo, hi, lo2, hi2 in squares + ((S_TP_POS, tl, th, pl, ph),):
+            for sign in range(2 if q == S_TP_POS else 1):
+                out[n, 0] = q + sign
+                out[n, 1] = wl + lo + lo2 + 2 * EMIN
+                out[n, 2] = wh + hi + hi2 + 2 * EMIN + 4 * DIGIT
+                n += 1
+        out[n, 0], out[n, 1], out[n, 2] = S_W, wl, wh
+        n += 1
+    else:
+        for q, lo, hi in ((S_T_POS, tl, th), (S_P_POS, pl, ph), (S_E_POS, el, eh)):
+            for sign in range(2):
+                out[n, 0], out[n, 1], out[n, 2] = q + sign, lo, hi
+                n += 1
+        products = ((S_TT, tl, th, tl, th), (S_PP, pl, ph, pl, ph), (S_EE, el, eh, el, eh))
+        for q, lo, hi, lo2, hi2 in products + ((S_TP_POS, tl, th, pl, ph),):
+            for sign in range(2 if q == S_TP_POS else 1):
+                for word in (0, WORD):
+                    out[n, 0] = q + sign
+                    out[n, 1] = lo + lo2 + EMIN + word
+                    out[n, 2] = hi + hi2 + EMIN + word
+                    n += 1
+    for r in range(n):
+        out[r, 1] = max(out[r, 1], 0)
+        out[r, 2] = min(out[r, 2], NUM_BINS - 1)
+    return out[:n]
 
 
 @numba.njit(cache=True)
-def _normalise(rows: np.ndarray) -> None:
-    """Carry every row of ``rows`` (..., LIMBS) into canonical limbs in [0, 2**BITS).
+def bins_into_limbs(bins, limbs):  # type: ignore[no-untyped-def]
+    """Add bins (..., NUM_BINS) of non-negative values below 2**63 into limbs (..., LIMBS),
+    exactly (the device path's bins; every bin, in any order)."""
+    flat_bins = bins.reshape(-1, bins.shape[-1])
+    flat_limbs = limbs.reshape(-1, LIMBS)
+    for r in range(flat_bins.shape[0]):
+        for s in range(flat_bins.shape[1]):
+            value = flat_bins[r, s]
+            if value != 0:
+                _carry_bin(flat_limbs[r], value, s)
 
-    A row whose value is negative is left negated, with its sign moved to the caller: the top
-    limb is then negative before negation, which `summarise` checks. The top limb keeps what
-    passes it (no carry out).
+
+@numba.njit(inline="always")
+def _normalise_row(row) -> None:  # type: ignore[no-untyped-def]
+    carry = np.int64(0)
+    for k in range(LIMBS - 1):
+        value = row[k] + carry
+        row[k] = value & MASK
+        carry = value >> BITS
+    row[LIMBS - 1] += carry
+
+
+@numba.njit
+def _check(t, p, w, weighted, found, max_error):  # type: ignore[no-untyped-def]
+    """Validate a batch; fill ``found`` = (status, row, col, any positive weight, then the
+    lowest and highest exponent fields of the non-zero t, p, e and weights) and
+    ``max_error`` (bits of the largest |e| per output among rows of positive weight).
+
+    The common case is reductions into scalars, which LLVM vectorises; only a batch that
+    fails them is scanned again, in row-major order, for its first bad value.
     """
-    flat = rows.reshape(-1, LIMBS)
-    for r in range(flat.shape[0]):
-        carry = np.int64(0)
-        for k in range(LIMBS - 1):
-            value = flat[r, k] + carry
-            flat[r, k] = value & MASK
-            carry = value >> BITS
-        flat[r, LIMBS - 1] += carry
-
-
-@numba.njit(cache=True)
-def _check(t, p, w, weighted):  # type: ignore[no-untyped-def]
-    """Every value, in row-major order: ``(status, row, col, first row of positive weight)``."""
     n, m = t.shape
-    first = -1
+    tb = t.view(np.int64)
+    pb = p.view(np.int64)
+    magnitude = np.int64(0x7FFFFFFFFFFFFFFF)
+    bad = False
+    positive = not weighted and n > 0
+    wlow = magnitude
+    whigh = np.int64(0)
+    if weighted:
+        wb = w.view(np.int64)
+        for i in range(n):
+            wi = w[i]
+            bad |= (wi < 0.0) | (wi > _DBL_MAX) | (wi != wi)
+            wbits = wb[i] & magnitude  # -0.0 is 0
+            positive |= wi > 0.0
+            wlow = min(wlow, wbits if wbits != 0 else magnitude)
+            whigh = max(whigh, wbits)
+    # Per variable (t, p, e): the lowest non-zero and the highest magnitude (bits).
+    tlow = plow = elow = magnitude
+    thigh = phigh = ehigh = np.int64(0)
+    exponents = np.int64(0)  # largest (exponent field of w) + 2 * (that of max(|t|, |p|, |e|))
+    for j in range(m):
+        largest_error = np.int64(0)
+        for i in range(n):
+            ta = tb[i, j] & magnitude
+            pa = pb[i, j] & magnitude
+            ea = _float_bits(p[i, j] - t[i, j]) & magnitude
+            thigh = max(thigh, ta)
+            phigh = max(phigh, pa)
+            ehigh = max(ehigh, ea)
+            tlow = min(tlow, ta if ta != 0 else magnitude)
+            plow = min(plow, pa if pa != 0 else magnitude)
+            elow = min(elow, ea if ea != 0 else magnitude)
+            if weighted:
+                wfield = (wb[i] & magnitude) >> 52
+                live = w[i] > 0.0
+            else:
+                wfield = np.int64(1023)
+                live = True
+            exponents = max(exponents, wfield + 2 * (max(ta, max(pa, ea)) >> 52))
+            largest_error = max(largest_error, ea if live else 0)
+        max_error[j] = largest_error
+    bad |= max(thigh, max(phigh, ehigh)) >= _FINITE_LIMIT
+    # Possibly an overflowing square (w * a * a >= 2**1023): the exact rule decides below.
+    bad |= exponents >= _SAFE_EXPONENTS
+    found[0] = OK
+    found[1] = -1
+    found[2] = -1
+    found[3] = np.int64(positive)
+    for k, (lo, hi) in enumerate(((tlow, thigh), (plow, phigh), (elow, ehigh), (wlow, whigh))):
+        found[4 + 2 * k] = lo >> 52
+        found[5 + 2 * k] = hi >> 52
+    if bad:
+        _first_bad(t, p, w, weighted, found)
+
+
+@numba.njit
+def _first_bad(t, p, w, weighted, found):  # type: ignore[no-untyped-def]
+    n, m = t.shape
     for i in range(n):
         wi = w[i] if weighted else 1.0
-        if not (math.isfinite(wi) and wi >= 0.0):
-            return BAD_WEIGHT, i, -1, first
-        if first < 0 and wi > 0.0:
-            first = i
+        if not (wi >= 0.0 and wi <= _DBL_MAX):
+            found[0], found[1], found[2] = BAD_WEIGHT, i, -1
+            return
         for j in range(m):
-            if not math.isfinite(t[i, j]):
-                return BAD_TRUE, i, j, first
-            if not math.isfinite(p[i, j]):
-                return BAD_PRED, i, j, first
-            if not math.isfinite(p[i, j] - t[i, j]):
-                return BAD_DIFF, i, j, first
-    return OK, -1, -1, first
-
-
-@numba.njit(cache=True)
-def _summarise_output(t, p, w, weighted, j, first, scratch):  # type: ignore[no-untyped-def]
-    """Deposit output ``j`` of a checked batch into ``scratch`` (NUM_BATCH, LIMBS), signed.
-
-    Returns ``(status, max |error|)``. Two passes (means, then centred second moments)
-    centred on row ``first``.
-    """
-    n = t.shape[0]
-    ct = t[first, j]
-    cp = p[first, j]
-    ce = p[first, j] - t[first, j]
-    # Each block of BLOCK rows is summed plainly (short dependency chains), and the block sums
-    # are added with compensation: the error stays below BLOCK ulps of the sums of magnitudes.
-    total_w = st = sp = se = sa = 0.0
-    cw = cst = csp = cse = csa = 0.0
-    largest = 0.0
-    for start in range(first, n, BLOCK):
-        bw = bt = bp = be = ba = 0.0
-        for i in range(start, min(start + BLOCK, n)):
-            wi = w[i] if weighted else 1.0
             ti = t[i, j]
             pi = p[i, j]
-            ei = pi - ti
-            if wi > 0.0 and abs(ei) > largest:
-                largest = abs(ei)
-            bw += wi
-            bt += wi * (ti - ct)
-            bp += wi * (pi - cp)
-            be += wi * (ei - ce)
-            ba += wi * abs(ei)
-        total_w, err = _two_sum(total_w, bw)
-        cw += err
-        st, err = _two_sum(st, bt)
-        cst += err
-        sp, err = _two_sum(sp, bp)
-        csp += err
-        se, err = _two_sum(se, be)
-        cse += err
-        sa, err = _two_sum(sa, ba)
-        csa += err
-    total_w += cw
-    dt = (st + cst) / total_w
-    dp = (sp + csp) / total_w
-    de = (se + cse) / total_w
-    sa += csa
-    mt = mp = me = mc = 0.0
-    cmt = cmp = cme = cmc = 0.0
-    for start in range(first, n, BLOCK):
-        bt = bp = be = bc = 0.0
-        for i in range(start, min(start + BLOCK, n)):
-            wi = w[i] if weighted else 1.0
-            a = (t[i, j] - ct) - dt
-            b = (p[i, j] - cp) - dp
-            e = ((p[i, j] - t[i, j]) - ce) - de
-            bt += wi * a * a
-            bp += wi * b * b
-            be += wi * e * e
-            bc += wi * a * b
-        mt, err = _two_sum(mt, bt)
-        cmt += err
-        mp, err = _two_sum(mp, bp)
-        cmp += err
-        me, err = _two_sum(me, be)
-        cme += err
-        mc, err = _two_sum(mc, bc)
-        cmc += err
-    mt += cmt
-    mp += cmp
-    me += cme
-    mc += cmc
-    for value in (total_w, dt, dp, de, sa, mt, mp, me, mc):
-        if not math.isfinite(value):
-            return OVERFLOW, largest
-    ok = _put(scratch[W], total_w, 0)
-    ok &= _put_product(scratch[T], total_w, ct, 1.0)
-    ok &= _put_product(scratch[T], total_w, dt, 1.0)
-    ok &= _put_square_about(scratch[TT], mt, total_w, ct, dt)
-    ok &= _put_product(scratch[P], total_w, cp, 1.0)
-    ok &= _put_product(scratch[P], total_w, dp, 1.0)
-    ok &= _put_square_about(scratch[PP], mp, total_w, cp, dp)
-    ok &= _put_product(scratch[E], total_w, ce, 1.0)
-    ok &= _put_product(scratch[E], total_w, de, 1.0)
-    ok &= _put_square_about(scratch[EE], me, total_w, ce, de)
-    # sum(w t p) = C + W (ct + dt)(cp + dp)
-    if mc != 0.0:
-        ok &= _put(scratch[TP], mc, 0)
-    ok &= _put_product(scratch[TP], total_w, ct, cp)
-    ok &= _put_product(scratch[TP], total_w, ct, dp)
-    ok &= _put_product(scratch[TP], total_w, dt, cp)
-    ok &= _put_product(scratch[TP], total_w, dt, dp)
-    if sa != 0.0:
-        ok &= _put(scratch[AE], sa, 0)
-    return (OK if ok else TOO_LARGE), largest
+            if not (abs(ti) <= _DBL_MAX):
+                found[0], found[1], found[2] = BAD_TRUE, i, j
+                return
+            if not (abs(pi) <= _DBL_MAX):
+                found[0], found[1], found[2] = BAD_PRED, i, j
+                return
+            e = pi - ti
+            if not (abs(e) <= _DBL_MAX):
+                found[0], found[1], found[2] = BAD_DIFF, i, j
+                return
+            a = max(abs(ti), max(abs(pi), abs(e)))
+            if not (wi * a * a <= _DBL_MAX):
+                found[0], found[1], found[2] = OVERFLOW, i, j
+                return
+
+
+@numba.njit(inline="always")
+def _two_words(c0, c1, c2):  # type: ignore[no-untyped-def]
+    """``c0 + c1 * 2**27 + c2 * 2**54`` (each below 2**54) as ``low + high * 2**53``, both
+    below 2**55: two bins to add instead of three."""
+    return c0 + ((c1 & HALF_MASK) << DIGIT), (c1 >> (WORD - DIGIT)) + (c2 << (2 * DIGIT - WORD))
+
+
+@numba.njit(inline="always")
+def _product_into(bins, q, a, b, position):  # type: ignore[no-untyped-def]
+    """``a * b * 2**position`` (mantissas below 2**53) into bins row ``q``: two bins."""
+    a0 = a & DIGIT_MASK
+    a1 = a >> DIGIT
+    b0 = b & DIGIT_MASK
+    b1 = b >> DIGIT
+    low, high = _two_words(a0 * b0, a0 * b1 + a1 * b0, a1 * b1)
+    bins[q, position] += low
+    bins[q, position + WORD] += high
+
+
+@numba.njit(inline="always")
+def _weighted_into(bins, q, mw, m, position):  # type: ignore[no-untyped-def]
+    """``w x`` (mantissas ``mw``, ``m``, worth ``2**position``) into bins row ``q`` (two
+    bins); returns ``w x`` as four digits of 27 bits, for the product with ``x`` again."""
+    w0 = mw & DIGIT_MASK
+    w1 = mw >> DIGIT
+    x0 = m & DIGIT_MASK
+    x1 = m >> DIGIT
+    c0 = w0 * x0
+    c1 = w0 * x1 + w1 * x0
+    c2 = w1 * x1
+    low, high = _two_words(c0, c1, c2)
+    bins[q, position] += low
+    bins[q, position + WORD] += high
+    g0 = c0 & DIGIT_MASK
+    s = c1 + (c0 >> DIGIT)
+    g1 = s & DIGIT_MASK
+    s = c2 + (s >> DIGIT)
+    return g0, g1, s & DIGIT_MASK, s >> DIGIT
+
+
+@numba.njit(inline="always")
+def _digits_times(row, g0, g1, g2, g3, m, position):  # type: ignore[no-untyped-def]
+    """``(g3 g2 g1 g0) * m * 2**position`` into bins ``row`` (five partials)."""
+    f0 = m & DIGIT_MASK
+    f1 = m >> DIGIT
+    row[position] += g0 * f0
+    row[position + DIGIT] += g0 * f1 + g1 * f0
+    row[position + 2 * DIGIT] += g1 * f1 + g2 * f0
+    row[position + 3 * DIGIT] += g2 * f1 + g3 * f0
+    row[position + 4 * DIGIT] += g3 * f1
+
+
+@numba.njit
+def _deposit_plain(t, p, j, start, stop, bins):  # type: ignore[no-untyped-def]
+    """Rows [start, stop) of output ``j`` into ``bins`` (NUM_STATE, NUM_BINS), weight 1.
+
+    ``w |e|`` is not binned: it is the sum of the positive and negative rows of ``w e``.
+    """
+    tb = t.view(np.int64)
+    pb = p.view(np.int64)
+    for i in range(start, stop):
+        mt, et, nt = _decode(tb[i, j])
+        mp, ep, np_ = _decode(pb[i, j])
+        me, ee, ne = _decode(_float_bits(p[i, j] - t[i, j]))
+        bins[S_T_POS + nt, et] += mt
+        bins[S_P_POS + np_, ep] += mp
+        bins[S_E_POS + ne, ee] += me
+        _product_into(bins, S_TT, mt, mt, et + et + EMIN)
+        _product_into(bins, S_PP, mp, mp, ep + ep + EMIN)
+        _product_into(bins, S_EE, me, me, ee + ee + EMIN)
+        _product_into(bins, S_TP_POS + (nt ^ np_), mt, mp, et + ep + EMIN)
+
+
+@numba.njit
+def _deposit_weighted(t, p, w, j, start, stop, bins):  # type: ignore[no-untyped-def]
+    """Rows [start, stop) of output ``j`` into ``bins``, weighted (and ``w`` itself into row
+    S_W when ``j`` is 0)."""
+    tb = t.view(np.int64)
+    pb = p.view(np.int64)
+    wb = w.view(np.int64)
+    for i in range(start, stop):
+        mw, ew, _ = _decode(wb[i])
+        if j == 0:
+            bins[S_W, ew] += mw
+        mt, et, nt = _decode(tb[i, j])
+        mp, ep, np_ = _decode(pb[i, j])
+        me, ee, ne = _decode(_float_bits(p[i, j] - t[i, j]))
+        # w t, then (w t) t and (w t) p
+        position = ew + et + EMIN
+        g0, g1, g2, g3 = _weighted_into(bins, S_T_POS + nt, mw, mt, position)
+        _digits_times(bins[S_TT], g0, g1, g2, g3, mt, position + et + EMIN)
+        _digits_times(bins[S_TP_POS + (nt ^ np_)], g0, g1, g2, g3, mp, position + ep + EMIN)
+        position = ew + ep + EMIN
+        g0, g1, g2, g3 = _weighted_into(bins, S_P_POS + np_, mw, mp, position)
+        _digits_times(bins[S_PP], g0, g1, g2, g3, mp, position + ep + EMIN)
+        position = ew + ee + EMIN
+        g0, g1, g2, g3 = _weighted_into(bins, S_E_POS + ne, mw, me, position)
+        _digits_times(bins[S_EE], g0, g1, g2, g3, me, position + ee + EMIN)
 
 
 @numba.njit(
     "UniTuple(int64, 3)(float64[:, ::1], float64[:, ::1], float64[::1], boolean, "
-    "int64[:, :, ::1], float64[::1])",
+    "int64[:, :, ::1], float64[::1], int64[:, ::1])",
     cache=True,
 )
-def count(t, p, w, weighted, moments, max_error):  # type: ignore[no-untyped-def]
+def count(t, p, w, weighted, moments, max_error, bins):  # type: ignore[no-untyped-def]
     """Add one batch into the state ``moments`` (n_outputs, NUM_STATE, LIMBS) and ``max_error``.
 
-    ``t``, ``p``: (N, n_outputs) float64; ``w``: (N,) weights when ``weighted``. Returns
-    ``(status, row, col)``; ``row`` is -2 on success when no row had positive weight. Every
-    check comes before the first write: on a non-OK status nothing was changed.
+    ``t``, ``p``: (N, n_outputs) float64; ``w``: (N,) weights when ``weighted``; ``bins``:
+    (NUM_STATE, NUM_BINS) zeros, left zero. Returns ``(status, row, col)``; ``row`` is -2 on
+    success when no row had positive weight. Every check comes before the first write: on a
+    non-OK status nothing was changed.
     """
     n, m = t.shape
-    status, row, col, first = _check(t, p, w, weighted)
-    if status != OK:
-        return status, row, col
-    if first < 0:
-        return OK, -2, -1
+    found = np.empty(12, dtype=np.int64)
+    largest = np.empty(m, dtype=np.int64)
+    _check(t, p, w, weighted, found, largest)
+    if found[0] != OK:
+        return found[0], found[1], found[2]
     limit = np.int64(1) << 61
     flat = moments.reshape(-1, LIMBS)
     for r in range(flat.shape[0]):
         for k in range(LIMBS):
             if flat[r, k] >= limit:  # only a state restored from elsewhere gets here
                 return STATE_TOO_LARGE, -1, r // NUM_STATE
-    scratch = np.zeros((m, NUM_BATCH, LIMBS), dtype=np.int64)
-    largest = np.empty(m)
+    if found[3] == 0:
+        return OK, -2, -1
+    intervals = _intervals(found, weighted)
+    scratch = np.zeros((m, NUM_STATE, LIMBS), dtype=np.int64)
+    for start in range(0, n, CHUNK):
+        stop = min(start + CHUNK, n)
+        for j in range(m):
+            if weighted:
+                _deposit_weighted(t, p, w, j, start, stop, bins)
+            else:
+                _deposit_plain(t, p, j, start, stop, bins)
+            _flush(bins, scratch[j], intervals)
+        if (start // CHUNK) % 65536 == 65535:  # keep the limbs far from 2**63
+            for j in range(m):
+                for q in range(NUM_STATE):
+                    _normalise_row(scratch[j, q])
+    if not weighted:
+        _carry_bin(scratch[0, S_W], np.int64(n), -EMIN)
     for j in range(m):
-        status, largest[j] = _summarise_output(t, p, w, weighted, j, first, scratch[j])
-        if status != OK:
-            return status, -1, j
-    for j in range(m):
-        _normalise(scratch[j])
-        for q in range(NUM_BATCH):
-            negative = scratch[j, q, LIMBS - 1] < 0
-            if negative:
-                for k in range(LIMBS):
-                    scratch[j, q, k] = -scratch[j, q, k]
-                _normalise(scratch[j, q : q + 1])
-            target = ROUTE[q, 1] if negative else ROUTE[q, 0]
+        if j > 0:
+            scratch[j, S_W, :] = scratch[0, S_W, :]
+        scratch[j, S_AE, :] = scratch[j, S_E_POS, :] + scratch[j, S_E_NEG, :]
+        for q in range(NUM_STATE):
             carry = np.int64(0)
             for k in range(LIMBS - 1):
-                value = moments[j, target, k] + scratch[j, q, k] + carry
-                moments[j, target, k] = value & MASK
+                value = moments[j, q, k] + scratch[j, q, k] + carry
+                moments[j, q, k] = value & MASK
                 carry = value >> BITS
-            moments[j, target, LIMBS - 1] += scratch[j, q, LIMBS - 1] + carry
-        max_error[j] = max(max_error[j], largest[j])
+            moments[j, q, LIMBS - 1] += scratch[j, q, LIMBS - 1] + carry
+        error = _bits_float(largest[j])
+        max_error[j] = max(max_error[j], error)
     return OK, -1, -1
 
 
@@ -374,9 +481,4 @@ def normalise_state(state):  # type: ignore[no-untyped-def]
     for r in range(flat.shape[0]):
         if flat[r, LIMBS - 1] >= limit:
             continue
-        carry = np.int64(0)
-        for k in range(LIMBS - 1):
-            value = flat[r, k] + carry
-            flat[r, k] = value & MASK
-            carry = value >> BITS
-        flat[r, LIMBS - 1] += carry
+        _normalise_row(flat[r])

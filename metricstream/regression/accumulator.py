@@ -1,9 +1,10 @@
 """Streaming regression metrics: MAE, MSE, RMSE, R², explained variance, bias, max error, Pearson.
 
 :class:`RegressionAccumulator` keeps, per output, the weighted moments of ``y_true``, ``y_pred``
-and the error ``e = y_pred - y_true`` as exact fixed-point numbers (see
-:mod:`metricstream.regression._kernels`), so that merging and distributed syncs add states
-exactly and every metric is computed from exact integers with a single rounding. The maximum
+and the error ``e = y_pred - y_true`` as exact fixed-point numbers, every row's terms added
+without rounding (see :mod:`metricstream.regression._kernels`): any batch split and any merge
+order give one bit-identical state, and every metric is computed from exact integers with a
+single rounding. The maximum
 error is the one state that is not a sum: ``merge``, ``+`` and ``sum`` take its maximum, and a
 path that can only add states (a group's ``merge``, a distributed sync) marks it unknown rather
 than report a sum of maxima.
@@ -12,6 +13,7 @@ than report a sum of maxima.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +37,24 @@ AverageR2 = Literal["uniform_average", "variance_weighted"] | Sequence[float] | 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 _SCALE = 1 << -K.EMIN  # an exact sum is its integer over this
 _NO_WEIGHTS = np.zeros(0, dtype=np.float64)
+# Zeroed bins for the kernel (it leaves them zero), reused across updates: allocating and
+# zeroing 450 KB per update would cost more than a small batch's counting. One per concurrent
+# update (list.pop and append are atomic).
+_BINS: list[np.ndarray] = []
+
+
+def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 (limbs from 2**-1100, 71 of them) -> 2 (from 2**-3239, 140): the same value."""
+    arrays = dict(state["arrays"])
+    entry = dict(arrays["moments"])
+    shape = list(entry["shape"])
+    old = np.frombuffer(entry["data"], dtype="<i8").reshape(*shape[:2], shape[2])
+    new = np.zeros((*shape[:2], K.LIMBS), dtype="<i8")
+    new[..., K.LOW_LIMBS_ADDED : K.LOW_LIMBS_ADDED + shape[2]] = old
+    entry["shape"] = [*shape[:2], K.LIMBS]
+    entry["data"] = new.tobytes()
+    arrays["moments"] = entry
+    return {**state, "arrays": arrays, "format": 2}
 
 
 class _Batch(NamedTuple):
@@ -115,9 +135,10 @@ class RegressionAccumulator(Accumulator):
     ``root_mean_squared_error``, ``r2_score``, ``explained_variance_score``, ``max_error``) and
     scipy's ``pearsonr`` on all the data seen, with the same ``multioutput`` options.
 
-    The state is exact: merging in any order gives a bit-identical state, and a large mean
-    with a small spread (``y`` around 1e9 with spread 1) loses nothing. Memory is constant:
-    13 exact sums of 71 limbs (7.4 KB) per output. Zero total weight (nothing counted) makes
+    The state is exact: every row's terms are added without rounding, so any split of the
+    stream into batches and any merge order give a bit-identical state, and a large mean with
+    a small spread (``y`` around 1e9 with spread 1) loses nothing. Memory is constant: 13 exact
+    sums of 140 limbs (14.2 KB) per output. Zero total weight (nothing counted) makes
     every view 0/0, replaced by ``zero_division`` (``"warn"``: 0.0 with an
     :class:`~metricstream.UndefinedMetricWarning`; 0, 1 or ``np.nan``).
 
@@ -126,6 +147,13 @@ class RegressionAccumulator(Accumulator):
         >>> acc.mae(), acc.mse(), round(acc.r2(), 6)
         (0.5, 0.375, 0.948608)
     """
+
+    state_reductions = {"max_error": "max", "max_parts": "max"}
+
+    # Format 2: every row added exactly, limbs from 2**-3239 (format 1 summarised each batch in
+    # float64 first and kept limbs from 2**-1100; its sums load unchanged).
+    state_format = 2
+    state_upgrades = {1: lambda state: _upgrade_v1(state)}
 
     def __init__(self, num_outputs: int = 1) -> None:
         if isinstance(num_outputs, bool) or not isinstance(num_outputs, (int, np.integer)):
@@ -156,8 +184,9 @@ class RegressionAccumulator(Accumulator):
         """Count a batch: ``y_true`` and ``y_pred`` of shape ``(N,)`` or ``(N, num_outputs)``.
 
         ``weights``: ``(N,)`` finite, non-negative (a row of weight 0 counts for nothing but
-        ``num_samples``). A non-finite value, an error ``y_pred - y_true`` that overflows, or
-        a negative weight raises ``ValueError`` naming its position; nothing is counted.
+        ``num_samples``). A non-finite value, an error ``y_pred - y_true`` that overflows, a
+        weighted square ``w * max(|y_true|, |y_pred|, |e|)**2`` that overflows float64, or a
+        negative weight raises ``ValueError`` naming its position; nothing is counted.
         """
         return super().update(y_true, y_pred, weights)
 
@@ -201,9 +230,19 @@ class RegressionAccumulator(Accumulator):
         rows = batch.t.shape[0]
         if int(counted[0]) > _INT64_MAX - rows:
             raise ValueError("`num_samples` would pass 2**63 - 1; nothing was counted.")
-        status, row, col = K.count(
-            batch.t, batch.p, batch.w, batch.weighted, arrays["moments"], arrays["max_error"]
-        )
+        bins = _BINS.pop() if _BINS else np.zeros((K.NUM_STATE, K.NUM_BINS), dtype=np.int64)
+        try:
+            status, row, col = K.count(
+                batch.t,
+                batch.p,
+                batch.w,
+                batch.weighted,
+                arrays["moments"],
+                arrays["max_error"],
+                bins,
+            )
+        finally:
+            _BINS.append(bins)
         if status != K.OK:
             raise ValueError(_refusal(status, row, col, batch))
         counted[0] += rows
@@ -221,6 +260,7 @@ class RegressionAccumulator(Accumulator):
         self._check_compatible(other)
         incoming = other.state_arrays() if other is not self else None
         with self._lock:
+            self._flush_device()
             if incoming is None:
                 incoming = {name: array.copy() for name, array in self._arrays.items()}
             moments = self._arrays["moments"].copy()
@@ -247,8 +287,11 @@ class RegressionAccumulator(Accumulator):
 
     def _changed(self) -> None:
         # States added limb by limb elsewhere (a group's merge, a sync) or restored from outside
-        # carry into canonical limbs here, so that equal sums compare equal.
-        K.normalise_state(self._arrays["moments"])
+        # carry into canonical limbs here, so that equal sums compare equal. A device update
+        # traced by torch.compile changes no host array (and cannot call Numba): skipped there.
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.compiler.is_compiling():
+            K.normalise_state(self._arrays["moments"])
         super()._changed()
 
     def _view_source(self) -> _Exact:
@@ -496,9 +539,12 @@ def _refusal(status: int, row: int, col: int, batch: _Batch) -> str:
         return (
             f"the state holds sums too large to add to (it was not written by metricstream); {done}"
         )
+    weight = f", weight {float(batch.w[row])!r}" if batch.weighted else ""
     return (
-        f"the weighted sums of output {col} in this batch overflow float64 (values or weights "
-        f"too large); rescale the targets or the weights; {done}"
+        f"`y_true` {float(batch.t[row, col])!r} and `y_pred` {float(batch.p[row, col])!r} at "
+        f"position {where}{weight} make a weighted square that would overflow float64 "
+        f"(w * max(|y_true|, |y_pred|, |y_pred - y_true|)**2 must stay below 1.8e308); rescale "
+        f"the targets or the weights; {done}"
     )
 
 
