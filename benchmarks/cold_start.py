@@ -46,6 +46,14 @@ CASES = {
     "confusion: float32 logits": (
         "from metricstream import ConfusionAccumulator\nConfusionAccumulator(10).update(y, logits)"
     ),
+    "confusion: binary float32": (
+        "from metricstream import ConfusionAccumulator\n"
+        "ConfusionAccumulator(2, threshold=0.5).update(y2, binary)"
+    ),
+    "confusion: weighted": (
+        "from metricstream import ConfusionAccumulator\n"
+        "ConfusionAccumulator(10, weighted=True).update(y, logits, rng.random(256))"
+    ),
     "scores: float32 probabilities": (
         "from metricstream import ScoreAccumulator\n"
         "ScoreAccumulator('multiclass', 10).update(y, probabilities)"

@@ -360,6 +360,26 @@ def test_switch_from_twin_to_kernel_mid_stream(stream):
         assert used == counted
         assert same_bits(mixed.matrix, reference.matrix)
         assert mixed.num_samples == reference.num_samples
+        # Shards, one counted by the twin and one by the kernel, merge to the same counts
+        # (float64 sums are added in another order than in one stream: equal within rounding).
+        warmup.defer = lambda routes: True  # type: ignore[assignment]
+        warmup._enabled = True
+        _firstuse._ready = set()
+        _firstuse._last = (False,) * 6
+        forget_small_entries()
+        batches = list(_stream_batches(kind, seed, lengths))
+        by_twin = _accumulator(kind, ignore)
+        for batch in batches[:switch]:
+            by_twin.update(*batch)
+        warmup._enabled = False
+        by_kernel = _accumulator(kind, ignore)
+        for batch in batches[switch:]:
+            by_kernel.update(*batch)
+        merged = by_twin.merge(by_kernel)
+        if kind != "weighted":
+            assert same_bits(merged.matrix, reference.matrix)
+        else:
+            np.testing.assert_allclose(merged.matrix, reference.matrix, rtol=1e-12, atol=0)
     finally:
         warmup._enabled, warmup.defer, _firstuse._ready, _firstuse.count, _firstuse._last = saved
         for name, value in registries.items():
