@@ -191,6 +191,7 @@ class Accumulator:
         # Counts kept on a device (torch tensors on a GPU) until a reader needs them on the host:
         # see metricstream.device. None until the first device update.
         self._device: Any = None
+        self._handle = _devices.register(self)  # how a compiled step names this accumulator
 
     # ------------------------------------------------------------------ what subclasses write
     def config(self) -> dict[str, Any]:
@@ -210,7 +211,6 @@ class Accumulator:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ the protocol
-        self._handle = _devices.register(self)  # how a compiled step names this accumulator
     def update(self: A, *args: Any, **kwargs: Any) -> A:
         """Count a batch and return ``self``; on error nothing is counted."""
         if args and _devices.on_device(args[0]):
@@ -422,6 +422,7 @@ class Accumulator:
         # Validates, and upgrades states pickled by earlier format versions.
         restored = type(self).from_state_dict(state)
         self.__dict__.update(restored.__dict__)
+        self._handle = _devices.register(self)
 
     @classmethod
     def _restore(cls: type[A], config: dict[str, Any], arrays: dict[str, np.ndarray]) -> A:
@@ -443,7 +444,6 @@ class Accumulator:
                 f"by `state_dict()` or is damaged."
             )
         _codec.check_arrays(arrays, new._arrays)
-        self._handle = _devices.register(self)
         for name, array in arrays.items():
             if array.dtype.kind in "iu" and exact_total(array) > _INT64_MAX:
                 # Each cell fits, but the total (N of a matrix) would not: the next update or
