@@ -74,6 +74,8 @@ _allocation_budget: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 
 _INT64_MAX = np.iinfo(np.int64).max
 _STATE_DTYPES = (np.dtype(np.int64), np.dtype(np.float64))
+#: The ways a state array can combine (see ``Accumulator.state_reductions``).
+STATE_REDUCTIONS = ("sum", "max")
 ArraySpec = tuple[tuple[int, ...], Any]
 
 
@@ -124,6 +126,11 @@ class Accumulator:
     #: ``"rows"`` (samples are the rows of the first axis, e.g. ``(N, C)`` scores).
     input_layout: ClassVar[str] = "rows"
 
+    #: How each state array combines when states are added (``merge``, a group's merge, a
+    #: distributed sync): ``{array name: "sum" | "max"}``; arrays not named are summed. ``"max"``
+    #: keeps the larger value of each cell (a maximum error, say).
+    state_reductions: ClassVar[Mapping[str, str]] = {}
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         name = cls.__name__
@@ -136,6 +143,12 @@ class Accumulator:
                 f"{cls.__module__}.{cls.__qualname__}: the name {name!r} belongs to "
                 f"metricstream's own {module}.{name}, and states are saved under their class "
                 f"name; give your accumulator another name."
+            )
+        bad = {k: v for k, v in cls.state_reductions.items() if v not in STATE_REDUCTIONS}
+        if bad:
+            raise TypeError(
+                f"{cls.__qualname__}.state_reductions: {bad!r}; each array's reduction must be "
+                f"one of {list(STATE_REDUCTIONS)}."
             )
         _TYPES[name] = cls
 
@@ -157,6 +170,12 @@ class Accumulator:
         for name, (_, dtype) in specs.items():
             if dtype not in _STATE_DTYPES:
                 raise TypeError(f"state array {name!r} has dtype {dtype}; use int64 or float64.")
+        unknown = sorted(set(type(self).state_reductions) - set(specs))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}.state_reductions names {unknown}, which are not state "
+                f"arrays (the arrays: {sorted(specs)})."
+            )
         needed = sum(
             int(np.prod(shape, dtype=object)) * dtype.itemsize for shape, dtype in specs.values()
         )
@@ -253,7 +272,9 @@ class Accumulator:
             self._flush_device()
             if incoming is None:
                 incoming = {name: array.copy() for name, array in self._arrays.items()}
-            sums = _checked_sums(self._arrays, incoming, type(self).__name__)
+            sums = _checked_sums(
+                self._arrays, incoming, type(self).__name__, self.state_reductions
+            )
             for name, total in sums.items():
                 self._arrays[name][...] = total
             self._changed()
@@ -683,12 +704,19 @@ def _fresh(value: Any) -> Any:
 
 
 def _checked_sums(
-    current: Mapping[str, np.ndarray], incoming: Mapping[str, np.ndarray], what: str
+    current: Mapping[str, np.ndarray],
+    incoming: Mapping[str, np.ndarray],
+    what: str,
+    reductions: Mapping[str, str] | None = None,
 ) -> dict[str, np.ndarray]:
-    """``current + incoming`` per array, refusing int64 wrap-around and float overflow."""
+    """``current + incoming`` per array (the larger value for the arrays ``reductions`` marks
+    ``"max"``), refusing int64 wrap-around and float overflow."""
     sums = {}
     for name, array in current.items():
         other = incoming[name]
+        if reductions and reductions.get(name) == "max":
+            sums[name] = np.maximum(array, other)
+            continue
         if array.dtype.kind == "i":
             # Counts are non-negative, so a sum wraps exactly when it comes out below an operand.
             with np.errstate(over="ignore"):
@@ -872,7 +900,10 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
                 }
             sums = {
                 name: _checked_sums(
-                    member._arrays, incoming[name], f"{type(member).__name__} {name!r}"
+                    member._arrays,
+                    incoming[name],
+                    f"{type(member).__name__} {name!r}",
+                    member.state_reductions,
                 )
                 for name, member in self._members.items()
             }

@@ -73,18 +73,6 @@ _known(
     "an update may take an int64 array's total past what load accepts: the family's update "
     "bound and the restore's bound (an exact total of at most 2**63 - 1) differ",
 )
-_known(
-    "groups",
-    ["regression"],
-    "a group's merge adds the members' arrays: RegressionAccumulator's max_error is summed "
-    "(6.0 where its own merge gives 3.0) and marked unknown, by that family's design",
-)
-_known(
-    "sync",
-    ["regression"],
-    "all_reduce adds the ranks' arrays: RegressionAccumulator's max_error is summed (and "
-    "marked unknown), not the maximum of the ranks",
-)
 
 
 def cases(check: str, *, slow: bool = False, only: Callable[[str], bool] | None = None) -> list:

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ from hypothesis import strategies as st
 if __package__ in (None, ""):  # run as a script (--worker): make `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from metricstream import AccumulatorGroup, ConfusionAccumulator  # noqa: E402
+from metricstream import Accumulator, AccumulatorGroup, ConfusionAccumulator  # noqa: E402
 from tests.sync_fixtures import (  # noqa: E402
     GROUP_FLOAT_SIZE,
     GROUP_INT_SIZE,
@@ -463,6 +464,168 @@ def test_any_split_across_any_number_of_ranks_equals_one_process(size, cuts, see
     expected = feed(make_group(), data, slice(None))
     for result in FakeWorld(size).run(groups):
         assert result == expected
+
+
+# ---------------------------------------------------------------------------- reductions
+class Extremes(Accumulator):
+    """The largest value seen per slot (float64, negatives included) and the largest batch
+    size (int64), both combined by maximum, beside a count that adds."""
+
+    state_reductions = {"largest": "max", "widest": "max"}
+
+    def __init__(self, size: int = 3) -> None:
+        self._size = size
+        super().__init__(
+            {
+                "largest": ((size,), np.float64),
+                "widest": ((1,), np.int64),
+                "rows": ((1,), np.int64),
+            }
+        )
+        self._arrays["largest"][...] = -np.inf  # the maximum of nothing
+
+    def config(self) -> dict:
+        return {"size": self._size}
+
+    def _prepare(self, values) -> np.ndarray:
+        return np.asarray(values, dtype=np.float64).reshape(-1, self._size)
+
+    def _count(self, arrays, batch) -> None:
+        if len(batch):
+            np.maximum(arrays["largest"], batch.max(axis=0), out=arrays["largest"])
+        arrays["widest"][0] = max(int(arrays["widest"][0]), len(batch))
+        arrays["rows"][0] += len(batch)
+
+
+def _extremes(seed: int) -> list[Extremes]:
+    rng = np.random.default_rng(seed)
+    shards = []
+    for rank in range(3):
+        acc = Extremes()
+        for _ in range(rank + 1):
+            acc.update(-np.abs(rng.normal(size=(int(rng.integers(1, 9)), 3))) * 10**rank)
+        shards.append(acc)
+    shards[1]._arrays["largest"][0] = -0.0  # the largest of column 0 on rank 1
+    return shards
+
+
+def _expected_extremes(shards: list[Extremes]) -> dict[str, np.ndarray]:
+    arrays = [s.state_arrays() for s in shards]
+    return {
+        "largest": np.maximum.reduce([a["largest"] for a in arrays]),
+        "widest": np.maximum.reduce([a["widest"] for a in arrays]),
+        "rows": sum(a["rows"] for a in arrays),
+    }
+
+
+def _assert_arrays(got: Accumulator, expected: dict[str, np.ndarray]) -> None:
+    state = got.state_arrays()
+    for name, array in expected.items():
+        assert state[name].tobytes() == np.asarray(array).tobytes(), name
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_max_arrays_take_the_largest_value_in_merge_group_merge_and_sync(seed):
+    shards = _extremes(seed)
+    expected = _expected_extremes(shards)
+    _assert_arrays(sum(shards), expected)  # merge
+    groups = [AccumulatorGroup(x=s.copy(), c=ConfusionAccumulator(2)) for s in shards]
+    _assert_arrays(sum(groups)["x"], expected)  # a group's merge
+    world = FakeWorld(3)
+    for rank, result in enumerate(world.run([s.copy() for s in shards])):
+        _assert_arrays(result, expected)
+        # The SUM of the int64 count, then the maxima as int64 keys: an engine without a MAX
+        # (this fake world) exchanges them with the check's all-gather.
+        assert world.calls[rank] == [("gather", 6, "<i8"), ("sum", 1, "<i8"), ("gather", 4, "<i8")]
+
+
+def test_max_arrays_use_the_engines_max_when_it_has_one():
+    from metricstream import _sync
+
+    shards = _extremes(7)
+    world = FakeWorld(3)
+    maxima: list[list] = [[] for _ in range(3)]
+
+    def run(rank: int) -> Any:
+        def reduce_max(buffer: np.ndarray) -> np.ndarray:
+            maxima[rank].append(buffer.copy())
+            every = world._exchange(rank, buffer.copy())
+            buffer[...] = np.maximum.reduce(every)
+            return buffer
+
+        return _sync.synchronize(
+            shards[rank],
+            gather=world.gather(rank),
+            reduce_sum=world.reduce_sum(rank),
+            reduce_max=reduce_max,
+            engine="all_reduce",
+            inplace=False,
+        )
+
+    expected = _expected_extremes(shards)
+    results: list[Any] = [None] * 3
+    threads = [
+        threading.Thread(target=lambda r=r: results.__setitem__(r, run(r))) for r in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for rank, result in enumerate(results):
+        _assert_arrays(result, expected)
+        assert world.calls[rank] == [("gather", 6, "<i8"), ("sum", 1, "<i8")]
+        assert len(maxima[rank]) == 1 and maxima[rank][0].dtype == np.int64
+
+
+def test_regression_maximum_error_is_the_largest_of_the_ranks():
+    from metricstream import RegressionAccumulator
+
+    rng = np.random.default_rng(3)
+    shards = [
+        RegressionAccumulator(2).update(rng.normal(size=(50, 2)), rng.normal(size=(50, 2)) * s)
+        for s in (1, 4, 2)
+    ]
+    expected = shards[0].copy().merge(shards[1]).merge(shards[2])
+    world = FakeWorld(3)
+    results = world.run([s.copy() for s in shards])
+    arrays = shards[0].state_arrays()
+    for rank, result in enumerate(results):
+        assert result == expected
+        np.testing.assert_array_equal(
+            result.max_error(multioutput="raw_values"),
+            np.maximum.reduce([s.max_error(multioutput="raw_values") for s in shards]),
+        )
+        assert world.calls[rank] == [
+            ("gather", 6, "<i8"),
+            ("sum", arrays["moments"].size + arrays["num_samples"].size, "<i8"),
+            ("gather", arrays["max_error"].size + arrays["max_parts"].size, "<i8"),
+        ]
+    group = AccumulatorGroup(r=shards[0].copy()).merge(AccumulatorGroup(r=shards[1].copy()))
+    assert group["r"] == shards[0].copy().merge(shards[1])
+
+
+def test_ranks_combining_an_array_differently_are_refused():
+    summed = Extremes()
+    summed.state_reductions = {"largest": "max"}  # type: ignore[misc]  # "widest" summed here
+    message = _mismatch_messages([Extremes(), summed])[0]
+    assert re.search(
+        r"the state arrays differ \(.*\[\"widest\", \"<i8\", \[1\], \"max\"\].* on rank 0 and "
+        r".*\[\"widest\", \"<i8\", \[1\], \"sum\"\].* on rank 1\)",
+        message,
+    ), message
+
+
+def test_state_reductions_are_checked_where_they_are_declared():
+    with pytest.raises(TypeError, match=r"Bad.state_reductions: \{'largest': 'min'\}; each "):
+
+        class Bad(Extremes):
+            state_reductions = {"largest": "min"}
+
+    class Unknown(Extremes):
+        state_reductions = {"largest": "max", "smallest": "max"}
+
+    with pytest.raises(TypeError, match=r"names \['smallest'\], which are not state arrays"):
+        Unknown()
 
 
 # ---------------------------------------------------------------------------- without ranks
