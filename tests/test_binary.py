@@ -293,19 +293,20 @@ def _binary_stream(seed, n=300):
     return y_true, logits, probabilities, weights
 
 
+# (name, scores from (probabilities, logits), threshold (a probability), logits)
 END_TO_END = [
-    ("sigmoid (N,)", lambda p, x: p, 0.5),
-    ("sigmoid (N, 1)", lambda p, x: p[:, None], 0.5),
-    ("sigmoid float32 (N,)", lambda p, x: p.astype(np.float32), 0.5),
-    ("logits (N,)", lambda p, x: x, 0.0),
-    ("logits (N, 1)", lambda p, x: x[:, None], 0.0),
+    ("sigmoid (N,)", lambda p, x: p, 0.5, False),
+    ("sigmoid (N, 1)", lambda p, x: p[:, None], 0.5, False),
+    ("sigmoid float32 (N,)", lambda p, x: p.astype(np.float32), 0.5, False),
+    ("logits (N,)", lambda p, x: x, 0.5, True),
+    ("logits (N, 1)", lambda p, x: x[:, None], 0.5, True),
 ]
 
 
 @pytest.mark.parametrize("pos_label", [0, 1])
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize(
-    "make, threshold",
+    "make, threshold, logits",
     [
         # float32 scores are kernels of their own (2-3 s each, cold); the training-loop tests
         # cover them by default, this grid in CI
@@ -313,14 +314,15 @@ END_TO_END = [
         for c in END_TO_END
     ],
 )
-def test_binary_scores_end_to_end(make, threshold, weighted, pos_label):
+def test_binary_scores_end_to_end(make, threshold, logits, weighted, pos_label):
     from metricstream import ConfusionAccumulator
 
-    y_true, logits, probabilities, weights = _binary_stream(3)
-    scores = make(probabilities, logits)
-    y_hat = (np.asarray(scores).reshape(-1) >= threshold).astype(int)
+    y_true, raw_logits, probabilities, weights = _binary_stream(3)
+    scores = make(probabilities, raw_logits)
+    # sigmoid(x) >= 0.5 exactly when x >= 0
+    y_hat = (np.asarray(scores).reshape(-1) >= (0.0 if logits else threshold)).astype(int)
     w = weights if weighted else None
-    acc = ConfusionAccumulator(2, threshold=threshold)
+    acc = ConfusionAccumulator(2, threshold=threshold, logits=logits)
     for lo, hi in ((0, 100), (100, 101), (101, 300)):
         acc.update(y_true[lo:hi], scores[lo:hi], None if w is None else w[lo:hi])
     pairs = [

@@ -107,6 +107,7 @@ _INT64_MAX = 2**63 - 1
 _INT_LIMIT = _kernels.INT_TOTAL_LIMIT
 _FAST_FLAGS = _kernels.INTEGRAL | _kernels.COMMIT
 _FLOAT_LIMIT = _kernels.FLOAT_TOTAL_LIMIT
+_LOOKS_LIKE_PROBABILITIES = _kernels.LOOKS_LIKE_PROBABILITIES
 
 
 # ``ndarray.flags.num`` bits of an array that Numba types as C-contiguous, aligned and writeable:
@@ -406,10 +407,12 @@ def small_threshold_counter(threshold: float) -> Callable[..., float | None]:
                 return None
         if entry is not last[2]:
             _last_threshold = (true_dtype, pred_dtype, entry)
-        status, _, counted = entry(
+        status, position, counted = entry(
             y_true, y_pred, None, out, 0, size, 1, flags, ignore, threshold, _INF
         )
-        if status:  # undo the counted prefix; the general path finds the problem and says it
+        if status or position == _LOOKS_LIKE_PROBABILITIES:
+            # Undo the counted prefix; the general path finds the problem and says it (or
+            # counts logits that look like probabilities again, and warns).
             entry(y_true, y_pred, None, out, 0, counted, -1, flags, ignore, threshold, _INF)
             return None
         return total + size
@@ -482,9 +485,17 @@ def _half_rows(entry: Any) -> Any:
 
 
 def count_batch(
-    out: np.ndarray, batch: Batch, ignore_index: int | None, total: float | None = None
+    out: np.ndarray,
+    batch: Batch,
+    ignore_index: int | None,
+    total: float | None = None,
+    notes: list[int] | None = None,
 ) -> float:
     """Add ``batch`` to ``out`` in place, or raise and leave ``out`` unchanged.
+
+    ``notes``, if given, receives ``LOOKS_LIKE_PROBABILITIES`` when the batch's binary scores,
+    read as logits (``LOGITS`` in its flags), all lie in [0, 1]: the batch is counted, and the
+    caller warns once it holds no lock.
 
     Counts never wrap: an int64 cell or the matrix total that would reach 2^63, or a float64
     cell or total that would become infinite, raises ``ValueError`` and ``out`` is left as it
@@ -544,7 +555,7 @@ def count_batch(
         if entry is not None:
             entry[1] = new_total
         return new_total
-    exact = _count_checked(out, batch, ignore_index, total)
+    exact = _count_checked(out, batch, ignore_index, total, notes)
     if exact is not None:
         new_total = float(exact)
     elif batch.weights is None:
@@ -576,7 +587,11 @@ def _forget_total(key: int):
 
 
 def _count_checked(
-    out: np.ndarray, batch: Batch, ignore_index: int | None, total: float
+    out: np.ndarray,
+    batch: Batch,
+    ignore_index: int | None,
+    total: float,
+    notes: list[int] | None = None,
 ) -> float | None:
     """``count_batch`` given a bound of the current total; returns the exact new total when the
     exact path ran, else None."""
@@ -601,7 +616,7 @@ def _count_checked(
         kernel = _kernels.count_argmax_rows
         work = size * y_pred.shape[1]
     elif kind == THRESHOLD:
-        return _count_threshold(out, batch, flags, ignore, ignore_index, headroom)
+        return _count_threshold(out, batch, flags, ignore, ignore_index, headroom, notes)
     else:
         kernel = _kernels.count_argmax
         work = size * y_pred.shape[1]
@@ -669,6 +684,7 @@ def _count_threshold(
     ignore: int,
     ignore_index: int | None,
     headroom: float,
+    notes: list[int] | None = None,
 ) -> float | None:
     """Binary scores against a threshold: one serial call (no K×K work to share)."""
     integral = out.dtype.kind != "f"
@@ -690,7 +706,44 @@ def _count_threshold(
         if status == _kernels.OVER_BOUND:
             return _count_exact(out, batch, flags, ignore, ignore_index)
         _raise(status, position, batch, out.shape[0], ignore_index, integral)
+    if position == _LOOKS_LIKE_PROBABILITIES and notes is not None:
+        notes.append(_LOOKS_LIKE_PROBABILITIES)
     return None
+
+
+def uncount_batch(out: np.ndarray, batch: Batch, ignore_index: int | None) -> None:
+    """Subtract a batch that ``count_batch`` counted into ``out``: the same kernel over the
+    whole batch with ``sign=-1``, which subtracts exactly what it added (int64 counts, or whole
+    weights, come back bit for bit; float64 sums to within rounding, which is why a weighted
+    accumulator restores a copy instead)."""
+    if batch.size == 0:
+        return
+    flags = batch.flags | _kernels.COMMIT
+    if out.dtype.kind != "f":
+        flags |= _kernels.INTEGRAL
+    ignore = 0
+    if ignore_index is not None:
+        flags |= _kernels.HAS_IGNORE
+        ignore = ignore_index
+    kernel = _kernel_for(batch)
+    if batch.kind == THRESHOLD:
+        kernel(
+            batch.y_true,
+            batch.y_pred,
+            batch.weights,
+            out,
+            0,
+            batch.size,
+            -1,
+            flags,
+            ignore,
+            batch.threshold,
+            np.inf,
+        )
+    else:
+        kernel(
+            batch.y_true, batch.y_pred, batch.weights, out, 0, batch.size, -1, flags, ignore, np.inf
+        )
 
 
 def _call(kernel, out: np.ndarray, batch: Batch, start: int, stop: int, flags: int, ignore: int):
@@ -921,4 +974,31 @@ def _raise(status, position, batch: Batch, num_classes, ignore_index, integral) 
         raise describe_weight_error(weight_array, position, integral, batch.order)
     if status == _kernels.BAD_SCORE:
         raise describe_score_error(pred_array, position)
+    if status == _kernels.BAD_PROBABILITY:
+        value, where = _flat_value(position, batch)
+        raise ValueError(
+            f"`y_pred` holds {value!r} at position {where}, but this accumulator reads binary "
+            f"scores as probabilities, which lie in [0, 1]; for logits create it with "
+            f"`logits=True` (the threshold stays a probability: 0.5 is a logit of 0). "
+            f"Nothing was counted."
+        )
     raise AssertionError(f"unknown kernel status {status}")  # pragma: no cover
+
+
+def _flat_value(position: int, batch: Batch) -> tuple[float, str]:
+    """The score at flat ``position`` of a threshold batch (in the batch's element order) as a
+    Python float, and where it is in the user's array: an index, or a tuple of indices."""
+    shape = batch.label_shape
+    index = tuple(int(i) for i in np.unravel_index(position, shape, order=batch.order))
+    value = batch.y_pred[position]
+    if batch.y_pred.dtype == np.int16:  # float16/bfloat16 bits: the value they hold
+        value = _half_value(value, batch.flags)
+    where = str(index[0]) if len(index) == 1 else str(index)
+    return float(value), where
+
+
+def _half_value(bits: Any, flags: int) -> float:
+    if flags & _kernels.BFLOAT16:
+        word = np.array([int(bits) & 0xFFFF], dtype=np.uint32) << 16
+        return float(word.view(np.float32)[0])
+    return float(np.array([bits], dtype=np.int16).view(np.float16)[0])

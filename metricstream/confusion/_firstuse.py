@@ -60,7 +60,17 @@ def _routes(out: np.ndarray, batch: Batch, flags: int, ignore: int) -> tuple:
         args += (batch.threshold, _INF)
     else:
         args = (batch.y_true, batch.y_pred, batch.weights, out, 0, 1, 1, flags, ignore, _INF)
-    return ((kernel, args), (_kernels.matrix_total, (out,)))
+    routes: tuple = ((kernel, args), (_kernels.matrix_total, (out,)))
+    if batch.weights is None and out.dtype.kind != "f" and batch.size >= _PARALLEL_LABELS:
+        # Batches shared between threads count unweighted labels into private int32 matrices:
+        # a specialisation of its own, compiled along.
+        private = np.zeros(out.shape, dtype=np.int32)
+        routes += ((kernel, args[:3] + (private,) + args[4:]),)
+    return routes
+
+
+# ``_dispatch.PARALLEL_MIN_LABELS``: the smallest batch that may be shared between threads.
+_PARALLEL_LABELS = 1 << 17
 
 
 def count_batch(

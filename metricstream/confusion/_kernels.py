@@ -82,6 +82,12 @@ BAD_WEIGHT = 3
 BAD_SCORE = 4
 # The weights of the call would pass ``headroom``; nothing of the block was counted.
 OVER_BOUND = 5
+# A score outside [0, 1] where ``PROBABILITIES`` says scores are probabilities.
+BAD_PROBABILITY = 6
+# The ``position`` of an ``OK`` from ``count_threshold`` with ``LOGITS`` when every score of the
+# call (at least ``SUSPICIOUS_MIN_SCORES`` of them) lies in [0, 1]: probabilities, most likely.
+LOOKS_LIKE_PROBABILITIES = -1
+SUSPICIOUS_MIN_SCORES = 32
 
 # Bits of ``flags`` (shared with the input layer).
 COMMIT, HAS_IGNORE, INTEGRAL, HALF, BFLOAT16 = (
@@ -92,9 +98,18 @@ COMMIT, HAS_IGNORE, INTEGRAL, HALF, BFLOAT16 = (
     _flags.BFLOAT16,
 )
 
-# Key of +inf among the sortable int16 keys of float16 and bfloat16 bits (NaNs lie beyond it).
+# Bits of ``flags`` that only ``count_threshold`` reads (above the input layer's bits): the
+# scores are probabilities, refused outside [0, 1] (``BAD_PROBABILITY``); or logits, noted when
+# they all lie in [0, 1] (``LOOKS_LIKE_PROBABILITIES``). Neither: only NaN is refused.
+PROBABILITIES = 32
+LOGITS = 64
+
+# Key of +inf among the sortable int16 keys of float16 and bfloat16 bits (NaNs lie beyond it),
+# and of 1.0 (the key of a non-negative value is its bits; -0.0 has the key of +0.0).
 FLOAT16_INF_KEY = 0x7C00
 BFLOAT16_INF_KEY = 0x7F80
+FLOAT16_ONE_KEY = 0x3C00
+BFLOAT16_ONE_KEY = 0x3F80
 
 # Labels are validated and counted in blocks of this many elements: large enough for the
 # vectorised check to amortise its set-up, small enough that the block stays in L1 (2 KiB of
@@ -1387,6 +1402,95 @@ def _at_least_impl(x, threshold):
     return lambda x, threshold: np.uint64(_half_key(x) >= np.int64(threshold))
 
 
+def _score_bounds(scores, flags):  # pragma: no cover - replaced by the overload below
+    """``(lo, hi, unit_lo, unit_hi)`` for the scores' element type: a score ``x`` is refused
+    unless ``lo <= x <= hi`` (NaN never is), and lies in [0, 1] when ``unit_lo <= x <=
+    unit_hi``. With ``PROBABILITIES`` the two ranges are [0, 1]; otherwise every number (-inf
+    and +inf included). float16/bfloat16 bits in int16 are bounded by their sortable keys."""
+
+
+@overload(_score_bounds, inline="always")
+def _score_bounds_impl(scores, flags):
+    dtype = scores.dtype
+    if isinstance(dtype, types.Float):
+        # Bounds of the scores' own type (0, 1 and the infinities are exact in each): float32
+        # compares stay float32, as wide as the vectors allow.
+        as_type = np.float32 if dtype == types.float32 else np.float64
+
+        def float_bounds(scores, flags):
+            unit_lo, unit_hi = as_type(0.0), as_type(1.0)
+            if flags & PROBABILITIES:
+                return unit_lo, unit_hi, unit_lo, unit_hi
+            return as_type(-np.inf), as_type(np.inf), unit_lo, unit_hi
+
+        return float_bounds
+
+    def key_bounds(scores, flags):
+        inf_key = np.int64(_inf_key(flags))
+        one_key = np.int64(BFLOAT16_ONE_KEY if flags & BFLOAT16 else FLOAT16_ONE_KEY)
+        if flags & PROBABILITIES:
+            return np.int64(0), one_key, np.int64(0), one_key
+        if inf_key == 0:  # not half-precision bits: nothing to refuse
+            return np.int64(-(2**62)), np.int64(2**62), np.int64(0), one_key
+        return -inf_key, inf_key, np.int64(0), one_key
+
+    return key_bounds
+
+
+def _outside(x, lo, hi):  # pragma: no cover - replaced by the overload below
+    """Whether score ``x`` is NaN or outside ``[lo, hi]`` (bounds from ``_score_bounds``)."""
+
+
+@overload(_outside, inline="always")
+def _outside_impl(x, lo, hi):
+    if isinstance(x, types.Float):
+        return lambda x, lo, hi: not ((x >= lo) & (x <= hi))
+    if x == types.int16:
+
+        def half_outside(x, lo, hi):
+            key = _half_key(x)
+            return (key < lo) | (key > hi)  # NaN keys lie beyond the keys of -inf and +inf
+
+        return half_outside
+    return lambda x, lo, hi: False
+
+
+@intrinsic
+def _float_bits(typingctx, x):
+    """The bits of a float32 or float64 as an unsigned integer of the same width."""
+    if not isinstance(x, types.Float):
+        return None
+    width = x.bitwidth
+    signature = (types.uint64 if width == 64 else types.uint32)(x)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(width))
+
+    return signature, codegen
+
+
+def _bad_score(x, lo, hi, probabilities):  # pragma: no cover - replaced by the overload below
+    """The per-score test of a block of ``count_threshold``: NaN, or with ``probabilities``
+    maybe outside [0, 1] (``_outside`` then decides, in the block's second look)."""
+
+
+@overload(_bad_score, inline="always")
+def _bad_score_impl(x, lo, hi, probabilities):
+    if isinstance(x, types.Float):
+        one = np.uint64(0x3FF0000000000000) if x.bitwidth == 64 else np.uint32(0x3F800000)
+
+        def float_bad(x, lo, hi, probabilities):
+            # One unsigned compare of the bits, as cheap as the NaN test: NaN, a negative
+            # number and anything above 1 have bits above those of 1.0; so has -0.0, which
+            # ``_outside`` then accepts (a block holding one takes the scalar look).
+            if probabilities:
+                return _float_bits(x) > one
+            return x != x
+
+        return float_bad
+    return lambda x, lo, hi, probabilities: _outside(x, lo, hi)
+
+
 @_kernel
 def count_threshold(
     y_true, scores, weights, out, start, stop, sign, flags, ignore_index, threshold, headroom
@@ -1394,8 +1498,14 @@ def count_threshold(
     """Count ``(y_true[i], scores[i] >= threshold)`` for ``i`` in ``[start, stop)`` (binary).
 
     ``y_true``, ``scores`` (float, or int16 holding float16/bfloat16 bits with ``HALF`` or
-    ``BFLOAT16``) and ``weights`` (or None) are 1-D; ``out`` is 2×2. NaN scores are rejected (a
-    NaN is reported before a bad label at the same position). Returns
+    ``BFLOAT16``) and ``weights`` (or None) are 1-D; ``out`` is 2×2. NaN scores are rejected
+    (``BAD_SCORE``), and with ``PROBABILITIES`` scores outside [0, 1] (``BAD_PROBABILITY``), in
+    the same vectorised test; a bad score is reported before a bad label at the same position.
+    ``threshold`` is what the scores are compared with: a probability, or for logits the
+    smallest logit whose sigmoid reaches the probability (the caller's). With ``LOGITS``, an
+    ``OK`` call of at least ``SUSPICIOUS_MIN_SCORES`` scores all in [0, 1] returns the position
+    ``LOOKS_LIKE_PROBABILITIES`` (the caller warns); that check reads a block only while every
+    score before it lay in [0, 1], so logits pay for one block. Returns
     ``(status, position, counted_until)`` with positions into the labels.
     """
     num_classes = out.shape[0]
@@ -1405,6 +1515,10 @@ def count_threshold(
     has_ignore = (flags & HAS_IGNORE) != 0
     integral = (flags & INTEGRAL) != 0
     inf_key = _inf_key(flags)
+    probabilities = (flags & PROBABILITIES) != 0
+    score_lo, score_hi, unit_lo, unit_hi = _score_bounds(scores, flags)
+    # Whether every score so far lies in [0, 1], for logits only.
+    unit = (flags & LOGITS) != 0 and stop - start >= SUSPICIOUS_MIN_SCORES
     headroom = _resolve_headroom(out, headroom, integral)
     if weights is None and stop - start > headroom:
         return OVER_BOUND, start, start
@@ -1416,7 +1530,7 @@ def count_threshold(
         tb = y_true[lo:hi]
         sb = scores[lo:hi]
         worst = np.uint64(0)
-        nan_seen = False
+        bad_seen = False
         # Unweighted blocks are counted from four sums taken in the same branch-free
         # (vectorised) pass as the checks: the pairs counted, the true labels, the predictions
         # and their products (labels 0 and 1 once the block is valid; ignored pairs add 0). A
@@ -1438,7 +1552,7 @@ def count_threshold(
                 keep = np.uint64(0) if ignored else keep
             worst = max(worst, kt)
             x = sb[j]
-            nan_seen |= _score_nan(x, inf_key)
+            bad_seen |= _bad_score(x, score_lo, score_hi, probabilities)
             if weights is None:
                 predicted = _at_least(x, threshold) & keep
                 sum_true += kt
@@ -1452,10 +1566,17 @@ def count_threshold(
             for j in range(n):
                 bad_weights |= _weight_bad(wb[j], integral)
                 big_weights |= np.uint8(np.float64(wb[j]) > per_weight)
-        if worst >= limit or nan_seen or bad_weights:
+        if unit:
+            away = False
+            for j in range(n):
+                away |= _outside(sb[j], unit_lo, unit_hi)
+            unit = not away
+        if worst >= limit or bad_seen or bad_weights:
             for j in range(n):
                 if _score_nan(sb[j], inf_key):
                     return BAD_SCORE, lo + j, lo
+                if probabilities and _outside(sb[j], score_lo, score_hi):
+                    return BAD_PROBABILITY, lo + j, lo
                 t = tb[j]
                 if has_ignore and _is_ignored(t, ignore_index):
                     continue
@@ -1487,7 +1608,7 @@ def count_threshold(
                 flat[cell] += sign
             else:
                 flat[cell] += sign * _weight_value(weights[lo + j], out)
-    return OK, stop, stop
+    return OK, LOOKS_LIKE_PROBABILITIES if unit else stop, stop
 
 
 # ---------------------------------------------------------------------------- memory of tensors

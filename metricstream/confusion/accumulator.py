@@ -9,10 +9,12 @@ the same docstring (formula and 0/0 rule). Counting happens in Numba kernels
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from decimal import Decimal, localcontext
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
@@ -20,18 +22,27 @@ import numpy as np
 from .. import metrics as _metrics
 from .._core import devices as _devices
 from .._core.views import MetricView
-from .._inputs import Batch, as_array, prepare_batch
+from .._inputs import THRESHOLD, Batch, as_array, prepare_batch
 from ..base import Accumulator
 from ..bootstrap import resampling as _bootstrap
+from ..exceptions import caller_stacklevel
 from ..metrics._zero_division import ZeroDivision
 from ..metrics.counts import ClassCounts, Normalize
 from ..report import confusion as _report
-from ._dispatch import count_batch, count_small, small_flags, small_threshold_counter
+from . import _kernels
+from ._dispatch import (
+    count_batch,
+    count_small,
+    small_flags,
+    small_threshold_counter,
+    uncount_batch,
+)
 
 # Layout version of this accumulator's state. 1: the K×K matrix and five configuration keys at
 # the top level of the state dict. 2: the generic layout of metricstream.serialization, and the
-# `threshold` setting.
-STATE_FORMAT = 2
+# `threshold` setting. 3: `threshold` is a probability and `logits` says what binary scores are
+# (format 2 compared scores with `threshold` as they were, 0.0 for logits).
+STATE_FORMAT = 3
 
 LabelsArg = Sequence[int | str] | np.ndarray | int | str | None
 
@@ -55,6 +66,84 @@ def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
         arrays = {"matrix": state["matrix"]}
     config.setdefault("threshold", None)
     return {"type": "ConfusionAccumulator", "format": 2, "config": config, "arrays": arrays}
+
+
+def _upgrade_v2(state: dict[str, Any]) -> dict[str, Any]:
+    """Format 2 to 3: no threshold, or one in (0, 1], stays as it was (a probability threshold);
+    any other (0.0, the documented threshold for logits, or a value outside [0, 1]) compared
+    logits, and becomes ``logits=True`` with the probability ``sigmoid(t)``: 0.5 for 0.0 (the
+    same decisions); others to the nearest float (decisions of logits within a few ulps of
+    ``t`` may differ)."""
+    config = dict(state["config"])
+    threshold = config["threshold"]
+    config["logits"] = False
+    if threshold is not None:
+        threshold = float(threshold)
+        if not 0.0 < threshold <= 1.0:
+            config["logits"] = True
+            config["threshold"] = 1.0 / (1.0 + math.exp(-threshold)) if threshold > -745 else 0.0
+    return {**state, "format": 3, "config": config}
+
+
+@functools.lru_cache(maxsize=256)
+def logit_cut(probability: float) -> float:
+    """The smallest float64 ``x`` whose sigmoid reaches ``probability``, exactly.
+
+    ``sigmoid(x) >= p`` holds exactly when ``x >= log(p / (1 - p))``; that logit is
+    irrational for every float ``p`` in (0, 1) but 0.5 (where it is 0), so no float equals it,
+    and comparing a float logit with the smallest float above it makes the same decision as
+    comparing its sigmoid, computed without rounding, with ``p``. ``log(p) - log1p(-p)`` in
+    float64 may land a few ulps to either side; here the logit is computed with
+    ``decimal`` (correctly rounded logarithms) to as many digits as it takes to place it
+    between two floats. ``-inf`` for 0 (every logit reaches it), ``+inf`` for 1 (only
+    ``+inf``).
+    """
+    if probability <= 0.0:
+        return -math.inf
+    if probability >= 1.0:
+        return math.inf
+    # p = a / d, so p / (1 - p) = a / b with b = d - a: both positive integers.
+    a, d = float(probability).as_integer_ratio()
+    b = d - a
+    if a == b:
+        return 0.0
+    digits = 40
+    while True:
+        with localcontext() as context:
+            context.prec = digits
+            log_a = Decimal(a).ln()
+            log_b = Decimal(b).ln()
+            value = log_a - log_b
+            # Each logarithm is within half a unit of its last digit, and so is the
+            # difference: four such units of the largest bound all three and the rounding of
+            # the two bounds below.
+            error = 4 * (abs(log_a) + abs(log_b) + 1) * Decimal(10) ** (1 - digits)
+            low, high = value - error, value + error
+        found = _smallest_float_at_least(float(value), low, high)
+        if found is not None:
+            return found
+        digits *= 2
+
+
+def _smallest_float_at_least(guess: float, low: Decimal, high: Decimal) -> float | None:
+    """The smallest float at or above a number known to lie in ``[low, high]``, searched from
+    ``guess``; None when a float lies in that interval (more digits are needed)."""
+    cut = guess
+    while True:
+        at = Decimal(cut)  # exact
+        if low <= at <= high:
+            return None
+        if at < low:  # below the logit: the next float up
+            cut = math.nextafter(cut, math.inf)
+            continue
+        below = math.nextafter(cut, -math.inf)
+        at_below = Decimal(below)
+        if low <= at_below <= high:
+            return None
+        if at_below > high:  # still above: step down
+            cut = below
+            continue
+        return cut
 
 
 # ---------------------------------------------------------------------------- metric methods
@@ -149,9 +238,16 @@ class ConfusionAccumulator(Accumulator):
             dimension than ``y_true`` (1, PyTorch's ``(N, C, ...)`` layout, by default; -1 for
             channels-last). Part of the configuration: shards merge only with the same axis.
         threshold: binary tasks (``num_classes=2``): float ``y_pred`` of ``y_true``'s shape (or
-            ``(N, 1)``) holds scores of class 1, predicted positive where ``score >= threshold``
-            (0.5 for probabilities, 0.0 for logits). ``None`` (default): float ``y_pred`` of
-            that shape must hold whole-number labels.
+            ``(N, 1)``) holds scores of class 1, predicted positive where
+            ``probability >= threshold``. Always a probability in [0, 1] (0.5 for the usual
+            cut). ``None`` (default): float ``y_pred`` of that shape must hold whole-number
+            labels.
+        logits: binary scores are logits: class 1 where ``sigmoid(logit) >= threshold``,
+            decided exactly (the logit is compared with the smallest float whose sigmoid
+            reaches ``threshold``; 0.5 is the logit 0). Without it scores must be probabilities
+            in [0, 1]: a score outside is refused with a ``ValueError``, and a batch of 32 or
+            more logits that all lie in [0, 1] is counted with a ``UserWarning``. Multiclass
+            scores are reduced by argmax, which is the same for logits and probabilities.
 
     Example:
         >>> acc = ConfusionAccumulator(num_classes=3)
@@ -164,7 +260,7 @@ class ConfusionAccumulator(Accumulator):
     # Every element of y_true is a sample, whatever its shape: batches split anywhere.
     input_layout = "elementwise"
     state_format = STATE_FORMAT
-    state_upgrades = {1: _upgrade_v1}
+    state_upgrades = {1: _upgrade_v1, 2: _upgrade_v2}
 
     def __init__(
         self,
@@ -175,6 +271,7 @@ class ConfusionAccumulator(Accumulator):
         weighted: bool = False,
         class_axis: int = 1,
         threshold: float | None = None,
+        logits: bool = False,
     ) -> None:
         self._num_classes = _check_num_classes(num_classes)
         self._class_names = _check_class_names(class_names, self._num_classes)
@@ -185,7 +282,18 @@ class ConfusionAccumulator(Accumulator):
         self._class_axis = _check_int(class_axis, "class_axis")
         if not -32 <= self._class_axis < 32:
             raise ValueError(f"`class_axis` must be an axis in [-32, 32), got {class_axis}.")
-        self._threshold = _check_threshold(threshold, self._num_classes)
+        if not isinstance(logits, (bool, np.bool_)):
+            raise TypeError(f"`logits` must be True or False, got {logits!r}.")
+        self._logits = bool(logits)
+        self._threshold = _check_threshold(threshold, self._num_classes, self._logits)
+        # What the kernels compare binary scores with: the probability itself, or the smallest
+        # logit whose sigmoid reaches it; and which range check they run on the scores.
+        self._cut = (
+            None
+            if self._threshold is None
+            else (logit_cut(self._threshold) if self._logits else self._threshold)
+        )
+        self._score_rule = _kernels.LOGITS if self._logits else _kernels.PROBABILITIES
         dtype = np.float64 if self._weighted else np.int64
         super().__init__({"matrix": ((self._num_classes, self._num_classes), dtype)})
         # The live matrix, aliased for the update hot path (the base owns it in `_arrays`).
@@ -202,11 +310,9 @@ class ConfusionAccumulator(Accumulator):
             None
             if self._weighted
             else (
-                count_small
-                if self._threshold is None
-                else small_threshold_counter(self._threshold),
+                count_small if self._cut is None else small_threshold_counter(self._cut),
                 self._matrix,
-                small_flags(self._ignore_index),
+                small_flags(self._ignore_index) | (0 if self._cut is None else self._score_rule),
                 0 if self._ignore_index is None else self._ignore_index,
             )
         )
@@ -218,8 +324,8 @@ class ConfusionAccumulator(Accumulator):
 
     # ------------------------------------------------------------------ configuration
     def config(self) -> dict[str, Any]:
-        """``num_classes``, ``class_names``, ``ignore_index``, ``weighted``, ``class_axis`` and
-        ``threshold``: what must be equal for two accumulators to merge."""
+        """``num_classes``, ``class_names``, ``ignore_index``, ``weighted``, ``class_axis``,
+        ``threshold`` and ``logits``: what must be equal for two accumulators to merge."""
         return {
             "num_classes": self._num_classes,
             "class_names": None if self._class_names is None else list(self._class_names),
@@ -227,6 +333,7 @@ class ConfusionAccumulator(Accumulator):
             "weighted": self._weighted,
             "class_axis": self._class_axis,
             "threshold": self._threshold,
+            "logits": self._logits,
         }
 
     @property
@@ -256,8 +363,14 @@ class ConfusionAccumulator(Accumulator):
 
     @property
     def threshold(self) -> float | None:
-        """The decision threshold of a binary task, or None."""
+        """The decision threshold of a binary task, a probability (binary scores are logits
+        when :attr:`logits`), or None."""
         return self._threshold
+
+    @property
+    def logits(self) -> bool:
+        """Whether binary scores are logits (else probabilities, which must lie in [0, 1])."""
+        return self._logits
 
     def __repr__(self) -> str:
         parts = [f"num_classes={self._num_classes}", f"num_samples={self.num_samples}"]
@@ -271,6 +384,8 @@ class ConfusionAccumulator(Accumulator):
             parts.append(f"class_axis={self._class_axis}")
         if self._threshold is not None:
             parts.append(f"threshold={self._threshold}")
+        if self._logits:
+            parts.append("logits=True")
         return f"ConfusionAccumulator({', '.join(parts)})"
 
     # ------------------------------------------------------------------ state
@@ -298,7 +413,8 @@ class ConfusionAccumulator(Accumulator):
                 ``__dlpack__``/``__array__`` (CPU torch tensors) are read without copying.
             y_pred: predicted labels of the same shape, or scores/logits with one more
                 dimension (classes on ``class_axis``), whose argmax is taken inside the kernel,
-                or (with ``threshold``) scores of class 1.
+                or (with ``threshold``) scores of class 1: probabilities in [0, 1], or logits
+                with ``logits=True``.
             weights: optional non-negative finite weights of ``y_true``'s shape (whole numbers
                 unless the accumulator is ``weighted``).
 
@@ -306,8 +422,9 @@ class ConfusionAccumulator(Accumulator):
             TypeError: non-numeric input.
             ValueError: mismatched shapes, a label outside ``[0, K)`` (other than
                 ``ignore_index``), a negative, NaN or fractional label, a bad weight, a NaN
-                score, or counts that would overflow. The message names the argument, the value
-                and its position, and the accumulator is left exactly as it was.
+                score, a binary probability outside [0, 1], or counts that would overflow. The
+                message names the argument, the value and its position, and the accumulator is
+                left exactly as it was.
         """
         if type(y_true) is not np.ndarray and _devices.on_device(y_true):
             return self._update_on_device(y_true, y_pred, weights)  # see metricstream.device
@@ -335,6 +452,7 @@ class ConfusionAccumulator(Accumulator):
             finally:
                 lock.release()
         batch = self._prepare(y_true, y_pred, weights)
+        notes: list[int] | None = [] if self._logits and batch.kind == THRESHOLD else None
         with self._lock:
             version, total = self._bound
             bound = count_batch(
@@ -342,20 +460,53 @@ class ConfusionAccumulator(Accumulator):
                 batch,
                 self._ignore_index,
                 total if version == self._version else math.nan,
+                notes,
             )
             self._changed()
             self._bound = (self._version, bound)
+        if notes:  # counted, as ScoreAccumulator counts them; the warning says what to change
+            _warn_probabilities()
         return self
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> Batch:
-        if self._threshold is None:
+        if self._cut is None:
             return prepare_batch(y_true, y_pred, weights, self._num_classes, self._class_axis)
-        return prepare_batch(
-            y_true, y_pred, weights, self._num_classes, self._class_axis, threshold=self._threshold
+        batch = prepare_batch(
+            y_true, y_pred, weights, self._num_classes, self._class_axis, threshold=self._cut
         )
+        if batch.kind == THRESHOLD:  # binary scores: the kernel checks their range as it counts
+            batch.flags |= self._score_rule
+        return batch
 
     def _count(self, arrays: dict[str, np.ndarray], batch: Batch) -> None:
-        count_batch(arrays["matrix"], batch, self._ignore_index, math.nan)
+        notes: list[int] | None = [] if self._logits and batch.kind == THRESHOLD else None
+        count_batch(arrays["matrix"], batch, self._ignore_index, math.nan, notes)
+        if notes:
+            try:
+                _warn_probabilities()
+            except BaseException:  # the warning raised (an "error" filter): count nothing
+                self._uncount(arrays, batch)
+                raise
+
+    def _uncount(self, arrays: dict[str, np.ndarray], batch: Batch) -> None:
+        """Exactly undo :meth:`_count` of ``batch`` (lock held): the kernel subtracts what it
+        added. For groups, which undo a member's count when a later member refuses the batch;
+        a weighted matrix restores a copy instead (see :meth:`_count_undoable`)."""
+        uncount_batch(arrays["matrix"], batch, self._ignore_index)
+
+    def _count_undoable(self, batch: Any) -> Callable[[], None]:
+        if self._weighted:
+            # Subtracting float64 weights does not give the old sums back bit for bit: restore
+            # a copy of the K×K matrix (the base's way for states without an exact undo).
+            backup = {name: array.copy() for name, array in self._arrays.items()}
+            self._count_finite(batch, backup)
+
+            def restore() -> None:
+                for name, array in backup.items():
+                    self._arrays[name][...] = array
+
+            return restore
+        return super()._count_undoable(batch)  # counts, then _uncount: no copy of the state
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -371,6 +522,7 @@ class ConfusionAccumulator(Accumulator):
         weighted: bool = False,
         class_axis: int = 1,
         threshold: float | None = None,
+        logits: bool = False,
     ) -> ConfusionAccumulator:
         """A new accumulator holding one batch: the metrics of that batch alone.
 
@@ -385,6 +537,7 @@ class ConfusionAccumulator(Accumulator):
             weighted=weighted,
             class_axis=class_axis,
             threshold=threshold,
+            logits=logits,
         )
         return acc.update(y_true, y_pred, weights)
 
@@ -751,7 +904,7 @@ def _check_num_classes(value: Any) -> int:
     return num_classes
 
 
-def _check_threshold(value: Any, num_classes: int) -> float | None:
+def _check_threshold(value: Any, num_classes: int, logits: bool) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -766,7 +919,31 @@ def _check_threshold(value: Any, num_classes: int) -> float | None:
             f"`threshold` is for binary tasks (`num_classes=2`), but `num_classes` is "
             f"{num_classes}; multiclass scores are reduced by argmax."
         )
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(
+            f"`threshold` is a probability in [0, 1], got {value!r}; for logits create the "
+            f"accumulator with `logits=True` and give the threshold as a probability (0.5 is "
+            f"a logit of 0)."
+        )
+    if threshold == 0.0 and not logits:
+        warnings.warn(
+            "`threshold=0.0` predicts every probability positive; the threshold is a "
+            "probability: for logits cut at 0 create the accumulator with `logits=True` and "
+            "`threshold=0.5`.",
+            UserWarning,
+            stacklevel=caller_stacklevel(),
+        )
     return threshold
+
+
+def _warn_probabilities() -> None:
+    warnings.warn(
+        "every binary score of this batch lies in [0, 1]: they look like probabilities, but "
+        "the accumulator was created with `logits=True`, which compares them with the logit of "
+        "`threshold`; create it without `logits=True` for probabilities.",
+        UserWarning,
+        stacklevel=caller_stacklevel(),
+    )
 
 
 def _check_counts(array: np.ndarray, target: np.ndarray) -> None:

@@ -2,10 +2,13 @@
 
 One update is a fixed sequence of torch operations, with no host sync and no Python branch on a
 tensor's value: the label keys (argmax of scores, or a threshold of binary scores, taken on the
-device), the validity of every row, the fused cell key ``K * true + predicted`` (rows that must
-not count go to a spare cell), and one ``index_add_`` into the device matrix. A batch holding
-an invalid value is left out entirely (its rows all go to the spare cell) and the value is
-written into the device-side error record, which the next read raises (see ``_state``).
+device: probabilities, or logits against the smallest logit whose sigmoid reaches the threshold,
+as on the host), the validity of every row (a binary probability outside [0, 1] is a bad score,
+as a NaN is), the fused cell key ``K * true + predicted`` (rows that must not count go to a
+spare cell), and one ``index_add_`` into the device matrix. A batch holding an invalid value is
+left out entirely (its rows all go to the spare cell) and the value is written into the
+device-side error record, which the next read raises (see ``_state``). Logits that all lie in
+[0, 1] are not warned about here (that would take a host sync per update).
 
 ``count`` is the seam a faster kernel replaces: it takes the tensors and returns nothing.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from ._state import BAD_PRED, BAD_SCORE, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, DeviceState
@@ -22,6 +26,27 @@ from ._state import BAD_PRED, BAD_SCORE, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, Devi
 MAX_INTEGRAL_WEIGHT = 9.2e18
 # The bits of a float64 NaN, the value recorded for a NaN score.
 _NAN_BITS = 0x7FF8000000000000
+
+
+class _ConfusionDeviceState(DeviceState):
+    """The device state of a confusion matrix: a recorded bad score that is a number (not NaN)
+    is a binary probability outside [0, 1], and its message says so, with the remedy."""
+
+    def error(self, record: np.ndarray) -> ValueError:
+        error = super().error(record)
+        code, bits = int(record[2]), int(record[4])
+        if code == BAD_SCORE + FLOAT_VALUE:
+            value = float(np.array(bits, dtype=np.int64).view(np.float64))
+            if value == value:
+                return ValueError(
+                    str(error).replace(
+                        "the predicted class of that sample is undefined",
+                        "this accumulator reads binary scores as probabilities, which lie in "
+                        "[0, 1]; for logits create it with `logits=True` (the threshold stays a "
+                        "probability: 0.5 is a logit of 0)",
+                    )
+                )
+        return error
 
 
 def state_of(acc: Any, device: torch.device) -> DeviceState:
@@ -34,7 +59,7 @@ def state_of(acc: Any, device: torch.device) -> DeviceState:
         if acc.ignore_index is not None:
             rules += f" or equal `ignore_index` ({acc.ignore_index})"
         cells = acc.num_classes * acc.num_classes
-        state = DeviceState(device, {"matrix": (cells, not acc.weighted)}, rules)
+        state = _ConfusionDeviceState(device, {"matrix": (cells, not acc.weighted)}, rules)
         acc._device = state
     elif state.device != device:
         raise ValueError(
@@ -88,20 +113,24 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
             f"`weights` has shape {tuple(weights.shape)}, but `y_true` has shape {true_shape}; "
             f"give one weight per label."
         )
-    threshold = acc.threshold
+    cut = acc._cut
     flat_true = y_true.reshape(-1)
     score_nan: torch.Tensor | None = None
+    score_bad: torch.Tensor | None = None
     pred_source = y_pred
     if (
-        threshold is not None
+        cut is not None
         and y_pred.is_floating_point()
         and pred_shape in (true_shape, true_shape + (1,))
     ):
-        # Binary scores: class 1 where score >= threshold, compared exactly in float64.
+        # Binary scores: class 1 where score >= the cut (the probability threshold, or the
+        # smallest logit whose sigmoid reaches it), compared exactly in float64, as on the host.
         scores = y_pred.reshape(-1).to(torch.float64)
-        pred_keys = (scores >= float(threshold)).to(torch.int64)
+        pred_keys = (scores >= cut).to(torch.int64)
         pred_ok = torch.ones_like(pred_keys, dtype=torch.bool)
         score_nan = torch.isnan(scores)
+        if not acc.logits:  # probabilities: NaN or outside [0, 1] (-0.0 is inside)
+            score_bad = ~((scores >= 0.0) & (scores <= 1.0))
         pred_source = scores
     elif pred_shape == true_shape:
         pred_keys, pred_ok = _label_keys(y_pred.reshape(-1), num_classes)
@@ -148,17 +177,19 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
 
     true_keys, true_ok = _label_keys(flat_true, num_classes)
     ignored = _ignored(flat_true, acc.ignore_index)
+    if score_bad is None:
+        score_bad = score_nan
     counted = true_ok & pred_ok
-    if score_nan is not None:
-        counted = counted & ~score_nan
+    if score_bad is not None:
+        counted = counted & ~score_bad
     if ignored is not None:
         counted = counted & ~ignored
     true_bits, true_flag = _bits(flat_true)
     pred_bits, pred_flag = _bits(pred_source.reshape(-1))
     # The first problem of each row, in the CPU path's order: y_true, y_pred, then weights.
     pred_code = torch.where(pred_ok, 0, BAD_PRED + pred_flag)
-    if score_nan is not None:
-        pred_code = torch.where(score_nan, BAD_SCORE + FLOAT_VALUE, pred_code)
+    if score_bad is not None and score_nan is not None:
+        pred_code = torch.where(score_bad, BAD_SCORE + FLOAT_VALUE, pred_code)
         pred_bits = torch.where(score_nan, _NAN_BITS, pred_bits)
     code = torch.where(true_ok, pred_code, BAD_TRUE + true_flag)
     value_bits = torch.where(true_ok, pred_bits, true_bits)
