@@ -287,6 +287,52 @@ def test_twin_declines_scores_the_kernel_refuses_or_warns_about(logits, scores, 
     assert twin_only == []
 
 
+def test_big_batches_queue_the_threads_specialisation_too():
+    """A batch that ``_dispatch`` may share between threads also needs the kernel for private
+    int32 matrices: it is compiled along."""
+    assert _firstuse._PARALLEL_LABELS == _dispatch.PARALLEL_MIN_LABELS
+    acc = ConfusionAccumulator(3)
+    out = np.zeros((3, 3), dtype=np.int64)
+    y = np.zeros(_dispatch.PARALLEL_MIN_LABELS, dtype=np.int64)
+    routes = _firstuse._routes(out, acc._prepare(y, y, None), 4, 0)
+    matrices = [args[3] if len(args) > 1 else args[0] for _, args in routes]
+    assert [matrix.dtype for matrix in matrices] == [np.int64, np.int64, np.int32]
+    small = _firstuse._routes(out, acc._prepare(y[:10], y[:10], None), 4, 0)
+    assert len(small) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["labels", "logits", "weighted"])
+def test_twin_matches_the_kernel_on_batches_shared_between_threads(case):
+    """2^17 labels or more: the kernel counts in chunks on several threads (float64 sums as by
+    one thread, ``set_num_threads(1)``, whose rounding is the only deterministic one)."""
+    rng = np.random.default_rng(11)
+    n = _dispatch.PARALLEL_MIN_LABELS + 12345
+    y = rng.integers(0, 10, size=n)
+    weights = None
+    if case == "logits":
+        n = _dispatch.PARALLEL_MIN_LABELS // 10 + 77
+        y = y[:n]
+        y_pred = rng.normal(size=(n, 10)).astype(np.float32)
+    else:
+        y_pred = rng.integers(0, 10, size=n)
+    if case == "weighted":
+        weights = rng.random(n) * 10.0 ** rng.integers(-6, 6, size=n)
+    acc = ConfusionAccumulator(10, weighted=case == "weighted", ignore_index=3)
+    batch = acc._prepare(y, y_pred, weights)
+    twin = np.zeros((10, 10), dtype=acc.matrix.dtype)
+    kernel = twin.copy()
+    assert _firstuse.count(twin, batch, 3, 0.0) is not None
+    threads = _dispatch.get_num_threads()
+    if case == "weighted":
+        _dispatch.set_num_threads(1)
+    try:
+        kernel_count(kernel, batch, 3, 0.0)
+    finally:
+        _dispatch.set_num_threads(threads)
+    assert same_bits(twin, kernel)
+
+
 def test_near_overflow_is_left_to_the_kernel():
     acc = ConfusionAccumulator(2)
     batch = acc._prepare(np.array([0, 1]), np.array([1, 1]), None)
