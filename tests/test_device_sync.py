@@ -539,6 +539,13 @@ def _makers() -> dict[str, Any]:
     }
 
 
+def _named(log: list) -> list:
+    """The logged collectives, the check's all-gather under its newer name (torch before 2.12
+    has ``all_gather_into_tensor`` only)."""
+    rename = {"all_gather_into_tensor": "all_gather_single"}
+    return [[rename.get(call[0], call[0]), *call[1:]] for call in log]
+
+
 def _hex_states(target: Any) -> dict[str, str]:
     return {key: array.tobytes().hex() for key, array in states(target).items()}
 
@@ -585,23 +592,35 @@ def worker(mode: str, rank: int, world: int, port: int, out: str) -> None:
         return feed(make(), d, shard, tensors=tensors, place=place)
 
     def sync(name: str, target: Any, **kwargs: Any) -> None:
+        import traceback
+        import warnings
+
         del log[:], flushes[:]
         syncs: list = []
+
+        def seen(message: Any, *args: Any, **kw: Any) -> None:
+            # Where the host waited: the innermost frames of metricstream and this file.
+            if "synchroniz" in str(message):
+                frames = [
+                    f"{Path(f.filename).name}:{f.lineno}"
+                    for f in traceback.extract_stack()[:-1]
+                    if "metricstream" in f.filename or "test_device_sync" in f.filename
+                ]
+                syncs.append(" < ".join(frames[::-1][:3]))
+
         if place != "cpu":
             torch.cuda.synchronize()
             torch.cuda.set_sync_debug_mode("warn")
-        import warnings
-
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings():
             warnings.simplefilter("always")
+            warnings.showwarning = seen
             start = time.perf_counter()
             result = distributed.all_reduce(target, **kwargs)
             seconds = time.perf_counter() - start
-        if place != "cpu":
-            torch.cuda.set_sync_debug_mode(0)
-            syncs = [str(w.message)[:120] for w in caught if "synchroniz" in str(w.message)]
+            if place != "cpu":
+                torch.cuda.set_sync_debug_mode(0)
         results[name] = {
-            "calls": list(log),
+            "calls": _named(log),
             "flushes": list(flushes),
             "syncs": syncs,
             "seconds": seconds,
@@ -610,6 +629,9 @@ def worker(mode: str, rank: int, world: int, port: int, out: str) -> None:
             "state": _hex_states(result),
         }
 
+    if backend == "nccl":  # the communicator is set up by the first collective: not measured
+        dist.all_reduce(torch.zeros(1, device=place))
+        torch.cuda.synchronize()
     makers = _makers()
     for name in ("single", "weighted_logits", "group", "regression"):
         sync(name, on_device(makers[name]))
@@ -631,9 +653,9 @@ def worker(mode: str, rank: int, world: int, port: int, out: str) -> None:
             try:
                 distributed.all_reduce(target)
             except ValueError as error:
-                errors[name] = {"message": str(error), "calls": list(log)}
+                errors[name] = {"message": str(error), "calls": _named(log)}
             else:
-                errors[name] = {"message": None, "calls": list(log)}
+                errors[name] = {"message": None, "calls": _named(log)}
         results["errors"] = errors
         sync("after", on_device(makers["after"]))
     Path(out, f"rank{rank}.json").write_text(json.dumps(results))
@@ -780,7 +802,7 @@ def test_nccl_syncs_cuda_counts_on_the_device(tmp_path_factory):
         # The host waits twice: for the check's table and for the result.
         assert len(rank[name]["syncs"]) <= 2, rank[name]["syncs"]
     assert rank["copy"]["local_pending"] is True
-    print(json.dumps({name: rank[name]["seconds"] for name in rank if "seconds" in rank[name]}))
+    print(json.dumps({name: [rank[name]["seconds"], rank[name]["syncs"]] for name in rank}))
 
 
 if __name__ == "__main__":
