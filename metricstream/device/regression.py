@@ -224,7 +224,8 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
         return
     e = p - t
     a = torch.maximum(t.abs(), torch.maximum(p.abs(), e.abs()))
-    wide = w.reshape(-1, 1)
+    # A bad weight is its row's one problem: the squares are checked with the valid weights.
+    wide = torch.where(weight_code == 0, w, 0.0).reshape(-1, 1)
     # The first problem of each value, in the CPU path's order (weight, then per output:
     # y_true, y_pred, the difference, the weighted square); rows are (weight, outputs...).
     code = torch.where(

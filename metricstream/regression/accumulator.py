@@ -44,17 +44,15 @@ _BINS: list[np.ndarray] = []
 
 
 def _upgrade_v1(state: dict[str, Any]) -> dict[str, Any]:
-    """Format 1 (limbs from 2**-1100, 71 of them) -> 2 (from 2**-3239, 140): the same value."""
+    """Format 1 (limbs from 2**-1100, 71 of them) -> 2 (from 2**-3239, 140): the same sums."""
     arrays = dict(state["arrays"])
-    entry = dict(arrays["moments"])
-    shape = list(entry["shape"])
-    old = np.frombuffer(entry["data"], dtype="<i8").reshape(*shape[:2], shape[2])
-    new = np.zeros((*shape[:2], K.LIMBS), dtype="<i8")
-    new[..., K.LOW_LIMBS_ADDED : K.LOW_LIMBS_ADDED + shape[2]] = old
-    entry["shape"] = [*shape[:2], K.LIMBS]
-    entry["data"] = new.tobytes()
-    arrays["moments"] = entry
-    return {**state, "arrays": arrays, "format": 2}
+    old = np.asarray(arrays["moments"], dtype=np.int64)
+    if old.ndim != 3 or old.shape[2] + K.LOW_LIMBS_ADDED > K.LIMBS:
+        raise ValueError(f"a format-1 `moments` has shape {old.shape}; expected (n, 13, 71).")
+    new = np.zeros((*old.shape[:2], K.LIMBS), dtype=np.int64)
+    new[..., K.LOW_LIMBS_ADDED : K.LOW_LIMBS_ADDED + old.shape[2]] = old
+    arrays["moments"] = new
+    return {**state, "format": 2, "arrays": arrays}
 
 
 class _Batch(NamedTuple):
