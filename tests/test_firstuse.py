@@ -603,6 +603,33 @@ def test_switched_off_compiles_at_the_call(tmp_path):
     assert result["matrix"] == expected_matrices()[0]
 
 
+def test_warm_up_runs_every_input_kind_with_background_compiles_off(monkeypatch, capsys):
+    """Each input kind runs on the calling thread (background off meanwhile, restored after);
+    one that fails is reported and the others still run; the command's status says so."""
+    from metricstream import cli
+
+    seen: list[bool] = []
+
+    def fails() -> None:
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(warmup, "_enabled", True)
+    monkeypatch.setattr(
+        warmup,
+        "_scenarios",
+        lambda: {"first": lambda: seen.append(warmup.enabled()), "second": fails, "third": list},
+    )
+    assert warmup.warm_up() == (3, ["second"])
+    assert seen == [False] and warmup.enabled()
+    assert cli.main(["warm-up"]) == 1
+    captured = capsys.readouterr()
+    assert "second: failed: RuntimeError: no compiler" in captured.err
+    assert "first: " in captured.err and "third: " in captured.err
+    assert "2 of 3 input kinds" in captured.out
+    monkeypatch.setattr(warmup, "_scenarios", lambda: {"only": list})
+    assert cli.main(["warm-up"]) == 0
+
+
 @pytest.mark.slow
 def test_warm_up_command(tmp_path):
     """``python -m metricstream warm-up`` leaves a cache from which first updates load."""
@@ -616,6 +643,7 @@ def test_warm_up_command(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "confusion: int64 labels" in done.stderr
+    assert "failed" not in done.stderr
     assert "input kinds compiled" in done.stdout
     warm = run_fresh(str(tmp_path), "wait")
     assert warm["small"] == 2 and warm["jobs"] == []

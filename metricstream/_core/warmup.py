@@ -213,7 +213,14 @@ def _scenarios() -> dict[str, Callable[[], Any]]:
     indicators = rng.integers(0, 2, size=(8, 3))
 
     def scores(dtype: Any, shape: tuple[int, ...] = (8, 3)) -> Any:
-        return rng.random(shape).astype(dtype)
+        """Probabilities: rows that sum to one (binary: one probability per sample)."""
+        values = rng.random(shape)
+        if len(shape) > 1:
+            values = (values + 0.1) / (values + 0.1).sum(axis=1, keepdims=True)
+        return values.astype(dtype)
+
+    def logits(dtype: Any) -> Any:
+        return (rng.normal(size=(8, 3)) * 3).astype(dtype)
 
     def bootstrap() -> None:
         from ..bootstrap import bootstrap as resample
@@ -236,7 +243,7 @@ def _scenarios() -> dict[str, Callable[[], Any]]:
     }
 
     def confusion_logits(dtype: Any) -> Any:
-        return ConfusionAccumulator(3).update(labels, scores(dtype))
+        return ConfusionAccumulator(3).update(labels, logits(dtype))
 
     def confusion_binary(dtype: Any) -> Any:
         return ConfusionAccumulator(2, threshold=0.5).update(binary, scores(dtype, (8,)))
@@ -245,10 +252,10 @@ def _scenarios() -> dict[str, Callable[[], Any]]:
         return ScoreAccumulator("multiclass", 3).update(labels, scores(dtype))
 
     def score_logits(dtype: Any) -> Any:
-        return ScoreAccumulator("multiclass", 3, logits=True).update(labels, scores(dtype))
+        return ScoreAccumulator("multiclass", 3, logits=True).update(labels, logits(dtype))
 
     def multilabel_logits(dtype: Any) -> Any:
-        return MultilabelAccumulator(3, logits=True).update(indicators, scores(dtype))
+        return MultilabelAccumulator(3, logits=True).update(indicators, logits(dtype))
 
     for dtype in (np.float32, np.float64):
         name = np.dtype(dtype).name
@@ -263,31 +270,43 @@ def _scenarios() -> dict[str, Callable[[], Any]]:
     return found
 
 
-def warm_up(progress: Callable[[str], None] | None = None) -> int:
+def warm_up(progress: Callable[[str], None] | None = None) -> tuple[int, list[str]]:
     """Run the first update of every family's common inputs now, on this thread, with
-    background compiles off, so that what they need is compiled into Numba's on-disk cache;
-    returns how many were run."""
+    background compiles off, so that what they need is compiled into Numba's on-disk cache.
+    Returns how many ran, and the names of those that failed (each with its error, told to
+    ``progress``); a failure does not stop the others."""
     import time
 
     global _enabled
     previous = _enabled
     _enabled = False
+    failed: list[str] = []
     try:
         scenarios = _scenarios()
         for name, scenario in scenarios.items():
             started = time.process_time()
-            scenario()
+            try:
+                scenario()
+            except Exception as error:  # reported; the other input kinds still compile
+                failed.append(name)
+                line = f"{name}: failed: {type(error).__name__}: {error}"
+            else:
+                line = f"{name}: {time.process_time() - started:.2f} s CPU"
             if progress is not None:
-                progress(f"{name}: {time.process_time() - started:.2f} s CPU")
+                progress(line)
     finally:
         _enabled = previous
-    return len(scenarios)
+    return len(scenarios), failed
 
 
 def main() -> int:
-    """``python -m metricstream warm-up``: compile into the cache, one line per input kind."""
+    """``python -m metricstream warm-up``: compile into the cache, one line per input kind on
+    stderr; exit status 1 when one of them failed."""
     import sys
 
-    count = warm_up(progress=lambda line: print(line, file=sys.stderr, flush=True))
-    print(f"metricstream warm-up: {count} input kinds compiled or loaded from Numba's cache")
-    return 0
+    count, failed = warm_up(progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(
+        f"metricstream warm-up: {count - len(failed)} of {count} input kinds compiled or loaded "
+        f"from Numba's cache"
+    )
+    return 1 if failed else 0
