@@ -56,17 +56,19 @@ _NEG_INF_BITS = int(np.array(-np.inf).view(np.int64))
 
 
 # ---------------------------------------------------------------------- exact float64 pieces
-def _two_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(s, e)`` with ``s = a + b`` rounded and ``s + e == a + b`` exactly (Knuth)."""
-    s = a + b
+def _two_sum(a: Any, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(s, e)`` with ``s = a + b`` rounded and ``s + e == a + b`` exactly (Knuth); ``a`` a
+    tensor or a float."""
+    s = b + a
     bb = s - a
     return s, (a - (s - bb)) + (b - bb)
 
 
-def _split(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Veltkamp's split of a float64 into halves of 26 significant bits (and a sign). The
-    factor ``2**27 + 1`` is applied as ``a * 2**27 + a``: the product is exact, so a compiler
-    that fuses the two into one multiply-add gives the same bits."""
+def _split(a: Any) -> tuple[Any, Any]:
+    """Veltkamp's split of a float64 (tensor, or float: the same IEEE arithmetic) into halves
+    of 26 significant bits (and a sign). The factor ``2**27 + 1`` is applied as ``a * 2**27 +
+    a``: the product is exact, so a compiler that fuses the two into one multiply-add gives the
+    same bits."""
     t = a * 134217728.0 + a
     high = t - (t - a)
     return high, a - high
@@ -74,12 +76,11 @@ def _split(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _two_product(a: torch.Tensor, b: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """``(p, e)`` with ``p = a * b`` rounded and ``p + e == a * b`` exactly (Dekker); every
-    partial product is exact, so fusing any of them into a multiply-add changes nothing."""
-    if not isinstance(b, torch.Tensor):
-        b = torch.full_like(a, float(b))
+    partial product is exact, so fusing any of them into a multiply-add changes nothing. A
+    float ``b`` is split once, in Python."""
     p = a * b
     ah, al = _split(a)
-    bh, bl = _split(b)
+    bh, bl = _split(float(b) if not isinstance(b, torch.Tensor) else b)
     return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
@@ -93,12 +94,10 @@ def _round_to_odd_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where((e != 0) & even, bits + step, bits).view(torch.float64)
 
 
-def _fma(a: Any, b: Any, c: Any) -> torch.Tensor:
+def _fma(a: torch.Tensor, b: Any, c: Any) -> torch.Tensor:
     """``a * b + c`` rounded once, in float64, from plain operations (Boldo and Melquiond's
     emulation: the exact product, an exact sum with ``c``, the low parts added rounded to odd,
     then one rounding to nearest). ``a`` is a tensor; ``b`` and ``c`` tensors or floats."""
-    if not isinstance(c, torch.Tensor):
-        c = torch.full_like(a, float(c))
     high, low = _two_product(a, b)
     sum_high, sum_low = _two_sum(c, high)
     return sum_high + _round_to_odd_sum(sum_low, low)
