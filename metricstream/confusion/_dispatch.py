@@ -17,8 +17,9 @@ Small batches (the 256-label training-loop case) run on the calling thread with 
 and as little Python as possible (``count_small``): plain numpy arrays, or CPU torch tensors read
 through their data pointers, go straight to the machine code of the kernel compiled for their
 dtypes, without a ``Batch`` and without Numba's per-call dispatch (which types each of the ten
-arguments on every call: 0.3 µs of a 0.9 µs call). Anything that path does not take, including
-input the kernel rejects, goes through ``count_batch``, which words the errors.
+arguments on every call, a third of the call's time). Anything that path does not take,
+including input the kernel rejects, goes through ``count_batch``, which words the errors.
+Timings are in ``docs/performance.md``.
 """
 
 from __future__ import annotations

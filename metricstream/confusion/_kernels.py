@@ -30,16 +30,17 @@ the argument count, which matters for 256-label training-loop batches) and ``hea
   A NaN ``headroom`` means "unknown": the kernel sums ``out`` first (O(K²), no extra dispatch,
   which is what a small-K training-loop update without a tracked total can afford).
 
-How the label kernel is fast (measured on a 2-core AMD EPYC, see ``benchmarks/``):
+How the label kernel is fast (the measurements behind each choice are in
+``docs/performance.md``, "Confusion kernels: measurements and what was not kept"):
 
 * It works in blocks of ``BLOCK`` labels. Each block is first validated by a max-reduction over
   "label keys" (``uint64(label)``, so a negative label becomes huge): the loop has no branch and
   the compiler vectorises it (AVX2/AVX-512). Only when the maximum key is ``>= K`` does a scalar
   loop look for the first bad element. The block then stays in L1 for the counting loop, which
-  has no checks left. Validation costs well under 10% of the count.
+  has no checks left, so validation costs a small part of the count.
 * Loops run over slices that start at index 0. Numba wraps negative indices, and for a loop
   ``range(start, stop)`` it cannot prove ``i >= 0``, so it inserts a test per element that blocks
-  vectorisation; indexing ``y[lo:hi]`` from 0 removes it (measured: 4-5x faster validation).
+  vectorisation; indexing ``y[lo:hi]`` from 0 removes it.
 * Counting indexes the flat matrix with an unsigned ``t * K + p``, which needs no wraparound test.
 
 Scores are reduced to an argmax without any N-sized temporary. Rows of the ``(N, C)`` logits
@@ -131,23 +132,16 @@ SCORE_TILE = 256
 
 # (N, C) logits are reduced ROW_TILE rows at a time; rows of at most TILE_MAX_CLASSES scores
 # with one branch-free compare-and-select loop per row, wider rows with one max-reduction over
-# packed keys. Measured per call, 1 core: packed keys for (256, 32) 6.6 -> 3.6 µs, (10^5, 32)
-# 2.0 -> 1.3 ms, (256, 1000) 82 -> 63 µs, against a per-row two-pass search; below 17 classes
-# the select loop is faster still (see ``_make_rows_argmax``).
+# packed keys (one pass instead of a per-row two-pass search; below 17 classes the select loop
+# is faster still, see ``_make_rows_argmax``).
 TILE_MAX_CLASSES = 16
 ROW_TILE = 64
 # Validated rows are counted COUNT_TILE at a time (a multiple of ROW_TILE), in one loop of
 # independent increments after their argmax: the increments of a cold matrix (K = 1000: 8 MB,
 # evicted between the steps of a training loop) miss the cache, and a long loop of them
 # overlaps the misses. Counted per ROW_TILE, the misses of each short loop came one after the
-# other between the rows' reads. Measured per call on one core with the caches flushed before
-# each call (medians, load ~4): (4096, 1000) float32 685 -> 647 µs, (4096, 100) 222 -> 193 µs,
-# (1024, 100) 88 -> 79 µs; np.argmax alone takes 658, 278 and 114 µs there. A software
-# prefetch of each row's cell right after its argmax (the other way to overlap the misses) made
-# (256, 1000) 20-25% slower, cold or warm, and prefetching the scores a row ahead 5-10%.
-# Rows of at most TILE_MAX_CLASSES classes (a matrix in L1, no misses to overlap) are still
-# counted per ROW_TILE: measured warm, one core, (10^6, 10) float32 3.2 ms per ROW_TILE against
-# 7.4 ms per COUNT_TILE, while (10^5, 100) takes 1.6 ms per COUNT_TILE against 2.2-6.2 ms.
+# other between the rows' reads. Rows of at most TILE_MAX_CLASSES classes (a matrix in L1, no
+# misses to overlap) are still counted per ROW_TILE.
 COUNT_TILE = 1024
 # float16/bfloat16 rows of calls with more scores than this (512 KiB of float32, beyond a
 # training loop's cache-resident batch) are reduced through a copied tile of keys.
@@ -156,16 +150,9 @@ IN_PLACE_SCORES = 1 << 17
 # not one thread's chunk of it) are taken to come from memory, as do rows of at least
 # LONG_ROW_SCORES scores: they
 # are reduced in one pass with no early exit (see ``_long_row_argmax``); a mispredicted exit per
-# row stalls the stream of rows from memory. Measured per call on one core (CPU time, medians,
-# load ~2.5), one pass against the max-reduction then the first equal vector: float32
-# (256, 1000) 22 -> 18 µs, (4096, 1000) 549 -> 344 µs, (4096, 500) 264 -> 169 µs, (20000, 100)
-# 323 -> 327 µs; float64 (4096, 1000) 1089 -> 839 µs, (50000, 64) 1255 -> 918 µs. Narrower rows
-# in the cache keep the early exit: float32 (1024, 100) 11 vs 15 µs in one pass. The bound was
-# 4 MiB, but between the steps of a training loop (or of the benchmark's sweep) an array of a
-# few hundred KiB has left the 1 MiB L2 cache: lowered to 256 KiB, kernel alone with the caches
-# flushed before each call (load ~6), float32 (4096, 100) 200 -> 132 µs (np.argmax 286 µs),
-# (1024, 100) 87 -> 71 µs (np.argmax 107 µs); whole update in the sweep (1024, 100) 49 -> 38 µs
-# against 88 µs for `np.argmax` + update.
+# row stalls the stream of rows from memory. Narrower rows in the cache keep the early exit.
+# The bound is well below the 1 MiB L2 cache: between the steps of a training loop an array of
+# a few hundred KiB has left it.
 STREAMING_SCORES = 1 << 16
 LONG_ROW_SCORES = 256
 
@@ -199,8 +186,8 @@ def compiled_for(kernel, args):
 
     Compiles (or loads from the on-disk cache) the specialisation now if needed. Calling the
     result skips Numba's per-call dispatch, which types every argument and looks the signature
-    up on each call: about 0.3 µs of a 0.9 µs ``count_labels`` call on 256 labels, whose
-    counting itself takes 0.4 µs. The result checks no type: the caller must pass only arguments
+    up on each call, a third of a ``count_labels`` call on 256 labels. The result checks no
+    type: the caller must pass only arguments
     of exactly these Numba types afterwards (arrays of the same dtype, dimensions, layout,
     alignment and writeability; scalars of the same Python type). With the JIT disabled
     (``NUMBA_DISABLE_JIT=1``) it is the kernel itself.
@@ -391,8 +378,7 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
     # Long ranges are validated a block at a time by a loop that also writes each pair's cell
     # index into a small buffer; the counting loop then reads only that buffer. Separating the
     # streaming reads of the labels from the scattered increments lets the core overlap the
-    # increments' cache misses (measured, 10^7 int64 labels on one core: K=100 15.8 -> 9.0 ms,
-    # K=1000 29.8 -> 13.7 ms). Wide labels with K > 32 use big blocks; narrow labels or small
+    # increments' cache misses. Wide labels with K > 32 use big blocks; narrow labels or small
     # K, where the matrix stays in L1 anyway, use small ones.
     buffered = stop - start > BLOCK and num_classes <= MAX_BUFFERED_CLASSES
     block = BLOCK
@@ -402,8 +388,7 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
     skip = np.uint32(num_classes * num_classes if buffered else 0)
     # Small K: count into several private sub-histograms (pair j goes to copy j % copies) so
     # that repeated increments of one cell do not wait on each other's store; ignored pairs go
-    # to a spare cell at the end of each copy, so that loop has no branch. Measured on one
-    # core, 10^7 labels: uint8 K=10 3.9 -> 3.2 ms, int64 K=10 5.8 -> 4.3 ms. Only for ranges
+    # to a spare cell at the end of each copy, so that loop has no branch. Only for ranges
     # long enough to amortise zeroing and folding the copies; int32 cells cannot overflow for
     # ranges below 2^31.
     # Weighted pairs use copies of the matrix's own dtype (float64 sums of a copy are added
@@ -421,8 +406,6 @@ def count_labels(y_true, y_pred, weights, out, start, stop, sign, flags, ignore_
     # Wider K: one copy of 16-bit counters instead, small enough for L1 (K = 100: 20 KB, where
     # two int32 copies took 80 KB of L2); repeats of a cell are rare among K² > 256 cells, and
     # the copy is added to the matrix (and zeroed) before any of its counters could pass 65535.
-    # Measured on one core (CPU time, medians of 7), 10^7 int64 labels with ``ignore_index``:
-    # K = 100 10.6 -> 9.1 ms, K = 50 9.3 -> 9.1 ms.
     narrow = copies == 2 and weights is None and stride * 2 <= NARROW_SUB_BYTES
     if narrow:
         copies = 0
@@ -740,8 +723,6 @@ def _generic_row_argmax(row):
 # read), through LLVM vector intrinsics that Numba's loops do not produce on their own for short
 # rows. One row's argmax is a max-reduction, a compare with the maximum and a count of trailing
 # zeros of the equal lanes' bit mask (the first maximum, as ``np.argmax``; -0.0 equals +0.0).
-# Measured per (256, C) float32 call on one core against the branch-free select loop per row:
-# C=10 1.2 -> 0.6 µs, C=100 16 -> 2.1 µs (packed keys); (10^5, 10) 0.33 -> 0.15 ms.
 VECTOR_LANES = 16
 _I1 = ir.IntType(1)
 _I32 = ir.IntType(32)
@@ -1084,10 +1065,8 @@ def _make_rows_argmax(key):
                 classes[j] = np.int32(key(block[j, 1]) > key(block[j, 0]))
             return nan_seen
         # One row at a time, branch-free (a compare and two selects per score), so that the
-        # core overlaps the rows' independent dependency chains. Measured per call on one
-        # core against the earlier tile reduction (column by column over 64 rows, gathering
-        # the strided scores): (256, 10) float32 2.3 -> 1.6 µs, (4096, 10) 31 -> 21 µs,
-        # (10^5, 10) 1.76 -> 0.51 ms.
+        # core overlaps the rows' independent dependency chains (faster than a tile reduced
+        # column by column, which gathers the strided scores).
         for j in range(width):
             row = block[j]
             best = key(row[0])
@@ -1118,7 +1097,7 @@ def _make_tile_argmax(key):
         # reads; the key computation vectorises), then reduced column by column, each row's
         # running maximum an independent lane. For float16/bfloat16 bits of calls too large
         # for the cache this beats the per-row loop, whose chain then includes each key's
-        # computation (measured, (10^5, 10) float16: 2.6 ms per row, 1.2 ms per tile).
+        # computation.
         width = block.shape[0]
         num_scores = block.shape[1]
         nan_seen = False
@@ -1535,9 +1514,7 @@ def count_threshold(
         # (vectorised) pass as the checks: the pairs counted, the true labels, the predictions
         # and their products (labels 0 and 1 once the block is valid; ignored pairs add 0). A
         # loop of increments into the four cells of a 2×2 matrix waits on each increment's
-        # store: measured per kernel call on one core (CPU time, medians, load ~4), 10^6
-        # float32 scores 1.15 -> 0.35 ms, 10^5 102 -> 32 µs (the label kernel on
-        # ``scores >= 0.5``, a bool array made first: 0.75 ms and 65 µs).
+        # store.
         sum_true = np.uint64(0)
         sum_pred = np.uint64(0)
         sum_both = np.uint64(0)
