@@ -272,15 +272,15 @@ def _pack(
         packing = device if places else torch.device("cpu")
     pieces: dict[str, list[Any]] = {part: [] for part, _ in _PARTS}
     totals, peaks, failed = [], [], []
+    hosts = _host_parts(torch, packing, entries, states)
     for entry in entries:
-        host = torch.from_numpy(entry.array.reshape(-1))  # shares the live array's memory
         state = states.get(id(entry.member))
         if state is None:
-            value = host.to(packing)
+            value = hosts[entry.key]
         else:
             value = state.tensors[entry.name][:-1].to(packing)  # the spare cell dropped
-            if entry.array.any():  # a host read: copy the host part only when it holds counts
-                value = value + host.to(packing)  # as the flush would add them
+            if entry.key in hosts:
+                value = value + hosts[entry.key]  # as the flush would add them
             if entry.part == "int":
                 failed.append((value < 0).any())  # non-negative counts: < 0 is a wrap
             elif entry.part == "float":
@@ -311,6 +311,32 @@ def _pack(
         ]
     )
     return buffers, vector.to(device)
+
+
+def _host_parts(
+    torch: Any, packing: Any, entries: list[_Entry], states: dict[int, Any]
+) -> dict[str, Any]:
+    """The host values the buffers need, as tensors on ``packing``: every array of an
+    accumulator without device counts, and the host part of one with them where it holds
+    anything (read on the host). Off the CPU they travel together, in one copy from pinned
+    memory that the host does not wait for."""
+    needed = [e for e in entries if id(e.member) not in states or e.array.any()]
+    if not needed:
+        return {}
+    if packing.type == "cpu":  # views: shares the live arrays' memory, the buffers copy
+        return {e.key: torch.from_numpy(e.array.reshape(-1)) for e in needed}
+    flat = [np.ascontiguousarray(e.array).reshape(-1).view(np.int64) for e in needed]
+    blob = torch.from_numpy(np.concatenate(flat))
+    try:
+        blob = blob.pin_memory().to(packing, non_blocking=True)
+    except RuntimeError:  # a device without pinned host memory: a plain copy
+        blob = blob.to(packing)
+    parts, offset = {}, 0
+    for entry in needed:
+        chunk = blob[offset : offset + entry.array.size]
+        parts[entry.key] = chunk.view(torch.float64) if entry.array.dtype.kind == "f" else chunk
+        offset += entry.array.size
+    return parts
 
 
 def _saturated_total(torch: Any, value: Any) -> Any:
