@@ -38,6 +38,7 @@ from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
+from ._core.recipes import Recipe, build, recipe_of
 from .base import Accumulator, AccumulatorGroup, _keywords
 
 __all__ = ["accumulate", "confusion"]
@@ -229,49 +230,8 @@ def confusion(
 
 
 # ---------------------------------------------------------------------------- the reduction
-# A recipe rebuilds an empty twin of the template in a task: (class, config) for one
-# accumulator, [(name, class, config), ...] for a group. It is a few hundred bytes, where a
-# pickled empty state would carry every zero of the arrays to every task.
-Recipe = tuple[Any, ...]
-
-
 def _recipe(template: Any) -> Recipe:
-    if isinstance(template, AccumulatorGroup):
-        members = template.members()
-        recipe: Recipe = (
-            "group",
-            tuple((name, type(member), member.config()) for name, member in members.items()),
-        )
-    elif isinstance(template, Accumulator):
-        members = {"": template}
-        recipe = ("single", type(template), template.config())
-    else:
-        raise TypeError(
-            f"`template` must be an accumulator or an AccumulatorGroup, got "
-            f"{type(template).__name__}."
-        )
-    for name, member in members.items():
-        if any(array.any() for array in member.state_arrays().values()):
-            where = f" (member {name!r})" if name else ""
-            raise ValueError(
-                f"`template`{where} already holds counts; pass an empty accumulator (e.g. "
-                f"`acc.copy().reset()`) and merge the result into yours: "
-                f"`acc.merge(accumulate(...))`."
-            )
-    try:  # every task rebuilds the template this way: fail here, not in the first task
-        _build(recipe)
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"`template` cannot be rebuilt from its type and config(): {error}"
-        ) from error
-    return recipe
-
-
-def _build(recipe: Recipe) -> Any:
-    if recipe[0] == "single":
-        _, cls, config = recipe
-        return cls(**config)
-    return AccumulatorGroup({name: cls(**config) for name, cls, config in recipe[1]})
+    return recipe_of(template, "in the first task", ": `acc.merge(accumulate(...))`")
 
 
 def _reduce(
@@ -304,7 +264,7 @@ def _reduce(
     merge = dask.delayed(_merge, pure=True)
     level = [count(t, p, w, recipe, where, extra) for t, p, w, where, extra in pieces]
     if not level:
-        level = [dask.delayed(_build, pure=True)(recipe)]
+        level = [dask.delayed(build, pure=True)(recipe)]
     while len(level) > 1:
         level = [merge(*level[i : i + split_every]) for i in range(0, len(level), split_every)]
     (total,) = level
@@ -318,7 +278,7 @@ def _reduce(
 def _count_piece(
     y_true: Any, y_pred: Any, weights: Any, recipe: Recipe, where: str, extra: dict[str, Any]
 ) -> Any:
-    acc = _build(recipe)
+    acc = build(recipe)
     try:
         acc.update(y_true, y_pred, weights, **extra)
     except (TypeError, ValueError) as error:

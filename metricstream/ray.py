@@ -35,11 +35,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
-import numpy as np
 from ray.data.aggregate import AggregateFnV2
 from ray.data.block import BlockAccessor
 
 from . import ConfusionAccumulator, ScoreAccumulator
+from ._core.recipes import Recipe, build, recipe_of
 from .base import Accumulator, AccumulatorGroup
 
 __all__ = ["PACKED", "MetricAggregate", "aggregate", "aggregate_by", "confusion", "pack", "scores"]
@@ -47,7 +47,6 @@ __all__ = ["PACKED", "MetricAggregate", "aggregate", "aggregate_by", "confusion"
 INSTALL_HINT = 'pip install "metricstream[ray]"'
 
 T = TypeVar("T", bound="Accumulator | AccumulatorGroup")
-Recipe = tuple[Any, ...]
 
 #: The struct column :func:`pack` adds: the columns an aggregation reads, as one column. Ray
 #: prunes the input of a grouped aggregation to the group keys and the one column each
@@ -117,7 +116,7 @@ class MetricAggregate(AggregateFnV2):
         if self._packed:
             table = _unpack(table)
         y_true, y_pred, weights = self._columns
-        acc = _build(self._recipe)
+        acc = build(self._recipe)
         update_from_table(
             acc,
             table,
@@ -139,7 +138,7 @@ class MetricAggregate(AggregateFnV2):
         return total.to_bytes()
 
     def finalize(self, accumulator: bytes) -> Any:  # type: ignore[override]
-        return self._load(accumulator) if accumulator else _build(self._recipe)
+        return self._load(accumulator) if accumulator else build(self._recipe)
 
     def result(self, value: Any) -> Any:
         """The accumulator from what ``Dataset.aggregate`` returned for this aggregation (the
@@ -276,36 +275,5 @@ def scores(
 
 
 # ---------------------------------------------------------------------------- recipes
-# A recipe rebuilds an empty twin of the template in a task: (class, config) for one
-# accumulator, ("group", ((name, class, config), ...)) for a group.
 def _recipe(template: Any) -> Recipe:
-    if isinstance(template, AccumulatorGroup):
-        members = dict(template.items())
-        recipe: Recipe = (
-            "group",
-            tuple((name, type(m), m.config()) for name, m in members.items()),
-        )
-    elif isinstance(template, Accumulator):
-        members = {"": template}
-        recipe = ("single", type(template), template.config())
-    else:
-        raise TypeError(
-            f"`template` must be an accumulator or an AccumulatorGroup, got "
-            f"{type(template).__name__}."
-        )
-    for name, member in members.items():
-        if any(np.any(array) for array in member.state_arrays().values()):
-            where = f" (member {name!r})" if name else ""
-            raise ValueError(
-                f"`template`{where} already holds counts; pass an empty accumulator (e.g. "
-                f"`acc.copy().reset()`) and merge the result into yours."
-            )
-    _build(recipe)  # fails here, not in a task
-    return recipe
-
-
-def _build(recipe: Recipe) -> Any:
-    if recipe[0] == "single":
-        _, cls, config = recipe
-        return cls(**config)
-    return AccumulatorGroup({name: cls(**config) for name, cls, config in recipe[1]})
+    return recipe_of(template, "in a task")

@@ -37,10 +37,10 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal, TypeVar
 
-import numpy as np
 import pyarrow as pa
 
 from . import ConfusionAccumulator, MultilabelAccumulator, ScoreAccumulator
+from ._core.recipes import Recipe, build, recipe_of
 from .base import Accumulator, AccumulatorGroup
 
 __all__ = ["accumulate", "confusion", "multilabel", "scores"]
@@ -52,11 +52,6 @@ Merge = Literal["auto", "driver", "tree"]
 
 # One state at least this large is merged on the cluster by default (a 181-class int64 matrix).
 TREE_STATE_BYTES = 256 * 1024
-
-# A recipe rebuilds an empty twin of the template on a worker: (class, config) for one
-# accumulator, ("group", ((name, class, config), ...)) for a group; a few hundred bytes, where a
-# pickled empty score state would carry megabytes of zeros to every task.
-Recipe = tuple[Any, ...]
 
 
 def accumulate(
@@ -133,7 +128,7 @@ def accumulate(
             apply = grouped.applyInArrow if arrow else grouped.applyInPandas
             states = apply(_group_merger(recipe, arrow), "pid int, state binary")
     rows = _collect(states)
-    total = _build(recipe)
+    total = build(recipe)
     cls = type(total)
     for row in rows:
         total.merge(cls.from_bytes(bytes(row["state"]), source="a Spark partition's state"))
@@ -322,7 +317,7 @@ class _PartitionCounter:
         if first is None:
             return  # an empty partition sends nothing
         reader = pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], batches))
-        acc = _build(self.recipe)
+        acc = build(self.recipe)
         try:
             update_from_table(
                 acc,
@@ -344,7 +339,7 @@ def _group_merger(recipe: Recipe, arrow: bool) -> Any:
     function: Spark reads its signature to decide whether it takes the group key."""
 
     def merged(pids: Any, blobs: Any) -> tuple[int, bytes]:
-        total = _build(recipe)
+        total = build(recipe)
         cls = type(total)
         for blob in blobs:
             total.merge(cls.from_bytes(bytes(blob), source="a Spark partition's state"))
@@ -392,33 +387,4 @@ def _state_bytes(template: Any) -> int:
 
 
 def _recipe(template: Any) -> Recipe:
-    if isinstance(template, AccumulatorGroup):
-        members = dict(template.items())
-        recipe: Recipe = (
-            "group",
-            tuple((name, type(m), m.config()) for name, m in members.items()),
-        )
-    elif isinstance(template, Accumulator):
-        members = {"": template}
-        recipe = ("single", type(template), template.config())
-    else:
-        raise TypeError(
-            f"`template` must be an accumulator or an AccumulatorGroup, got "
-            f"{type(template).__name__}."
-        )
-    for name, member in members.items():
-        if any(np.any(array) for array in member.state_arrays().values()):
-            where = f" (member {name!r})" if name else ""
-            raise ValueError(
-                f"`template`{where} already holds counts; pass an empty accumulator (e.g. "
-                f"`acc.copy().reset()`) and merge the result into yours."
-            )
-    _build(recipe)  # fails here, not on a worker
-    return recipe
-
-
-def _build(recipe: Recipe) -> Any:
-    if recipe[0] == "single":
-        _, cls, config = recipe
-        return cls(**config)
-    return AccumulatorGroup({name: cls(**config) for name, cls, config in recipe[1]})
+    return recipe_of(template, "on a worker")
