@@ -407,9 +407,9 @@ def count(t, p, w, weighted, moments, max_error, bins):  # type: ignore[no-untyp
         return found[0], found[1], found[2]
     limit = np.int64(1) << 61
     flat = moments.reshape(-1, LIMBS)
-    for r in range(flat.shape[0]):
-        for k in range(LIMBS):
-            if flat[r, k] >= limit:  # only a state restored from elsewhere gets here
+    if flat.max() >= limit:  # only a state restored from elsewhere gets here
+        for r in range(flat.shape[0]):
+            if flat[r].max() >= limit:
                 return STATE_TOO_LARGE, -1, r // NUM_STATE
     if found[3] == 0:
         return OK, -2, -1
@@ -429,17 +429,33 @@ def count(t, p, w, weighted, moments, max_error, bins):  # type: ignore[no-untyp
                     _normalise_row(scratch[j, q])
     if not weighted:
         _carry_bin(scratch[0, S_W], np.int64(n), -EMIN)
+    # The limbs the batch can have touched: from its lowest bin to its highest (a bin below
+    # 2**63 spans three limbs from its own).
+    low = -EMIN // BITS
+    high = low + 2
+    for r in range(intervals.shape[0]):
+        if intervals[r, 1] <= intervals[r, 2]:
+            low = min(low, intervals[r, 1] // BITS)
+            high = max(high, intervals[r, 2] // BITS + 2)
+    high = min(high, LIMBS - 1)
     for j in range(m):
         if j > 0:
             scratch[j, S_W, :] = scratch[0, S_W, :]
         scratch[j, S_AE, :] = scratch[j, S_E_POS, :] + scratch[j, S_E_NEG, :]
         for q in range(NUM_STATE):
+            # Limbs below `low` are zero in the batch; above `high` only a carry can change
+            # the (canonical) state, and once it is 0 nothing does.
             carry = np.int64(0)
-            for k in range(LIMBS - 1):
+            k = low
+            while k < LIMBS - 1:
                 value = moments[j, q, k] + scratch[j, q, k] + carry
                 moments[j, q, k] = value & MASK
                 carry = value >> BITS
-            moments[j, q, LIMBS - 1] += scratch[j, q, LIMBS - 1] + carry
+                k += 1
+                if k > high and carry == 0:
+                    break
+            if k == LIMBS - 1:
+                moments[j, q, LIMBS - 1] += scratch[j, q, LIMBS - 1] + carry
         error = _bits_float(largest[j])
         max_error[j] = max(max_error[j], error)
     return OK, -1, -1

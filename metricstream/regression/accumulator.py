@@ -4,10 +4,9 @@
 and the error ``e = y_pred - y_true`` as exact fixed-point numbers, every row's terms added
 without rounding (see :mod:`metricstream.regression._kernels`): any batch split and any merge
 order give one bit-identical state, and every metric is computed from exact integers with a
-single rounding. The maximum
-error is the one state that is not a sum: ``merge``, ``+`` and ``sum`` take its maximum, and a
-path that can only add states (a group's ``merge``, a distributed sync) marks it unknown rather
-than report a sum of maxima.
+single rounding. The maximum error is the one state that is not a sum: it is declared a
+``"max"`` reduction (``state_reductions``), so ``merge``, ``+``, ``sum``, a group's ``merge``
+and the distributed syncs take its maximum.
 """
 
 from __future__ import annotations
@@ -110,13 +109,22 @@ class _Exact:
 def _integers(moments: np.ndarray) -> list[list[int]]:
     """The limbs (n_outputs, NUM_STATE, LIMBS) as Python integers, per output and sum."""
     if moments.size and 0 <= moments.min() and moments.max() <= K.MASK:
-        # Canonical limbs: lay their bits end to end and read the bytes as one integer each.
-        limbs = np.ascontiguousarray(moments, dtype="<i8").view(np.uint8)
-        bits = np.unpackbits(limbs.reshape(*moments.shape, 8), axis=-1, bitorder="little")
+        # Canonical limbs: lay their bits end to end and read the bytes as one integer each;
+        # only the limbs between the lowest and highest non-zero one (data of any one scale
+        # fills a few dozen of the 140), shifted into place.
+        used = np.flatnonzero(moments.reshape(-1, moments.shape[-1]).any(axis=0))
+        first, last = (int(used[0]), int(used[-1]) + 1) if used.size else (0, 1)
+        part = moments[..., first:last]
+        limbs = np.ascontiguousarray(part, dtype="<i8").view(np.uint8)
+        bits = np.unpackbits(limbs.reshape(*part.shape, 8), axis=-1, bitorder="little")
         packed = np.packbits(
-            bits[..., : K.BITS].reshape(*moments.shape[:2], -1), axis=-1, bitorder="little"
+            bits[..., : K.BITS].reshape(*part.shape[:2], -1), axis=-1, bitorder="little"
         )
-        return [[int.from_bytes(row.tobytes(), "little") for row in output] for output in packed]
+        shift = K.BITS * first
+        return [
+            [int.from_bytes(row.tobytes(), "little") << shift for row in output]
+            for output in packed
+        ]
     shifts = [K.BITS * k for k in range(K.LIMBS)]  # a state restored from elsewhere
     return [
         [sum(int(v) << s for v, s in zip(row, shifts, strict=True)) for row in output.tolist()]
@@ -164,8 +172,8 @@ class RegressionAccumulator(Accumulator):
                 "moments": ((self._num_outputs, K.NUM_STATE, K.LIMBS), np.int64),
                 "num_samples": ((1,), np.int64),
                 "max_error": ((self._num_outputs,), np.float64),
-                # 0: nothing counted; 1: the maximum is known; more: states were added by a
-                # path that cannot take a maximum, so it is unknown.
+                # 0: nothing counted; 1: the maximum is known; more: a state added by a path
+                # that could not take a maximum (a state saved so), so it is unknown.
                 "max_parts": ((1,), np.int64),
             }
         )
@@ -457,9 +465,9 @@ class RegressionAccumulator(Accumulator):
         """``max |y_pred - y_true|`` over rows of positive weight, per output, averaged.
 
         For one output it equals ``sklearn.metrics.max_error`` (which takes one output only).
-        Nothing counted: ``zero_division``. After a group ``merge`` or a distributed sync (which
-        can only add states) the maximum is unknown and this raises ``ValueError``; ``merge``,
-        ``+`` and ``sum()`` keep it.
+        Nothing counted: ``zero_division``. Every merge path (``merge``, ``+``, ``sum()``, a
+        group's ``merge``, the distributed syncs) keeps it. (A state whose ``max_parts`` says
+        it was added by a path that could not take a maximum raises ``ValueError`` here.)
         """
         return self._view(_max_error, multioutput=multioutput, zero_division=zero_division)
 
