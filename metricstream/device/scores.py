@@ -258,6 +258,14 @@ def _fine(q: torch.Tensor, fine_bins: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- the device state
+@torch._dynamo.assume_constant_result
+def _threshold_values(acc: Any) -> tuple[float, ...] | None:
+    """The explicit thresholds as Python floats (read in Python when a compiled step is
+    traced: torch.compile would take the numpy array for a tensor)."""
+    thresholds = acc._thresholds
+    return None if thresholds is None else tuple(float(value) for value in thresholds)
+
+
 class ScoreDeviceState(DeviceState):
     """:class:`DeviceState` with this family's error record: the position is a sample or a
     flat element, and the messages are the CPU path's."""
@@ -274,11 +282,11 @@ class ScoreDeviceState(DeviceState):
         self.task = task
         self.logits = bool(acc._logits)
         # Explicit thresholds, copied to the device once (a copy per update would wait).
-        thresholds = acc._thresholds
+        thresholds = _threshold_values(acc)
         self.edges = (
             None
             if thresholds is None
-            else torch.tensor(thresholds.tolist(), dtype=torch.float64, device=device)
+            else torch.tensor(thresholds, dtype=torch.float64, device=device)
         )
 
     def note_first(
