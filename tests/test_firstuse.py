@@ -60,7 +60,7 @@ def twin_only(monkeypatch):
     monkeypatch.setattr(warmup, "_enabled", True)
     monkeypatch.setattr(warmup, "defer", lambda routes: True)
     monkeypatch.setattr(_firstuse, "_ready", set())
-    monkeypatch.setattr(_firstuse, "_last", (False,) * 6)
+    monkeypatch.setattr(_firstuse, "_last", (False,) * 6 + (None,))
     monkeypatch.setattr(_firstuse, "count", counting)
     for name in SMALL_REGISTRIES:
         monkeypatch.setattr(_dispatch, name, getattr(_dispatch, name))
@@ -400,7 +400,7 @@ def test_switch_from_twin_to_kernel_mid_stream(stream):
         warmup._enabled = True
         warmup.defer = lambda routes: True  # type: ignore[assignment]
         _firstuse._ready = set()
-        _firstuse._last = (False,) * 6
+        _firstuse._last = (False,) * 6 + (None,)
         _firstuse.count = counting  # type: ignore[assignment]
         forget_small_entries()
         for position, batch in enumerate(_stream_batches(kind, seed, lengths)):
@@ -417,7 +417,7 @@ def test_switch_from_twin_to_kernel_mid_stream(stream):
         warmup.defer = lambda routes: True  # type: ignore[assignment]
         warmup._enabled = True
         _firstuse._ready = set()
-        _firstuse._last = (False,) * 6
+        _firstuse._last = (False,) * 6 + (None,)
         forget_small_entries()
         batches = list(_stream_batches(kind, seed, lengths))
         by_twin = _accumulator(kind, ignore)

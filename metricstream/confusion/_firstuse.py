@@ -98,9 +98,11 @@ def count_batch(
         and out_dtype is last[3]
         and kind == last[4]
         and batch.flags == last[5]
+        and (batch.size >= _PARALLEL_LABELS) is last[6]
     ):
         return None
-    key = (true_dtype, pred_dtype, weight_dtype, out_dtype, kind, batch.flags)
+    big = batch.size >= _PARALLEL_LABELS  # may need the threads' specialisation too
+    key = (true_dtype, pred_dtype, weight_dtype, out_dtype, kind, batch.flags, big)
     if key in _ready:
         _remember(key)
         return None
@@ -119,7 +121,7 @@ def count_batch(
 # Keys (see ``count_batch``) of the routes whose kernels are compiled in this process, and the
 # last one of them, replaced as a whole (threads never see a torn one).
 _ready: set[tuple] = set()
-_last: tuple = (False,) * 6
+_last: tuple = (False,) * 6 + (None,)
 
 
 def _remember(key: tuple) -> None:
