@@ -87,7 +87,7 @@ class DeviceState:
         count = bad.sum()
         # The first bad row (0 when there is none), as a 1-element index: indexing with a 0-d
         # tensor would make torch.compile read its value on the host.
-        first = bad.to(torch.uint8).argmax().reshape(1)
+        first = bad.view(torch.uint8).argmax().reshape(1)  # a view: no pass over the batch
         record = self.record
         is_first = (record[0] == 0) & (count > 0)
         new = torch.cat(

@@ -71,7 +71,8 @@ def state_of(acc: Any, device: torch.device) -> DeviceState:
 
 
 def _label_keys(values: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(int64 keys, valid)`` of flat labels: integers in [0, K), or floats holding them."""
+    """``(int64 keys, valid)`` of flat labels: integers in [0, K), or floats holding them. The
+    keys of invalid labels are anything: their rows go to the spare cell."""
     if values.is_floating_point():
         wide = values.to(torch.float64)
         valid = (wide >= 0) & (wide < num_classes) & (torch.floor(wide) == wide)
@@ -80,8 +81,7 @@ def _label_keys(values: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, t
         wide = values.to(torch.int64)
         return wide, torch.ones_like(values) if num_classes >= 2 else wide == 0
     wide = values.to(torch.int64)
-    valid = (wide >= 0) & (wide < num_classes)
-    return torch.where(valid, wide, 0), valid
+    return wide, (wide >= 0) & (wide < num_classes)
 
 
 def _bits(values: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -127,7 +127,7 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
         # smallest logit whose sigmoid reaches it), compared exactly in float64, as on the host.
         scores = y_pred.reshape(-1).to(torch.float64)
         pred_keys = (scores >= cut).to(torch.int64)
-        pred_ok = torch.ones_like(pred_keys, dtype=torch.bool)
+        pred_ok: torch.Tensor | None = None  # every score has a class (NaN is checked apart)
         score_nan = torch.isnan(scores)
         if not acc.logits:  # probabilities: NaN or outside [0, 1] (-0.0 is inside)
             score_bad = ~((scores >= 0.0) & (scores <= 1.0))
@@ -162,7 +162,7 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
         rows = y_pred.movedim(axis, -1).reshape(-1, num_classes)
         # torch.argmax takes the first of equal maxima (+0 and -0 are equal), as the CPU path.
         pred_keys = rows.argmax(dim=-1)
-        pred_ok = torch.ones_like(pred_keys, dtype=torch.bool)
+        pred_ok = None
         score_nan = torch.isnan(rows).any(dim=-1)
         pred_source = pred_keys
     else:
@@ -179,7 +179,7 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
     ignored = _ignored(flat_true, acc.ignore_index)
     if score_bad is None:
         score_bad = score_nan
-    counted = true_ok & pred_ok
+    counted = true_ok if pred_ok is None else true_ok & pred_ok
     if score_bad is not None:
         counted = counted & ~score_bad
     if ignored is not None:
@@ -187,7 +187,9 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
     true_bits, true_flag = _bits(flat_true)
     pred_bits, pred_flag = _bits(pred_source.reshape(-1))
     # The first problem of each row, in the CPU path's order: y_true, y_pred, then weights.
-    pred_code = torch.where(pred_ok, 0, BAD_PRED + pred_flag)
+    pred_code: torch.Tensor | int = 0
+    if pred_ok is not None:
+        pred_code = torch.where(pred_ok, 0, BAD_PRED + pred_flag)
     if score_bad is not None and score_nan is not None:
         pred_code = torch.where(score_bad, BAD_SCORE + FLOAT_VALUE, pred_code)
         pred_bits = torch.where(score_nan, _NAN_BITS, pred_bits)
@@ -226,7 +228,7 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
     def count_rows() -> None:
         clean = state.note_errors(code, value_bits)
         keep = counted & clean
-        keys = torch.where(keep, true_keys * num_classes + pred_keys, spare)
+        keys = torch.where(keep, torch.add(pred_keys, true_keys, alpha=num_classes), spare)
         if values is None:
             state.count("matrix", keys)
         else:
