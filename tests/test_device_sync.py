@@ -811,3 +811,50 @@ if __name__ == "__main__":
         worker(sys.argv[1], rank, size, port, sys.argv[5])
     else:
         sys.exit(f"usage: {sys.argv[0]} --gloo|--nccl RANK WORLD PORT OUT_DIR (started by pytest)")
+
+
+# ---------------------------------------------------------------------------- every family
+def _family_kinds() -> list[str]:
+    from tests.conformance import registry
+
+    return [
+        name
+        for name in registry.names()
+        if name.split("-")[0] in ("confusion", "scores", "multilabel", "regression")
+    ]
+
+
+@pytest.mark.slow  # every family's Numba reference compiles: minutes on a loaded 2-core box
+@pytest.mark.parametrize("name", _family_kinds())
+def test_every_familys_device_state_syncs_to_one_process(world, name):
+    """Each family's device state (mirroring the host arrays, or kept in its own form and read
+    first) syncs to the state of one process counting every batch on the Numba path."""
+    from tests.conformance.registry import kind
+    from tests.test_conformance import assert_same_state
+
+    spec = kind(name)
+    rng = np.random.default_rng(5)
+    batches = [spec.make_batch(rng) for _ in range(6)]
+    if any(kwargs for _, kwargs in batches):
+        pytest.skip(f"{name} batches take keywords, which the device path does not")
+    shards = [spec.make(), spec.make()]
+    for index, (args, _) in enumerate(batches):
+        tensors = [None if a is None else torch.from_numpy(np.asarray(a)) for a in args]
+        shards[index % 2].update(*tensors)
+    on_device = [bool(acc._device is not None and acc._device.dirty) for acc in shards]
+    expected = spec.make()
+    previous = device.force_device_path(False)
+    try:
+        for args, _ in batches:
+            expected.update(*args)
+    finally:
+        device.force_device_path(previous)
+    fake = world(2)
+    results = fake.run(shards)
+    for result in results:
+        assert not isinstance(result, BaseException), result
+        assert_same_state(result, expected, spec)
+    assert states(results[0]).keys() == states(results[1]).keys()
+    for key, array in states(results[0]).items():
+        assert array.tobytes() == states(results[1])[key].tobytes(), key
+    assert any(on_device), "the device path was not taken"
