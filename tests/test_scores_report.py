@@ -158,3 +158,119 @@ def test_command_line_options(tmp_path):
     assert report_from_args(parser.parse_args([str(DATA)])) is None
     with pytest.raises(InputError, match="needs `--scores`"):
         report_from_args(parser.parse_args([str(DATA), "--plot-roc", "x.png"]))
+
+
+def test_fractional_weight_column_makes_a_weighted_accumulator(tmp_path):
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 3, 200)
+    p = rng.dirichlet(np.ones(3), 200).astype(np.float32)
+    w = np.round(rng.uniform(0, 3, 200), 2)
+    path = tmp_path / "weighted.csv"
+    lines = ["y_true,p_0,p_1,p_2,w"] + [
+        f"{t},{a!r},{b!r},{c!r},{v!r}"
+        for t, (a, b, c), v in zip(y, p.tolist(), w.tolist(), strict=True)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    report = score_summary(path, "p_*", weight="w")
+    acc = report.accumulator
+    assert acc.config()["weighted"] is True
+    direct = ScoreAccumulator("multiclass", 3, weighted=True).update(y, p, w)
+    assert_same_state(acc, direct)
+    assert acc.num_samples == pytest.approx(w.sum())  # counted as given, not truncated
+    exact = skm.roc_auc_score(y, p.astype(np.float64), multi_class="ovr", sample_weight=w)
+    bound = acc.auroc(with_bound=True)  # float32 probabilities share bins: bounded
+    assert bound.lower - 1e-12 <= exact <= bound.upper + 1e-12
+    assert report.confusion is not None and report.confusion.config()["weighted"] is True
+    np.testing.assert_allclose(
+        report.confusion.confusion_matrix(),
+        skm.confusion_matrix(y, p.argmax(axis=1), sample_weight=w),
+    )
+    # The .npz reader too.
+    archive = tmp_path / "weighted.npz"
+    np.savez(archive, y_true=y, scores=p, w=w)
+    assert_same_state(score_summary(archive, "scores", weight="w").accumulator, direct)
+
+
+def test_many_score_columns_are_refused_quickly(tmp_path):
+    import time
+
+    path = tmp_path / "wide.csv"
+    names = [f"p_{i}" for i in range(100_000)]
+    path.write_text("y_true," + ",".join(names) + "\n0," + ",".join(["0"] * len(names)) + "\n")
+    began = time.perf_counter()
+    with pytest.raises(InputError, match=r"matches 100,000 columns, more classes than 4,096"):
+        score_summary(path, "p_*")
+    assert time.perf_counter() - began < 20  # (a list lookup per column took minutes)
+
+
+def _npz_with_header(path: Path, members: dict[str, tuple[tuple[int, ...], str, bytes]]) -> None:
+    """An .npz whose members' headers announce ``shape`` whatever data follows them."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, (shape, dtype, data) in members.items():
+            buffer = io.BytesIO()
+            header = {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": shape}
+            np.lib.format.write_array_header_1_0(buffer, header)
+            archive.writestr(name + ".npy", buffer.getvalue() + data)
+
+
+def test_npz_members_are_read_by_their_declared_size_within_the_readers_caps(tmp_path):
+    # A few bytes announcing 2**40 x 2 scores: refused from the headers (rows differ), no read.
+    path = tmp_path / "bomb.npz"
+    _npz_with_header(
+        path,
+        {"y_true": ((4,), "<i8", bytes(32)), "scores": ((2**40, 2), "<f4", bytes(64))},
+    )
+    with pytest.raises(InputError, match=r"shape \(1099511627776, 2\), which does not fit"):
+        score_summary(path, "scores")
+    # More classes than the CSV reader's cap: refused before any array is read.
+    _npz_with_header(
+        path, {"y_true": ((2,), "<i8", bytes(16)), "scores": ((2, 5000), "<f4", bytes(8))}
+    )
+    with pytest.raises(InputError, match="5,000 classes, more than 4,096"):
+        score_summary(path, "scores")
+    # A sample beyond the record cap (4 MiB): refused from the header.
+    _npz_with_header(
+        path,
+        {"y_true": ((2, 1024, 1024), "<i8", b""), "scores": ((2, 2, 1024, 1024), "<f4", b"")},
+    )
+    with pytest.raises(InputError, match="more than a record may"):
+        score_summary(path, "scores")
+    # Fewer elements than announced: the file is truncated, said so (after what was read).
+    _npz_with_header(
+        path,
+        {
+            "y_true": ((3,), "<i8", np.array([0, 1, 0]).tobytes()),
+            "scores": ((3,), "<f8", np.array([0.2, 0.7]).tobytes()),
+        },
+    )
+    with pytest.raises(InputError, match="ends after 2 elements"):
+        score_summary(path, "scores")
+
+
+def test_npz_scores_stream_in_bounded_memory(tmp_path):
+    import tracemalloc
+
+    rows = 1 << 21
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 2, rows)
+    scores = np.zeros((rows, 2), np.float32)
+    scores[np.arange(rows), y] = 1.0  # compresses to a few hundred kB; 16 MiB when loaded
+    path = tmp_path / "big.npz"
+    np.savez_compressed(path, y_true=y, scores=scores)
+    small = tmp_path / "small.npz"  # the same dtypes first: compiles are not the reader's
+    np.savez_compressed(small, y_true=y[:1000], scores=scores[:1000])
+    score_summary(small, "scores")
+    tracemalloc.start()
+    try:
+        report = score_summary(path, "scores")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.rows == rows
+    assert report.accumulator.auroc() == 1.0
+    # The state (two classes) and one block of rows; the members themselves are 32 MiB.
+    state = sum(a.nbytes for a in report.accumulator.state_arrays().values())
+    assert peak < state + (12 << 20), peak

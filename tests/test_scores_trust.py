@@ -458,3 +458,69 @@ def test_views_before_any_update_are_nan_with_a_warning(task):
     if task == "multiclass":
         with pytest.warns(UndefinedMetricWarning):
             assert np.isnan(acc.top_k_accuracy()).all()
+
+
+# ---------------------------------------------------------------- hints of label errors
+@pytest.mark.parametrize("task", ["binary", "multiclass"])
+def test_label_errors_carry_the_shared_hints(task):
+    """The hints of every family (metricstream._inputs.label_hint): -100 suggests
+    ``ignore_index=-100``, a fractional label the swapped arguments, NaN a missing value; the
+    state is left as it was."""
+    classes = None if task == "binary" else 3
+    acc = ScoreAccumulator(task, classes)
+    scores = np.array([0.2, 0.6, 0.9]) if task == "binary" else np.full((3, 3), 1 / 3)
+    acc.update(np.array([0, 1, 1]) if task == "binary" else np.array([0, 1, 2]), scores)
+    before = _state(acc)
+    cases = [
+        (np.array([0, -100, 1]), r"at position 1.*create the accumulator with `ignore_index=-100`"),
+        (np.array([0, -7, 1]), r"-7 at position 1.*`ignore_index=-7`"),
+        (np.array([0.0, 0.35, 1.0]), r"0\.35 at position 1.*arguments are swapped"),
+        (np.array([0.0, np.nan, 1.0]), r"nan at position 1.*missing value.*dropna"),
+    ]
+    for y, message in cases:
+        with pytest.raises(ValueError, match=message):
+            acc.update(y, scores)
+        assert _same(before, _state(acc))
+    ignoring = ScoreAccumulator(task, classes, ignore_index=-100)
+    with pytest.raises(ValueError) as error:
+        ignoring.update(np.array([0, -7, 1]), scores)
+    assert "ignore_index=-7" not in str(error.value)  # one ignore_index is already set
+
+
+def test_a_one_hot_y_true_is_named_as_the_cause():
+    acc = ScoreAccumulator("multiclass", 4)
+    y = np.eye(4)[[0, 2, 1]]
+    with pytest.raises(ValueError, match=r"`y_true` looks one-hot.*argmax"):
+        acc.update(y, np.full((3, 4), 0.25))
+    acc.update(y.argmax(axis=1), np.full((3, 4), 0.25))  # the remedy works
+    assert acc.num_samples == 3
+
+
+# ---------------------------------------------------------------- the bound of restored states
+@pytest.mark.parametrize("task", ["binary", "multiclass", "multilabel"])
+def test_updates_never_make_a_state_that_load_refuses(task):
+    """A restored state whose int64 array totals sit just below 2**63 - 1 (what load accepts):
+    an update that could pass it is refused and changes nothing; one that fits is counted and
+    the state loads back."""
+    classes = {"binary": None, "multiclass": 3, "multilabel": 2}[task]
+    acc = ScoreAccumulator(task, classes)
+    state = acc.state_dict()
+    y = {"binary": np.array([1]), "multiclass": np.array([1]), "multilabel": np.array([[1, 0]])}
+    p = {
+        "binary": np.array([0.75]),
+        "multiclass": np.array([[0.125, 0.75, 0.125]]),
+        "multilabel": np.array([[0.75, 0.25]]),
+    }
+    for name in ("curves", "inexact"):
+        arrays = {key: np.array(v) for key, v in acc.state_arrays().items()}
+        arrays[name].reshape(-1)[-1] = 2**63 - 1 - 4  # room for less than one row per class
+        full = ScoreAccumulator.from_state_dict({**state, "arrays": _records(state, arrays)})
+        before = _state(full)
+        with pytest.raises(ValueError, match="overflow the int64 counts"):
+            full.update(np.repeat(y[task], 5, axis=0), np.repeat(p[task], 5, axis=0))
+        assert _same(before, _state(full))
+    arrays = {key: np.array(v) for key, v in acc.state_arrays().items()}
+    arrays["calibration"][-1, 0] = 2**63 - 1 - 2**40
+    roomy = ScoreAccumulator.from_state_dict({**state, "arrays": _records(state, arrays)})
+    roomy.update(np.repeat(y[task], 5, axis=0), np.repeat(p[task], 5, axis=0))
+    type(roomy).from_bytes(roomy.to_bytes())  # loads back

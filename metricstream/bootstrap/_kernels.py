@@ -35,11 +35,8 @@ The weight of cluster ``c`` in replicate ``b`` under ``seed`` is drawn from
 golden-ratio constant, ``mix64`` SplitMix64's bijective finaliser). Two rounds keyed by
 different functions of the seed make the map from ``(seed, cluster)`` to ``h`` a pseudo-random
 permutation of the cluster ids for every seed, with no algebraic relation between seeds.
-
-The earlier scheme, ``h = mix64(c ^ seed)`` (``legacy``), kept for states saved with it, gave
-cluster ``c`` under seed ``s`` exactly the weights of cluster ``c ^ s`` under seed 0: within
-one seed its weights are valid, but two seeds resampled the same clusters' weights, merely
-relabelled.
+``legacy``: the earlier ``h = mix64(c ^ seed)``, kept only to continue states saved with it
+(why it was replaced: ``docs/performance.md``, bootstrap kernels).
 """
 
 from __future__ import annotations

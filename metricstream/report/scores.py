@@ -26,7 +26,15 @@ from typing import Any
 import numpy as np
 
 from ..confusion.accumulator import ConfusionAccumulator
-from ..io.readers import Coded, InputError, open_source
+from ..io.readers import (
+    MAX_CLASSES,
+    MAX_RECORD_BYTES,
+    Coded,
+    InputError,
+    iter_npz_rows,
+    npz_member_shapes,
+    open_source,
+)
 from ..scores.accumulator import ScoreAccumulator
 
 __all__ = [
@@ -38,8 +46,9 @@ __all__ = [
     "write_score_plots",
 ]
 
-# Rows of a .npz score array read at a time.
+# Rows of a .npz score array read at a time, and the most bytes of one such block.
 _NPZ_CHUNK = 1 << 16
+_NPZ_BLOCK_BYTES = 16 << 20
 
 
 @dataclass
@@ -173,10 +182,18 @@ def score_summary(
             f"{', '.join(repr(c) for c in src.columns) or 'none'}.",
             usage=True,
         )
+    if len(columns) > MAX_CLASSES:
+        raise InputError(
+            f"{path}: `--scores {scores}` matches {len(columns):,} columns, more classes than "
+            f"{MAX_CLASSES:,} (the state of a score accumulator grows with the square of the "
+            f"classes); narrow the pattern.",
+            usage=True,
+        )
     for name, flag in ((truth, "--true"), (weight, "--weight")):
         if name is not None and name not in src.columns:
             raise InputError(f"{path}: no column {name!r} (given by `{flag}`).", usage=True)
-    rest = [c for c in src.columns if c not in columns and c != weight]
+    chosen = set(columns)  # (a list lookup here was quadratic in the number of columns)
+    rest = [c for c in src.columns if c not in chosen and c != weight]
     truth = (
         truth
         if truth is not None
@@ -190,7 +207,7 @@ def score_summary(
         if src.kinds[column] == "str" and not src.text:
             raise InputError(f"{path}: score column {column!r} holds text.", usage=True)
     names = _class_names(scores, columns)
-    acc = _accumulator(len(columns), logits, ignore, names, bins)
+    acc = _accumulator(len(columns), logits, ignore, names, bins, weight is not None)
     confusion = _confusion(acc, names)
     kinds = {column: "float" for column in columns}
     kinds[truth] = src.kinds[truth]
@@ -312,8 +329,15 @@ def _class_names(pattern: str, columns: list[str]) -> list[str] | None:
 
 
 def _accumulator(
-    num_columns: int, logits: bool, ignore: str | None, names: list[str] | None, bins: int | None
+    num_columns: int,
+    logits: bool,
+    ignore: str | None,
+    names: list[str] | None,
+    bins: int | None,
+    weighted: bool = False,
 ) -> ScoreAccumulator:
+    """The score accumulator of a report: weighted (float64 sums) when the file has a weight
+    column, as the confusion report counts, so that fractional weights are counted as given."""
     ignore_index = None
     if ignore is not None:
         if names is not None and ignore in names:
@@ -322,11 +346,10 @@ def _accumulator(
             ignore_index = int(ignore)
         except ValueError:
             ignore_index = -1  # a name: mapped to -1 by _labels
+    options: dict[str, Any] = {"logits": logits, "ignore_index": ignore_index, "bins": bins}
     if num_columns == 1:
-        return ScoreAccumulator("binary", logits=logits, ignore_index=ignore_index, bins=bins)
-    return ScoreAccumulator(
-        "multiclass", num_columns, logits=logits, ignore_index=ignore_index, bins=bins
-    )
+        return ScoreAccumulator("binary", weighted=weighted, **options)
+    return ScoreAccumulator("multiclass", num_columns, weighted=weighted, **options)
 
 
 def _labels(
@@ -400,46 +423,91 @@ def _read_npz(
     n_bins: int,
     top_k: Sequence[int],
 ) -> ScoreReport:
+    """The score report of an .npz archive, its members streamed a block of rows at a time
+    (never loaded whole): the members' headers are checked first against the limits the CSV
+    reader keeps (a sample of at most ``MAX_RECORD_BYTES``, at most ``MAX_CLASSES`` classes),
+    and only the elements the headers declare are read."""
     if not path.is_file():
         raise InputError(f"{path}: no such file.", usage=True)
-    with np.load(path, allow_pickle=False) as archive:
-        members = list(archive.files)
-        matches = [m for m in members if fnmatch.fnmatchcase(m, member)]
-        if len(matches) != 1:
+    shapes = npz_member_shapes(path)
+    members = list(shapes)
+    matches = [m for m in members if fnmatch.fnmatchcase(m, member)]
+    if len(matches) != 1:
+        raise InputError(
+            f"{path}: `--scores {member}` must name one member holding the "
+            f"scores; the archive holds {members}.",
+            usage=True,
+        )
+    name = matches[0]
+    others = [m for m in members if m not in (name, weight)]
+    truth = (
+        truth
+        if truth is not None
+        else ("y_true" if "y_true" in others else (others[0] if others else None))
+    )
+    if truth is None or truth not in shapes or truth == name:
+        raise InputError(f"{path}: needs a truth member besides {name!r}.", usage=True)
+    if weight is not None and weight not in shapes:
+        raise InputError(f"{path}: no member {weight!r} (given by `--weight`).", usage=True)
+    selected = [truth, name] + ([weight] if weight is not None else [])
+    for chosen in selected:
+        shape, dtype = shapes[chosen]
+        if dtype.kind not in "biuf" or not shape:
             raise InputError(
-                f"{path}: `--scores {member}` must name one member holding the "
-                f"scores; the archive holds {members}.",
+                f"{path}: member {chosen!r} must be an array of numbers with a first axis of "
+                f"samples, got shape {shape} of dtype {dtype}.",
                 usage=True,
             )
-        scores = archive[matches[0]]
-        others = [m for m in members if m not in (matches[0], weight)]
-        truth = (
-            truth
-            if truth is not None
-            else ("y_true" if "y_true" in others else (others[0] if others else None))
+    score_shape, label_shape = shapes[name][0], shapes[truth][0]
+    binary = len(score_shape) == len(label_shape) or (
+        len(score_shape) == len(label_shape) + 1 and score_shape[1] == 1
+    )
+    expected = label_shape if binary else (label_shape[:1] + score_shape[1:2] + label_shape[1:])
+    if score_shape not in (expected, label_shape[:1] + (1,) + label_shape[1:]):
+        raise InputError(
+            f"{path}: scores {name!r} have shape {score_shape}, which does not fit the truth "
+            f"{truth!r} of shape {label_shape}: (N, C) scores for (N,) labels, (B, C, H, W) "
+            f"for (B, H, W), or one score per label for a binary task.",
+            usage=True,
         )
-        if truth is None or truth not in members:
-            raise InputError(f"{path}: needs a truth member besides {matches[0]!r}.", usage=True)
-        labels = archive[truth]
-        weights = archive[weight] if weight is not None else None
-    binary = scores.ndim == labels.ndim or (scores.ndim == labels.ndim + 1 and scores.shape[1] == 1)
-    classes = 1 if binary else scores.shape[1]
-    acc = _accumulator(classes, logits, ignore, None, bins)
+    if weight is not None and shapes[weight][0] != label_shape:
+        raise InputError(
+            f"{path}: weights {weight!r} have shape {shapes[weight][0]}, but there is one "
+            f"weight per label: shape {label_shape}.",
+            usage=True,
+        )
+    classes = 1 if binary else score_shape[1]
+    if classes > MAX_CLASSES:
+        raise InputError(
+            f"{path}: scores {name!r} hold {classes:,} classes, more than {MAX_CLASSES:,} "
+            f"(the state of a score accumulator grows with the square of the classes).",
+            usage=True,
+        )
+    sample_bytes = sum(
+        math.prod(shapes[chosen][0][1:]) * shapes[chosen][1].itemsize for chosen in selected
+    )
+    if sample_bytes > MAX_RECORD_BYTES:
+        raise InputError(
+            f"{path}: one sample of {selected} takes {sample_bytes:,} bytes, more than a "
+            f"record may ({MAX_RECORD_BYTES >> 20} MiB).",
+            usage=True,
+        )
+    block_rows = max(1, min(_NPZ_CHUNK, _NPZ_BLOCK_BYTES // max(sample_bytes, 1)))
+    acc = _accumulator(classes, logits, ignore, None, bins, weight is not None)
     confusion = _confusion(acc, None)
-    for lo in range(0, max(len(labels), 1), _NPZ_CHUNK):
-        hi = lo + _NPZ_CHUNK
+    start = 0
+    for block in iter_npz_rows(path, selected, block_rows):
         _update(
             acc,
-            labels[lo:hi],
-            scores[lo:hi],
-            None if weights is None else weights[lo:hi],
+            block[truth],
+            block[name],
+            None if weight is None else block[weight],
             path,
-            lo,
+            start,
             confusion,
         )
-    return ScoreReport(
-        acc, None, [matches[0]], int(labels.shape[0]), n_bins, tuple(top_k), confusion
-    )
+        start += block[truth].shape[0]
+    return ScoreReport(acc, None, [name], start, n_bins, tuple(top_k), confusion)
 
 
 def _float(value: Any) -> float:

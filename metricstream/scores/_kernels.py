@@ -31,87 +31,44 @@ The kernels add one batch of an ``(N, C)`` score matrix to the state arrays and 
 ``(status, position)``: ``status`` is ``OK`` or the kind of the first bad element and
 ``position`` its flat index in the ``(N, C)`` layout (row ``* C +`` column), or the row for a
 bad multiclass label or an all ``-inf`` row. Weights are validated and converted to the state's
-dtype by the caller (one per row), or are None.
+dtype by the caller (one per row), or are None. Rows are validated ``chunk`` at a time, each
+chunk before any of it is counted (a validation loop over a cache-resident chunk is cheaper
+than checks inside the counting loop). A failure returns ``(status, position, counted_until)``:
+the rows before ``counted_until`` were counted and the caller undoes them; with ``chunk >=
+stop - start`` nothing was counted.
 
-Rows are validated ``chunk`` at a time, each chunk before any of it is counted (a separate
-validation loop over a cache-resident chunk is faster than checks inside the counting loop:
-256x10, 17.5 -> 13 us). A failure returns ``(status, position, counted_until)``: the rows
-before ``counted_until`` were counted and the caller undoes them (see
-:mod:`metricstream.scores`); with ``chunk >= stop - start`` nothing was counted.
+:func:`count_multiclass` counts a block of at most ``BLOCK_ROWS`` rows in passes, each a plain
+loop the compiler vectorises: flat checks of the labels and scores; per row the true class,
+weight and true score; the block copied class by class; class by class the keys ``2 * bin +
+[c == t]``, the exact scores and each row's rank, tie, maximum and Brier statistics; the
+histogram increments class by class (one class's bins at a time stay in cache); per row the
+rank, calibration and loss counts. Unweighted multiclass probabilities of at most
+``ROW_LANES`` (16) classes take :func:`count_small_rows`: a row is one vector register (a
+masked load, nothing past the row read), its keys and statistics computed lane-parallel
+(:func:`_probability_row`); the whole batch is validated before any of it is counted, and the
+state arrays are reached through one int64 table of addresses.
 
-Unweighted multiclass probabilities of at most ``ROW_LANES`` (16) classes on key bins take
-:func:`count_small_rows` instead: a row is one vector register (a masked load, nothing past the
-row read), and its keys, exactness, rank counts, maximum and squared errors are computed
-lane-parallel in LLVM vector operations (:func:`_probability_row`); the block's histogram
-increments then go class by class. The whole batch is validated (flat, vectorised) before any of
-it is counted, so a failure needs no undo, whatever the batch size. The state arrays are reached
-through one int64 table of addresses (one array argument instead of twelve). Measured, one call
-with 256 x 10 float32 probabilities, the kernel alone: 7.8 us for the block kernel, 4.1-4.3 us
-(10^6 x 10: 30-34 -> 20-21 ms). Measured and not kept: prefetching each row's histogram cells
-in the row pass (5.8 us); the calibration counts deferred to a loop of their own, blocks of 64 or
-256 rows (no faster); the squared errors summed in a flat pass over a scratch copy (0.1 us
-slower than in the row's vector).
+Multiclass logits are keyed by their softmax probability ``exp(s_c - top) / total`` (one-vs-rest
+ranking is not invariant under the softmax, so the logits' own keys would give other curves).
+Rows of probabilities must sum to one within ``ROW_SUM_TOLERANCE`` (``BAD_SUM``); a batch of
+logits that all lie in [0, 1] (multiclass: rows summing to one) returns ``OK`` with the position
+``LOOKS_LIKE_PROBABILITIES``, for the caller to warn. The log loss of one sample from logits is
+clipped at ``LOG_LOSS_BOUND`` (-log of float64's eps, as scikit-learn clips float64
+probabilities), so that a -inf true-class logit leaves the sums finite. With a non-empty ``log``
+each addition to a confidence sum first records the cell and its value before, so that a group
+can undo the float sums exactly. The softmax, sigmoid and log loss use an exp and a log1p of
+plain float64 arithmetic (:func:`_exp_nonpositive`, :func:`_log1p_unit`: within 1 ulp of
+numpy's), because ``np.exp`` and ``np.log1p`` in a Numba loop are library calls that keep the
+loop from vectorising.
 
-The multiclass kernel counts a block of at most ``BLOCK_ROWS`` rows in passes, each a plain
-loop: branch-free flat checks of the labels and scores; per row the true class, weight and true
-score; the block copied class by class (``(C, rows)``); class by class over the rows (loops the
-compiler vectorises) the keys ``2 * bin + [c == t]``, the exact scores and each row's rank,
-tie, maximum and Brier statistics; the histogram increments class by class (one class's bins
-at a time stay in cache, and the loop does nothing else); and per row the rank, calibration and
-loss counts. A chunk no longer than a block is validated by the block's own checks.
-
-Speed notes (2-core AMD EPYC, float32 probabilities, the kernel alone, load 4-5): against
-the earlier single pass row by row (bins, increments and statistics of each score together),
-the block passes take 8.9 us instead of 10.3 us for 256 x 10 (66 us instead of 84 us with the
-state evicted from cache between calls), 0.63 ms instead of 0.88 ms for 256 x 1000 and 41 ms
-instead of 50 ms for 10^6 x 10: the increment loop does nothing else, and the bins and row
-statistics run in vectorised loops. Later (A/B in one process, 256 x 10 kernel 8.9 -> 7.8 us):
-the per-row work split into a branch-free pass and the increments, the log-loss product taken
-eight rows at a time, the keys in 32-bit lanes (shifts through ``_shift_right32``), labels of
-the block as int32. The log loss takes one ``log`` per call, not per row:
-the product of the clipped true-class probabilities, scaled by 2**500 whenever it falls below
-2**-500 (0.9 us of a 256 x 10 update). Scores are checked in the vectorised key pass: a flat
-pass of their own cost 1.5 us of a 256 x 10 update. Measured and not kept: bins computed in a
-flat vectorised pass before a row-by-row increment loop (no faster: the bins of the single
-pass overlap with the memory latency of its increments); the block copied with the validity
-checks fused in (2.5x slower); 64-row blocks (slower; 1,024 no faster); software prefetch of
-the histogram cells (no faster, even with the state evicted); two threads on private
-histograms (on this shared 2-core machine, 15% more CPU time and no wall-clock gain at load
-6). A Numba call costs about 45 ns per array argument and 15 ns per scalar in dispatch: the
-small-batch path calls the compiled specialisation directly (:func:`compiled_for`), 0.4 us
-less. Measured and not kept: the keys of many blocks held back and incremented class by class
-at once (10^6 x 10: 37 ms instead of 32 ms), although the increments alone then take 0.75
-instead of 1.2 ns each.
-
-Multiclass logits are keyed by their softmax probability ``exp(s_c - top) / total`` under the
-probability key (one-vs-rest ranking is not invariant under the softmax, so the logits' own
-keys would give other curves): the block kernel takes each row's softmax denominator first,
-then the keys class by class, one exp a score (the exps are not kept). Multiclass rows of
-probabilities must sum to one within ``ROW_SUM_TOLERANCE`` (``BAD_SUM`` otherwise); a batch
-of logits that all lie in [0, 1] (multiclass: rows summing to one) returns ``OK`` with the
-position ``LOOKS_LIKE_PROBABILITIES``, for the caller to warn. The log loss of one sample from
-logits is clipped at ``LOG_LOSS_BOUND`` (-log of float64's eps, as scikit-learn clips float64
-probabilities), so that a -inf true-class logit leaves the sums finite. With a non-empty
-``log`` (the row kernel: ``table[TABLE_LOG]``), each addition to a confidence sum first records
-the cell and its value before, so that a group can undo the float sums exactly.
-
-Logits: the softmax (top-label confidence, Brier, log loss) and the sigmoid of binary and
-multilabel logits use an exp and a log1p of plain float64 arithmetic (:func:`_exp_nonpositive`,
-:func:`_log1p_unit`: within 1 ulp of numpy's), because ``np.exp`` and ``np.log1p`` in a Numba
-loop are scalar library calls that keep the loop from vectorising. The block kernel takes the
-softmax sums class by class, eight rows at a time in 512-bit vectors (:func:`_softmax_lanes`),
-the Brier term as ``sum_{c != t} p_c**2 + (1 - p_t)**2`` (one pass, no exps kept), one
-division a row and the log loss as one log of the product of the denominators; binary and
-multilabel logits take their sigmoid, log1p and keys in a vectorised pass per block of rows.
-Measured (CPU time, medians, three alternating A/B runs, load 1.4-1.6): 256 x 10 float32
-logits 28-32 -> 15-17 us an update, 256 x 100 0.27-0.31 -> 0.14-0.17 ms, 256 x 1000 2.6-2.75
--> 1.2-1.3 ms; binary 10**5 logits 3.2-3.3 -> 1.9-2.0 ms.
-Measured and not kept: a row kernel for at most 16 logits (keys, ranks and the softmax of a
-row in one 16-lane vector, as for probabilities): 17-18 us, also with the softmax in a second
-pass over the block's rows, no faster than the block kernel (lanes past the row must not take
-the exp of -inf: an underflowing result costs a microcode assist, 32 us). Storing each block's
-exps for the Brier pass instead of the one-pass form: slower, and 2 MB of scratch at 1,000
-classes.
+SIMD and its plain twins: the fast paths use LLVM intrinsics written here (vector rows, masked
+loads, ``llvm.fma``, prefetch, an 8 x 8 transposing copy, 32-bit integer arithmetic, bit casts).
+Each has a plain-Numba twin of the same result (``PLAIN_TWINS``), and every kernel exists twice:
+as written, and compiled again with the twins in place of the intrinsics (:func:`plain`). The
+tests pin the two to the same bits; ``METRICSTREAM_PLAIN_KERNELS=1`` or
+``metricstream.plain_kernels(True)`` makes the accumulator use the plain ones, a way around a
+miscompile in some future Numba or LLVM. Measurements and the variants that were tried and not
+kept: ``docs/performance.md`` (score kernels).
 """
 
 from __future__ import annotations
@@ -1792,34 +1749,15 @@ def count_small_rows(y_true, y_pred, table, eps):
     pass row by row (a row's keys and statistics from one vector, see
     :func:`_probability_row`), then the block's histogram increments class by class.
     """
+    if not _small_rows_fit(y_true, y_pred, table):
+        return NOT_TAKEN
     rows = y_true.shape[0]
     num_classes = y_pred.shape[1]
-    if (
-        y_pred.shape[0] != rows
-        or num_classes != table[TABLE_CLASSES]
-        or (rows > 1 and y_true.strides[0] != y_true.itemsize)
-        or y_pred.strides[1] != y_pred.itemsize
-        or (rows > 1 and y_pred.strides[0] != num_classes * y_pred.itemsize)
-        or y_true.ctypes.data % y_true.itemsize != 0
-        or y_pred.ctypes.data % y_pred.itemsize != 0
-    ):
-        return NOT_TAKEN
     # The same memory as C-contiguous arrays (the loops below index without strides).
     labels = carray(_llvm.pointer_to(y_true.ctypes.data, y_true.dtype), rows)
     scores = carray(_llvm.pointer_to(y_pred.ctypes.data, y_pred.dtype), (rows, num_classes))
     num_bins = table[TABLE_BINS]
     fine_bins = table[TABLE_FINE_BINS]
-    shift = table[TABLE_SHIFT]
-    has_ignore = (table[TABLE_FLAGS] & HAS_IGNORE) != 0
-    ignore_index = table[TABLE_IGNORE]
-    ok = _labels_look_valid(labels, 0, rows, num_classes, has_ignore, ignore_index)
-    ok &= _probabilities_look_valid(scores.reshape(-1))
-    ok &= _rows_sum_to_one(labels, scores, has_ignore, ignore_index)
-    if not ok:
-        for i in range(rows):
-            status, position = _check_row(labels, scores, i, has_ignore, ignore_index, False)
-            if status != OK:
-                return status + 8 * position
     stride = 2 * num_bins
     hist = carray(_llvm.pointer_to(table[TABLE_CURVES], np.int64), num_classes * stride)
     inexact = carray(_llvm.pointer_to(table[TABLE_INEXACT], np.int64), num_classes)
@@ -1835,17 +1773,64 @@ def count_small_rows(y_true, y_pred, table, eps):
     cal_top = carray(
         _llvm.pointer_to(table[TABLE_SCRATCH] + 4 * SCRATCH_TOP, np.float64), ROW_BLOCK
     )
-    layout = key_layout(shift)
-    optimistic = num_classes * num_classes
-    product = 1.0
-    exponent = 0
-    brier = 0.0
     # An undo log (see count_multiclass' ``log``) when the table names one.
     logging = table[TABLE_LOG] != 0
     log = carray(
         _llvm.pointer_to(table[TABLE_LOG] if logging else table[TABLE_LOSSES], np.float64),
         2 * rows if logging else 0,
     )
+    return _count_small_rows_into(
+        labels, scores, table, eps, hist, inexact, ranks, cal_counts, cal_conf, sums, scratch,
+        exact, cal_bin, cal_top, log,
+    )  # fmt: skip
+
+
+@njit(inline="always")
+def _small_rows_fit(y_true, y_pred, table):
+    """Whether :func:`count_small_rows` takes these arrays: contiguous, aligned, shapes that
+    match the table's classes."""
+    rows = y_true.shape[0]
+    num_classes = y_pred.shape[1]
+    return not (
+        y_pred.shape[0] != rows
+        or num_classes != table[TABLE_CLASSES]
+        or (rows > 1 and y_true.strides[0] != y_true.itemsize)
+        or y_pred.strides[1] != y_pred.itemsize
+        or (rows > 1 and y_pred.strides[0] != num_classes * y_pred.itemsize)
+        or y_true.ctypes.data % y_true.itemsize != 0
+        or y_pred.ctypes.data % y_pred.itemsize != 0
+    )
+
+
+@njit(inline="always")
+def _count_small_rows_into(
+    labels, scores, table, eps, hist, inexact, ranks, cal_counts, cal_conf, sums, scratch,
+    exact, cal_bin, cal_top, log,
+):  # fmt: skip
+    """The counting of :func:`count_small_rows` into flat C-contiguous state arrays; ``exact``,
+    ``cal_bin`` and ``cal_top`` are the int16, int32 and float64 views of ``scratch`` at
+    ``SCRATCH_EXACT``, ``SCRATCH_CALIBRATION`` and ``SCRATCH_TOP``."""
+    rows = labels.shape[0]
+    num_classes = scores.shape[1]
+    fine_bins = table[TABLE_FINE_BINS]
+    stride = 2 * table[TABLE_BINS]
+    shift = table[TABLE_SHIFT]
+    has_ignore = (table[TABLE_FLAGS] & HAS_IGNORE) != 0
+    ignore_index = table[TABLE_IGNORE]
+    ok = _labels_look_valid(labels, 0, rows, num_classes, has_ignore, ignore_index)
+    ok &= _probabilities_look_valid(scores.reshape(-1))
+    ok &= _rows_sum_to_one(labels, scores, has_ignore, ignore_index)
+    if not ok:
+        for i in range(rows):
+            status, position = _check_row(labels, scores, i, has_ignore, ignore_index, False)
+            if status != OK:
+                return status + 8 * position
+    layout = key_layout(shift)
+    optimistic = num_classes * num_classes
+    product = 1.0
+    exponent = 0
+    brier = 0.0
+    logging = log.shape[0] > 0
     logged = 0
     for lo in range(0, rows, ROW_BLOCK):
         n = 0
@@ -1945,3 +1930,324 @@ def bin_index(value, shift, thresholds, logits):
     if logits:
         return _key_bin(value, logit)[0]
     return _probability_bin(value, layout)[0]
+
+
+# ---------------------------------------------------------------- plain twins
+# Each intrinsic above has a twin in plain Numba code that returns the same bits (the tests
+# pin them together), and :func:`plain` compiles every kernel of this module again with the
+# twins in their place. Slower (no vector registers, no fused multiply-adds in hardware), but
+# free of hand-written LLVM IR: the way around a miscompile in some future Numba or LLVM.
+
+
+@njit
+def _float32_bits_plain(value):
+    """:func:`_float32_bits` from the float's sign, exponent and fraction (``math.frexp``)."""
+    x = np.float64(value)
+    sign = np.uint32(0x80000000) if math.copysign(1.0, x) < 0 else np.uint32(0)
+    a = abs(x)
+    if a != a:
+        return sign | np.uint32(0x7FC00000)
+    if a == np.inf:
+        return sign | np.uint32(0x7F800000)
+    if a == 0:
+        return sign
+    m, e = math.frexp(a)  # a = m * 2**e, 1/2 <= m < 1
+    if e >= -125:  # a normal float32: biased exponent e + 126, 23 fraction bits
+        return sign | np.uint32(((e + 126) << 23) | (np.int64(m * 16777216.0) - 8388608))
+    return sign | np.uint32(np.int64(a * 2.0**149))  # subnormal: a multiple of 2**-149
+
+
+@njit
+def _shift_right32_plain(value, shift):
+    return np.uint32(np.uint64(value) >> np.uint64(shift))
+
+
+@njit
+def _add32_plain(a, b):
+    return np.int32(np.int64(a) + np.int64(b))  # the conversion keeps the low 32 bits
+
+
+@njit
+def _sub32_plain(a, b):
+    return np.int32(np.int64(a) - np.int64(b))
+
+
+@njit
+def _subu32_plain(a, b):
+    return np.uint32(np.int64(a) - np.int64(b))
+
+
+@njit
+def _divide_plain(a, b):
+    # (Numba's ``/`` raises on a zero divisor; every divisor of these kernels is at least 1.)
+    return a / b
+
+
+@njit
+def _float64_from_bits_plain(bits):
+    """:func:`_float64_from_bits` from the exponent and fraction fields (``math.ldexp``)."""
+    field = (bits >> np.int64(52)) & np.int64(0x7FF)
+    fraction = bits & np.int64((1 << 52) - 1)
+    if field == 0x7FF:
+        magnitude = np.inf if fraction == 0 else np.nan
+    elif field == 0:
+        magnitude = math.ldexp(np.float64(fraction), -1074)
+    else:
+        magnitude = math.ldexp(np.float64(fraction + np.int64(1 << 52)), np.intp(field - 1075))
+    return -magnitude if bits < 0 else magnitude
+
+
+# A fused multiply-add from float64 operations (Boldo and Melquiond, "Emulation of FMA and
+# correctly rounded sums: proved algorithms using rounding to odd", IEEE TC 2008): the exact
+# product as two floats (Veltkamp's split, Dekker's product), two exact sums, the low parts
+# added rounded to odd, and one rounding to nearest. Correctly rounded while no partial result
+# underflows, which the arguments of these kernels' fused multiply-adds never make matter.
+_SPLITTER = 134217729.0  # 2**27 + 1
+
+
+@njit
+def _two_sum(a, b):
+    s = a + b
+    t = s - a
+    return s, (a - (s - t)) + (b - t)
+
+
+@njit
+def _two_product(a, b):
+    p = a * b
+    c = _SPLITTER * a
+    a_high = c - (c - a)
+    a_low = a - a_high
+    d = _SPLITTER * b
+    b_high = d - (d - b)
+    b_low = b - b_high
+    return p, ((a_high * b_high - p) + a_high * b_low + a_low * b_high) + a_low * b_low
+
+
+@njit
+def _odd_sum(a, b):
+    """``a + b`` rounded to odd: the float of odd significand next to the exact sum when that
+    sum is not a float."""
+    s, error = _two_sum(a, b)
+    if error == 0 or not abs(s) < np.inf:
+        return s
+    m, e = math.frexp(s)
+    units = np.int64(m * 9007199254740992.0) if e >= -1021 else np.int64(math.ldexp(s, 1074))
+    if units & 1:
+        return s
+    return np.nextafter(s, np.inf if error > 0 else -np.inf)
+
+
+@njit
+def _fma_plain(a, b, c):
+    """:func:`_fma` (``a * b + c`` rounded once) without the ``llvm.fma`` intrinsic."""
+    product = a * b
+    if not (abs(product) < np.inf and abs(c) < np.inf):
+        return product + c
+    high, low = _two_product(a, b)
+    t_high, t_low = _two_sum(c, low)
+    v_high, v_low = _two_sum(high, t_high)
+    result = v_high + _odd_sum(t_low, v_low)
+    if result == 0:  # an exact zero: its sign as IEEE rounds a * b + c (a * b is exact then)
+        return product + c
+    return result
+
+
+@njit
+def _copy_columns_plain(scores, first, n, columns):
+    for c in range(scores.shape[1]):
+        for r in range(n):
+            columns[c, r] = scores[first + r, c]
+
+
+@njit
+def _prefetch_plain(array, index):
+    pass
+
+
+@njit
+def _softmax_lanes_plain(columns, top, target, c, r, totals, square):
+    """:func:`_softmax_lanes` row by row (rows past the block are not read: the intrinsic's
+    are scratch that nothing uses)."""
+    stop = min(r + EXP_LANES, columns.shape[1], target.shape[0])
+    c32 = np.int32(c)
+    for row in range(r, stop):
+        e = _exp_nonpositive(np.float64(columns[c, row]) - np.float64(top[row]))
+        term = 0.0 if target[row] == c32 else e * e
+        if c == 0:
+            totals[row] = e
+            square[row] = term
+        else:
+            totals[row] = totals[row] + e
+            square[row] = square[row] + term
+
+
+@njit
+def _lane(scores, row, j):
+    """Lane ``j`` of row ``row`` as a masked vector load reads it: +0 past the row (a valid
+    row's scores are finite, so ``v - v`` is +0 of the scores' float type)."""
+    v = scores[row, 0]
+    return scores[row, j] if j < scores.shape[1] else v - v
+
+
+@njit
+def _tree_sum(x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15):
+    """The sum of 16 lanes in the order of :func:`_reduce_lanes`' halving tree."""
+    a0, a1, a2, a3 = x0 + x8, x1 + x9, x2 + x10, x3 + x11
+    a4, a5, a6, a7 = x4 + x12, x5 + x13, x6 + x14, x7 + x15
+    return ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
+
+
+@njit
+def _row_total_plain(scores, row):
+    """:func:`_row_total` with the same order of additions, in the scores' float type."""
+    s = scores
+    return np.float64(
+        _tree_sum(
+            _lane(s, row, 0), _lane(s, row, 1), _lane(s, row, 2), _lane(s, row, 3),
+            _lane(s, row, 4), _lane(s, row, 5), _lane(s, row, 6), _lane(s, row, 7),
+            _lane(s, row, 8), _lane(s, row, 9), _lane(s, row, 10), _lane(s, row, 11),
+            _lane(s, row, 12), _lane(s, row, 13), _lane(s, row, 14), _lane(s, row, 15),
+        )
+    )  # fmt: skip
+
+
+@njit
+def _square_lane(scores, row, j, target):
+    v = np.float64(_lane(scores, row, j))
+    return 0.0 if j == target else v * v
+
+
+@njit
+def _probability_row_plain(scores, row, target, layout, scratch, at):
+    """:func:`_probability_row` class by class, the squared errors added in its order."""
+    num_classes = scores.shape[1]
+    true = scores[row, target]
+    exact = scratch.view(np.int16)[2 * SCRATCH_EXACT : 2 * SCRATCH_EXACT + ROW_LANES]
+    greater = np.int32(0)
+    before = np.int32(0)
+    after = np.int32(0)
+    largest = scores[row, 0]
+    for c in range(num_classes):
+        v = scores[row, c]
+        b, is_exact = _probability_key(v, layout)
+        scratch[SCRATCH_KEYS + ROW_LANES * at + c] = np.int32(2 * b + (c == target))
+        exact[c] += np.int16(is_exact)
+        greater += np.int32(v > true)
+        before += np.int32((v == true) & (c < target))
+        after += np.int32((v == true) & (c > target))
+        largest = v if v > largest else largest
+    top = true if greater == 0 else largest
+    s, t = scores, target
+    square = _tree_sum(
+        _square_lane(s, row, 0, t), _square_lane(s, row, 1, t), _square_lane(s, row, 2, t),
+        _square_lane(s, row, 3, t), _square_lane(s, row, 4, t), _square_lane(s, row, 5, t),
+        _square_lane(s, row, 6, t), _square_lane(s, row, 7, t), _square_lane(s, row, 8, t),
+        _square_lane(s, row, 9, t), _square_lane(s, row, 10, t), _square_lane(s, row, 11, t),
+        _square_lane(s, row, 12, t), _square_lane(s, row, 13, t), _square_lane(s, row, 14, t),
+        _square_lane(s, row, 15, t),
+    )  # fmt: skip
+    return greater, before, after, np.float64(top), np.float64(true), square
+
+
+# Intrinsic (or SIMD overload) -> its plain twin, by the global name the kernels call it by.
+PLAIN_TWINS = {
+    "_float32_bits": _float32_bits_plain,
+    "_shift_right32": _shift_right32_plain,
+    "_add32": _add32_plain,
+    "_sub32": _sub32_plain,
+    "_subu32": _subu32_plain,
+    "_divide": _divide_plain,
+    "_float64_from_bits": _float64_from_bits_plain,
+    "_fma": _fma_plain,
+    "_copy_columns": _copy_columns_plain,  # (the 8 x 8 transposing tiles of _transpose_tile)
+    "_softmax_lanes": _softmax_lanes_plain,
+    "_prefetch": _prefetch_plain,
+    "_probability_row": _probability_row_plain,
+    "_row_total": _row_total_plain,
+}
+
+
+@_kernel
+def count_small_rows_arrays(
+    y_true,
+    y_pred,
+    table,
+    eps,
+    curves,
+    inexact,
+    ranks,
+    calibration,
+    confidence,
+    losses,
+    scratch,
+    log,
+):
+    """:func:`count_small_rows` with the state arrays as arguments instead of addresses (the
+    settings still from ``table``): the plain twin's way in (see :func:`plain`), as reading an
+    array from an address takes an intrinsic. The arrays are the accumulator's, C-contiguous;
+    ``log`` empty or ``2 * N`` float64."""
+    if not _small_rows_fit(y_true, y_pred, table):
+        return NOT_TAKEN
+    return _count_small_rows_into(
+        np.ascontiguousarray(y_true),
+        np.ascontiguousarray(y_pred),
+        table,
+        eps,
+        curves.reshape(-1),
+        inexact,
+        ranks.reshape(-1),
+        calibration.reshape(-1),
+        confidence,
+        losses,
+        scratch,
+        scratch.view(np.int16)[2 * SCRATCH_EXACT : 2 * SCRATCH_EXACT + ROW_LANES],
+        scratch[SCRATCH_CALIBRATION : SCRATCH_CALIBRATION + ROW_BLOCK],
+        scratch.view(np.float64)[SCRATCH_TOP // 2 : SCRATCH_TOP // 2 + ROW_BLOCK],
+        log,
+    )
+
+
+_PLAIN: list[object] = []
+
+
+def plain():
+    """This module's kernels compiled with the plain twins in place of the intrinsics: a
+    namespace of ``count_multiclass``, ``count_elementwise``, ``count_small_rows_arrays``,
+    ``check_weights``, ``bin_index``, ``exp_nonpositive``, ``log1p_unit`` (and the helpers),
+    each computing the same bits as this module's own, compiled on first use (and cached on
+    disk beside them)."""
+    if _PLAIN:
+        return _PLAIN[0]
+    import types as _types
+
+    from numba.core.dispatcher import Dispatcher
+
+    namespace = dict(globals())
+    namespace.update(PLAIN_TWINS)
+    twins = set(PLAIN_TWINS.values())
+    for name, value in globals().items():
+        if (
+            not isinstance(value, Dispatcher)
+            or value in twins
+            or value.py_func.__module__ != __name__
+        ):
+            continue
+        function = value.py_func
+        clone = _types.FunctionType(
+            function.__code__, namespace, function.__name__, function.__defaults__
+        )
+        clone.__qualname__ = f"{function.__qualname__}__plain"
+        clone.__doc__ = function.__doc__
+        if name == "count_small_rows":  # reads its arrays from addresses: no plain twin
+            namespace[name] = None
+            continue
+        if value.targetoptions.get("inline") == "always":
+            # (Called, not inlined at Numba's level: that compiles in a fraction of the time,
+            # and speed is not what the twins are for.)
+            namespace[name] = njit(clone)
+        else:
+            namespace[name] = _kernel(clone)
+    kernels = _types.SimpleNamespace(**namespace)
+    _PLAIN.append(kernels)
+    return kernels

@@ -8,7 +8,6 @@ by the Numba kernels of :mod:`metricstream.scores._kernels`.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,8 +15,9 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from .._inputs import as_array
-from ..base import Accumulator
+from .._core import flags as _flags
+from .._inputs import as_array, label_hint, one_hot_hint
+from ..base import Accumulator, exact_total
 from ..confusion.accumulator import ConfusionAccumulator
 from ..exceptions import UndefinedMetricWarning, caller_stacklevel
 from ..metrics import calibration as _calibration
@@ -26,17 +26,13 @@ from ..metrics import topk as _topk
 from ..metrics.calibration import Norm, ReliabilityDiagram
 from ..metrics.curves import Bounded, CurveAverage, OperatingPoint, WithinBins
 from . import _kernels as _k
+from .binning import MAX_BINS, MIN_BINS, ScoreBinning
 
 __all__ = ["ScoreAccumulator"]
 
 Task = Literal["binary", "multiclass", "multilabel"]
 Ties = Literal["sklearn", "optimistic"]
 
-DEFAULT_BINS = 65536
-# At many classes the default bins shrink so that the histograms stay near 64 MB.
-DEFAULT_MAX_CELLS = 1 << 22
-MIN_BINS = 16
-MAX_BINS = 1 << 24
 # 25200 = 2^4 * 3^2 * 5^2 * 7: divisible by every n_bins from 1 to 10 and by 12, 14, 15, 16,
 # 18, 20, 21, 24, 25, 28, 30, 35, 36, 40, 42, 45, 48, 50, 56, 60, 63, 70, 72, 75, 80, 84, 90, 100.
 DEFAULT_CALIBRATION_BINS = 25200
@@ -49,8 +45,8 @@ _INT64_MIN = np.iinfo(np.int64).min
 _FLOAT_TOTAL_LIMIT = 1e300
 # An empty undo log for the kernels' ``log`` argument (no logging).
 _NO_LOG = np.empty(0)
-# Counts stay below this total (as the base's merge keeps them): every cell stays an int64.
-_TOTAL_COUNT_LIMIT = 2**63 - 2**20
+# The kernels' answers the fast path of ``update`` tests (module constants: no attribute lookup).
+_OK, _NOT_TAKEN, _LOOKS_LIKE_PROBABILITIES = _k.OK, _k.NOT_TAKEN, _k.LOOKS_LIKE_PROBABILITIES
 # A score dtype the fast path of ``update`` leaves to the general path.
 _UNSUPPORTED = object()
 # Log loss clips probabilities to [eps, 1 - eps] with the eps of their float type (scikit-learn).
@@ -236,25 +232,17 @@ class ScoreAccumulator(Accumulator):
                 f"`calibration_bins` must be an integer in [1, 2**24], got {calibration_bins!r}."
             )
         self._calibration_bins = int(calibration_bins)
-        self._thresholds = _check_thresholds(thresholds, bins, self._logit_keys)
-        if self._thresholds is not None:
-            if key_shifts is not None:
-                raise ValueError("`key_shifts` does not apply to explicit `thresholds`.")
-            self._bins = None
-            num_bins = self._thresholds.shape[0] + 1
-            self._key_shifts: tuple[int, ...] | None = None
-        else:
-            self._bins = _check_bins(bins, self._num_classes)
-            self._key_shifts = _check_key_shifts(key_shifts, self._bins, self._logit_keys)
-            num_bins = _key_bins(self._key_shifts, self._logit_keys)
-        self._shift = (
-            0
-            if self._key_shifts is None
-            else (_logit_code if self._logit_keys else _probability_code)(self._key_shifts)
+        self._binning = binning = ScoreBinning.create(
+            num_classes=self._num_classes,
+            logit_keys=self._logit_keys,
+            bins=bins,
+            thresholds=thresholds,
+            key_shifts=key_shifts,
         )
-        self._num_bins = num_bins
-        self._bin_values: np.ndarray | None = None
-        self._edges: np.ndarray | None = None
+        # (The binning's parts, under the names the kernels' callers read.)
+        self._thresholds = binning.thresholds
+        self._shift = binning.shift
+        self._num_bins = num_bins = binning.num_bins
         count = np.float64 if self._weighted else np.int64
         classes = self._num_classes
         arrays: dict[str, Any] = {
@@ -267,22 +255,26 @@ class ScoreAccumulator(Accumulator):
         if task == "multiclass":
             arrays["ranks"] = ((2, classes, classes), count)
         super().__init__(arrays)
-        # [state version, room]: how much more may be counted before the totals are checked
-        # again (see _reserve); version -1: not known yet.
-        self._room: list[Any] = [-1, 0.0]
+        # [state version, rows, weight]: how many more samples (and, weighted, how much more
+        # weight) may be counted before the totals are checked again (see _reserve); version
+        # -1: not known yet.
+        self._room: list[Any] = [-1, 0, 0.0]
         self._fast_args = self._make_fast_args()
-        self._row_args = self._make_row_args()
 
     def _make_fast_args(self) -> tuple[Any, ...] | None:
-        """The state arrays and fixed kernel arguments of the small-batch path of
-        :meth:`update` (None when it does not apply), keyed by the state mapping they belong
-        to."""
+        """What the small-batch path of :meth:`update` needs, prepared once (None when it does
+        not apply: multilabel, weighted): ``(state, head, flags, ignore, routes, table,
+        ndim, last)``. ``state`` is the state mapping the rest belongs to; ``head`` the block
+        kernels' arguments from the state arrays to ``start`` (unpacked in one call);
+        ``routes`` maps (label dtype, score dtype, plain kernels) to a route (see
+        :meth:`_route`); ``table`` the row kernel's table of addresses (see
+        :func:`~metricstream.scores._kernels.count_small_rows`) or None; ``ndim`` the score
+        dimensions of the path (2 multiclass, 1 binary); ``last`` the key and route of the last
+        call."""
         if self._task == "multilabel" or self._weighted:
             return None
         a = self._arrays
         ranks = (a["ranks"],) if self._task == "multiclass" else ()
-        # The kernel's arguments from the state arrays to ``start`` (0), unpacked in one
-        # call; the kernel's ``eps`` argument by score dtype.
         head = (
             a["curves"],
             a["inexact"],
@@ -294,127 +286,84 @@ class ScoreAccumulator(Accumulator):
             self._shift,
             0,
         )
-        routes: dict[tuple[np.dtype, np.dtype], tuple[Any, float | None] | None] = {}
+        table = None
+        if (
+            self._task == "multiclass"
+            and not self._logits
+            and self._thresholds is None
+            and self._num_classes <= _k.ROW_LANES
+        ):
+            # Unweighted probabilities of at most ROW_LANES classes on key bins: the row
+            # kernel, which reads the state at these addresses (the arrays live as long as the
+            # accumulator and are only written in place; the scratch is used under the lock).
+            scratch = np.zeros(_k.SCRATCH_SIZE, np.int32)
+            table = np.zeros(_k.TABLE_SIZE, np.int64)
+            for position, array in (
+                (_k.TABLE_CURVES, a["curves"]),
+                (_k.TABLE_INEXACT, a["inexact"]),
+                (_k.TABLE_RANKS, a["ranks"]),
+                (_k.TABLE_CALIBRATION, a["calibration"]),
+                (_k.TABLE_CONFIDENCE, a["confidence"]),
+                (_k.TABLE_LOSSES, a["losses"]),
+                (_k.TABLE_SCRATCH, scratch),
+            ):
+                table[position] = array.ctypes.data
+            table[_k.TABLE_BINS] = self._num_bins
+            table[_k.TABLE_FINE_BINS] = self._calibration_bins
+            table[_k.TABLE_SHIFT] = self._shift
+            table[_k.TABLE_FLAGS] = _k.HAS_IGNORE if self._ignore_index is not None else 0
+            table[_k.TABLE_IGNORE] = -1 if self._ignore_index is None else self._ignore_index
+            table[_k.TABLE_CLASSES] = self._num_classes
+            self._row_scratch = scratch
+        routes: dict[tuple[np.dtype, np.dtype, bool], tuple[Any, ...] | None] = {}
         return (
             a,
             head,
             _k.HAS_IGNORE if self._ignore_index is not None else 0,
             -1 if self._ignore_index is None else self._ignore_index,
             routes,
+            table,
+            2 if self._task == "multiclass" else 1,
+            [None, None, None, None],
         )
 
-    def _make_row_args(self) -> list[Any] | None:
-        """``[state, table, scratch, routes, last]`` of the row kernel
-        (:func:`count_small_rows`): unweighted multiclass probabilities on key bins with at
-        most ``ROW_LANES`` classes (None otherwise). ``table`` holds the addresses of the state
-        arrays, which live as long as the accumulator and are only written in place, and of
-        ``scratch``, which the kernel uses while the lock is held; ``routes`` maps (label dtype,
-        score dtype) to ``(labels, scores, kernel, eps)`` (None: not this kernel), ``last`` is
-        the route of the last call."""
-        if (
-            self._task != "multiclass"
-            or self._weighted
-            or self._logits
-            or self._thresholds is not None
-            or self._num_classes > _k.ROW_LANES
-        ):
-            return None
-        a = self._arrays
-        scratch = np.zeros(_k.SCRATCH_SIZE, np.int32)
-        table = np.zeros(_k.TABLE_SIZE, np.int64)
-        for position, array in (
-            (_k.TABLE_CURVES, a["curves"]),
-            (_k.TABLE_INEXACT, a["inexact"]),
-            (_k.TABLE_RANKS, a["ranks"]),
-            (_k.TABLE_CALIBRATION, a["calibration"]),
-            (_k.TABLE_CONFIDENCE, a["confidence"]),
-            (_k.TABLE_LOSSES, a["losses"]),
-            (_k.TABLE_SCRATCH, scratch),
-        ):
-            if not array.flags.c_contiguous:  # pragma: no cover - the state is made here
-                return None
-            table[position] = array.ctypes.data
-        table[_k.TABLE_BINS] = self._num_bins
-        table[_k.TABLE_FINE_BINS] = self._calibration_bins
-        table[_k.TABLE_SHIFT] = self._shift
-        table[_k.TABLE_FLAGS] = _k.HAS_IGNORE if self._ignore_index is not None else 0
-        table[_k.TABLE_IGNORE] = -1 if self._ignore_index is None else self._ignore_index
-        table[_k.TABLE_CLASSES] = self._num_classes
-        routes: dict[tuple[np.dtype, np.dtype], tuple[Any, ...] | None] = {}
-        return [a, table, scratch, routes, (None, None, None, None)]
-
-    def _row_route(self, labels: np.dtype, scores: np.dtype) -> tuple[Any, ...] | None:
-        """``(labels, scores, kernel, eps)`` of the row kernel for these dtypes (None: another
-        kernel), cached, and remembered as the last route."""
-        row_args = self._row_args
-        assert row_args is not None
-        key = (labels, scores)
-        if key in row_args[3]:
-            route = row_args[3][key]
-        else:
-            route = None
-            if labels.kind in "iu" and labels.isnative and scores in _EPS:
-                kernel = _k.small_rows_for(labels, scores)
-                route = (labels, scores, kernel, _EPS[scores])
-            row_args[3][key] = route
-        if route is not None:
-            row_args[4] = route
-        return route
-
-    def _count_rows(self, y_true: np.ndarray, y_pred: np.ndarray, log: np.ndarray) -> int:
-        """Count ``(N,)`` labels and ``(N, C)`` scores with the row kernel (lock held): 0, the
-        first bad element (nothing counted), or ``NOT_TAKEN`` when the kernel does not take
-        these arrays. A non-empty ``log`` receives the undo log (see ``_count_undoable``)."""
-        row_args = self._row_args
-        if row_args is None or row_args[0] is not self._arrays:
-            return _k.NOT_TAKEN
-        if y_true.ndim != 1 or y_pred.ndim != 2:
-            return _k.NOT_TAKEN
-        route = self._row_route(y_true.dtype, y_pred.dtype)
-        if route is None:
-            return _k.NOT_TAKEN
-        table = row_args[1]
-        if log.size:
-            table[_k.TABLE_LOG] = log.ctypes.data
-        try:
-            return int(route[2](y_true, y_pred, table, route[3]))
-        finally:
-            table[_k.TABLE_LOG] = 0
-
-    def _route(
-        self, y_true: np.ndarray, y_pred: np.ndarray, fast: tuple[Any, ...]
-    ) -> tuple[Any, float | None] | None:
-        """``(kernel, eps)`` of the small-batch path for these label and score dtypes (None:
-        the general path), cached. The kernel is the compiled machine code for C-contiguous,
-        aligned, writeable arrays of these dtypes: Numba's dispatch, which types every
-        argument on each call, cost about 0.35 us of a 256 x 10 update."""
-        key = (y_true.dtype, y_pred.dtype)
-        route = None
-        if y_true.dtype.kind in "iu" and y_true.dtype.isnative and y_pred.dtype in _EPS:
-            eps = None if self._logits else _EPS[y_pred.dtype]
-            classes = self._num_classes
-            if self._task == "multiclass":
-                kernel = _k.count_multiclass
-                labels = np.zeros(1, y_true.dtype)
+    def _route(self, labels: np.dtype, scores: np.dtype, plain: bool) -> tuple[Any, ...] | None:
+        """The small-batch route for these label and score dtypes (None: the general path),
+        cached: ``(row, kernel, eps, extra)``. ``row``: the kernel is the row kernel, called
+        ``kernel(y_true, y_pred, table, eps, *extra)`` (``extra``: the state arrays, scratch
+        and an empty undo log for its plain twin, which takes arrays rather than addresses);
+        else a block kernel, called with the arguments of :meth:`_run`. ``kernel`` is compiled
+        machine code, called without Numba's dispatch (which types every argument on each
+        call: about 0.35 us of a 256 x 10 update): for the block kernels, of C-contiguous,
+        aligned, writeable arrays of these dtypes; the row kernel takes any layout and checks
+        it itself. ``plain``: the kernels' plain twins (see
+        :func:`metricstream._core.flags.plain_kernels`)."""
+        fast = self._fast_args
+        assert fast is not None
+        route: tuple[Any, ...] | None = None
+        if labels.kind in "iu" and labels.isnative and scores in _EPS:
+            kernels = _k.plain() if plain else _k
+            eps = None if self._logits else _EPS[scores]
+            if fast[5] is not None:
+                if plain:
+                    a = self._arrays
+                    state: tuple[np.ndarray, ...] = (a["curves"], a["inexact"], a["ranks"])
+                    state += (a["calibration"], a["confidence"], a["losses"])
+                    state += (self._row_scratch, _NO_LOG)
+                    route = (True, kernels.count_small_rows_arrays, eps, state)
+                else:
+                    route = (True, _k.small_rows_for(labels, scores), eps, ())
             else:
-                kernel = _k.count_elementwise
-                labels = np.zeros((1, 1), y_true.dtype)
-            scores = np.zeros((1, classes), y_pred.dtype)
-            args = (
-                labels,
-                scores,
-                None,
-                *fast[1],
-                1,
-                _CHUNK_ROWS,
-                1,
-                fast[2],
-                fast[3],
-                eps,
-                _NO_LOG,
-            )
-            route = (_k.compiled_for(kernel, args), eps)
-        fast[4][key] = route
+                if self._task == "multiclass":
+                    kernel = kernels.count_multiclass
+                    y = np.zeros(1, labels)
+                else:
+                    kernel = kernels.count_elementwise
+                    y = np.zeros((1, 1), labels)
+                args = (y, np.zeros((1, self._num_classes), scores), None, *fast[1], 1)
+                args += (_CHUNK_ROWS, 1, fast[2], fast[3], eps, _NO_LOG)
+                route = (False, _k.compiled_for(kernel, args), eps, ())
+        fast[4][(labels, scores, plain)] = route
         return route
 
     # ------------------------------------------------------------------ configuration
@@ -422,14 +371,14 @@ class ScoreAccumulator(Accumulator):
         return {
             "task": self._task,
             "num_classes": None if self._task == "binary" else self._num_classes,
-            "bins": self._bins,
-            "thresholds": None if self._thresholds is None else self._thresholds.tolist(),
+            "bins": self._binning.bins,
+            "thresholds": self._binning.config()["thresholds"],
             "logits": self._logits,
             "weighted": self._weighted,
             "ignore_index": self._ignore_index,
             "class_axis": self._class_axis,
             "calibration_bins": self._calibration_bins,
-            "key_shifts": None if self._key_shifts is None else list(self._key_shifts),
+            "key_shifts": self._binning.config()["key_shifts"],
         }
 
     @property
@@ -455,14 +404,19 @@ class ScoreAccumulator(Accumulator):
         total = self._snapshot()["calibration"][:, 0].sum()
         return float(total) if self._weighted else int(total)
 
+    @property
+    def binning(self) -> ScoreBinning:
+        """How scores are binned: the key layout or the explicit thresholds, each bin's
+        value, lower edge and reported threshold (see
+        :class:`~metricstream.scores.binning.ScoreBinning`)."""
+        return self._binning
+
     def bin_values(self) -> np.ndarray:
         """The value each bin stands for, ascending: the scores of the bin's significant bits
         (see ``key_shifts``), rounded toward zero for logits and toward 0 or 1 (whichever is
         nearer) for probabilities; NaN for bins no score can reach; ``[-inf, t_1, ..., t_m]``
         with explicit thresholds."""
-        if self._bin_values is None:
-            self._bin_values = _bin_values(self._shift, self._thresholds, self._logit_keys)
-        return self._bin_values.copy()
+        return self._binning.values()
 
     def exact(self) -> np.ndarray:
         """Per class: True when every score counted was its bin's value, so that every result
@@ -474,15 +428,7 @@ class ScoreAccumulator(Accumulator):
         ``>= bin_index(threshold)`` are predicted positive (``score >= threshold`` exactly
         when ``threshold`` is a bin value, see :meth:`bin_values`, or a threshold this
         accumulator returned; multiclass logits: a softmax probability)."""
-        value = float(threshold)
-        if math.isnan(value):
-            raise ValueError("`threshold` is NaN.")
-        if self._thresholds is None and not self._logit_keys:
-            if value <= 0.0:
-                return 0
-            if value > 1.0:
-                return self._num_bins
-        return int(_k.bin_index(value, self._shift, self._thresholds, self._logit_keys))
+        return self._binning.index(threshold)
 
     # ------------------------------------------------------------------ counting
     def update(self, y_true: Any, y_pred: Any, weights: Any = None) -> ScoreAccumulator:
@@ -501,44 +447,10 @@ class ScoreAccumulator(Accumulator):
             ValueError: mismatched shapes, a bad label, target, score or weight (the message
                 names the argument, the value and its position); the state is unchanged.
         """
-        row_args = self._row_args
-        if (
-            row_args is not None
-            and weights is None
-            and type(y_pred) is np.ndarray
-            and type(y_true) is np.ndarray
-            and y_pred.ndim == 2
-            and y_true.ndim == 1
-        ):
-            # At most ROW_LANES classes of probabilities, numpy arrays: one call of the row
-            # kernel, which checks the layout and shapes itself (NOT_TAKEN: the paths below)
-            # and validates the whole batch before it counts any of it. (256 x 10: 0.5 us of
-            # Python here and 0.2 us for the call, about 4 us in the kernel.)
-            route = row_args[4]
-            if route[0] is not y_true.dtype or route[1] is not y_pred.dtype:
-                route = self._row_route(y_true.dtype, y_pred.dtype)
-            if route is not None and row_args[0] is self._arrays:
-                rows = y_true.shape[0]
-                lock = self._lock
-                lock.acquire()  # (a `with` block costs 0.14 us more)
-                try:
-                    room = self._room
-                    if room[0] != self._version or rows > room[1]:
-                        self._reserve(self._arrays, rows, False)
-                    code = route[2](y_true, y_pred, row_args[1], route[3])
-                    if code == 0:
-                        self._changed()
-                        room[0] = self._version
-                        room[1] -= rows
-                        return self
-                finally:
-                    lock.release()
-                if code > 0:
-                    raise self._row_error(code, y_true, y_pred)
-        # Fast path of the training-loop call otherwise (numpy (N,) integer labels,
-        # C-contiguous (N, C) float32/float64 scores, or (N,) targets and scores for binary; at
-        # most one validation chunk, no weights): one kernel call with arguments prepared at
-        # construction. The general path costs about 3 us more.
+        # Fast path of the training-loop call: numpy (N,) integer labels and (N, C) float32 or
+        # float64 scores (multiclass; (N,) targets and scores for binary), no weights: one
+        # call of compiled machine code with arguments prepared at construction. The general
+        # path costs about 3 us more.
         fast = self._fast_args
         if (
             fast is None
@@ -546,134 +458,84 @@ class ScoreAccumulator(Accumulator):
             or type(y_pred) is not np.ndarray
             or type(y_true) is not np.ndarray
             or y_true.ndim != 1
+            or y_pred.ndim != fast[6]
         ):
             return super().update(y_true, y_pred, weights)
-        if y_pred.ndim == 1 and self._task == "binary":
-            return self._update_binary(y_true, y_pred, fast)
-        if y_pred.ndim == 2 and self._task == "multiclass":
-            rows, classes = y_pred.shape
-            route = fast[4].get((y_true.dtype, y_pred.dtype), _UNSUPPORTED)
+        last = fast[7]  # the route of the last call, checked by identity (no hashing)
+        plain = _flags.PLAIN_KERNELS
+        if last[0] is y_true.dtype and last[1] is y_pred.dtype and last[2] is plain:
+            route = last[3]
+        else:
+            route = fast[4].get((y_true.dtype, y_pred.dtype, plain), _UNSUPPORTED)
             if route is _UNSUPPORTED:
-                route = self._route(y_true, y_pred, fast)
-            if (
-                route is not None
-                and classes == self._num_classes
-                and rows == y_true.shape[0]
-                and 0 < rows <= _CHUNK_ROWS
-                and y_pred.flags.carray  # C-contiguous, aligned, writeable: the route's types
-                and y_true.flags.carray
-                and fast[0] is self._arrays
-            ):
-                kernel, eps = route
-                lock = self._lock
-                lock.acquire()  # (a `with` block costs 0.14 us more)
-                try:
-                    room = self._room
-                    if room[0] != self._version or rows > room[1]:
-                        self._reserve(self._arrays, rows, False)
-                    status, position, _ = kernel(
-                        y_true,
-                        y_pred,
-                        None,
-                        *fast[1],
-                        rows,
-                        _CHUNK_ROWS,
-                        1,
-                        fast[2],
-                        fast[3],
-                        eps,
-                        _NO_LOG,
-                    )
-                    if status == _k.OK:
-                        self._changed()
-                        room[0] = self._version
-                        room[1] -= rows
-                        if position == _k.LOOKS_LIKE_PROBABILITIES:
-                            _warn_probabilities(self._task)
-                        return self
-                finally:
-                    lock.release()
-                # Rows are validated before any is counted: the state is unchanged.
-                raise self._error(
-                    status,
-                    position,
-                    _Batch(
-                        y_true,
-                        y_pred,
-                        None,
-                        eps,
-                        y_pred.shape,
-                        1,
-                        y_true.shape,
-                        float(rows),
-                    ),
-                )
-        return super().update(y_true, y_pred, weights)
-
-    def _update_binary(
-        self, y_true: np.ndarray, y_pred: np.ndarray, fast: tuple[Any, ...]
-    ) -> ScoreAccumulator:
-        """The small-batch binary path of :meth:`update`: numpy (N,) integer targets and
-        contiguous (N,) float32/float64 scores in one kernel call; anything else goes the
-        general way."""
-        rows = y_pred.shape[0]
-        route = fast[4].get((y_true.dtype, y_pred.dtype), _UNSUPPORTED)
-        if route is _UNSUPPORTED:
-            route = self._route(y_true, y_pred, fast)
-        if not (
-            route is not None
-            and rows == y_true.shape[0]
-            and 0 < rows <= _CHUNK_ROWS
-            and y_pred.flags.carray
-            and y_true.flags.carray
-            and fast[0] is self._arrays
-        ):
+                route = self._route(y_true.dtype, y_pred.dtype, plain)
+            fast[7][:] = (y_true.dtype, y_pred.dtype, plain, route)
+        if route is None or fast[0] is not self._arrays:
             return super().update(y_true, y_pred)
-        kernel, eps = route
-        targets = y_true.reshape(-1, 1)
-        scores = y_pred.reshape(-1, 1)
+        rows = y_true.shape[0]
+        row = route[0]
+        if not row:
+            # The block kernels take C-contiguous, aligned, writeable arrays (the route's
+            # types) of at most one validation chunk.
+            if not (
+                0 < rows <= _CHUNK_ROWS
+                and y_pred.shape[0] == rows
+                and y_pred.flags.carray
+                and y_true.flags.carray
+            ):
+                return super().update(y_true, y_pred)
+            if fast[6] == 1:  # binary: one column of targets and scores
+                y_true, y_pred = y_true.reshape(-1, 1), y_pred.reshape(-1, 1)
+            elif y_pred.shape[1] != self._num_classes:
+                return super().update(y_true, y_pred)
         lock = self._lock
-        lock.acquire()
+        lock.acquire()  # (a `with` block costs 0.14 us more)
         try:
             room = self._room
             if room[0] != self._version or rows > room[1]:
-                self._reserve(self._arrays, rows, False)
-            status, position, _ = kernel(
-                targets,
-                scores,
-                None,
-                *fast[1],
-                rows,
-                _CHUNK_ROWS,
-                1,
-                fast[2],
-                fast[3],
-                eps,
-                _NO_LOG,
-            )
-            if status == _k.OK:
-                self._changed()
-                room[0] = self._version
-                room[1] -= rows
-                if position == _k.LOOKS_LIKE_PROBABILITIES:
-                    _warn_probabilities(self._task)
-                return self
+                self._reserve(self._arrays, rows, rows)
+            if row:
+                # The row kernel checks the layout and shapes itself (NOT_TAKEN: the general
+                # path) and validates the whole batch before it counts any of it.
+                if route[3]:  # the plain twin, which takes the state arrays
+                    code = route[1](y_true, y_pred, fast[5], route[2], *route[3])
+                else:
+                    code = route[1](y_true, y_pred, fast[5], route[2])
+                if code == 0:
+                    self._changed()
+                    room[0] = self._version
+                    room[1] -= rows
+                    return self
+                status, position = (code & 7, code >> 3) if code > 0 else (_NOT_TAKEN, 0)
+            else:
+                status, position, _ = route[1](
+                    y_true,
+                    y_pred,
+                    None,
+                    *fast[1],
+                    rows,
+                    _CHUNK_ROWS,
+                    1,
+                    fast[2],
+                    fast[3],
+                    route[2],
+                    _NO_LOG,
+                )
+                if status == _OK:
+                    self._changed()
+                    room[0] = self._version
+                    room[1] -= rows
+                    if position == _LOOKS_LIKE_PROBABILITIES:
+                        _warn_probabilities(self._task)
+                    return self
         finally:
             lock.release()
+        if status == _NOT_TAKEN:
+            return super().update(y_true, y_pred)
         # Rows are validated before any is counted: the state is unchanged.
-        raise self._error(
-            status,
-            position,
-            _Batch(targets, scores, None, eps, y_pred.shape, 1, y_true.shape, float(rows)),
-        )
-
-    def _row_error(self, code: int, y_true: np.ndarray, y_pred: np.ndarray) -> ValueError:
-        """The error of a row kernel's nonzero ``code`` (``status + 8 * position``)."""
-        rows = float(y_true.shape[0])
-        batch = _Batch(
-            y_true, y_pred, None, _EPS[y_pred.dtype], y_pred.shape, 1, y_true.shape, rows
-        )
-        return self._error(code & 7, code >> 3, batch)
+        shape = (rows,) if fast[6] == 1 else y_pred.shape
+        batch = _Batch(y_true, y_pred, None, route[2], shape, 1, (rows,), float(rows))
+        raise self._error(status, position, batch)
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> _Batch:
         # Fast path for the training-loop case (numpy (N,) labels and C-contiguous (N, C)
@@ -723,6 +585,7 @@ class ScoreAccumulator(Accumulator):
             raise ValueError(
                 f"`y_pred` must hold {self._num_classes} class scores per label: one more "
                 f"dimension than `y_true` (shape {y.shape}), got shape {scores.shape}."
+                + (one_hot_hint(y, self._num_classes) if y.shape == scores.shape else "")
             )
         axis = self._axis(scores)
         if scores.shape[axis] != self._num_classes:
@@ -821,13 +684,12 @@ class ScoreAccumulator(Accumulator):
         rows = batch.scores.shape[0]
         if rows == 0:
             return
-        per_row = 1 if self._task == "multiclass" else self._num_classes
-        amount = (rows if batch.weights is None else batch.total_weight) * per_row
-        self._reserve(arrays, amount, batch.weights is not None)
+        weight = rows if batch.weights is None else batch.total_weight
+        self._reserve(arrays, rows, weight, batch.weights is not None)
         if batch.weights is None and arrays is self._arrays:
             code = self._count_rows(batch.y, batch.scores, log)
             if code == 0:
-                self._spend(amount, 1)
+                self._spend(rows, weight, 1)
                 return
             if code > 0:
                 raise self._error(code & 7, code >> 3, batch)
@@ -838,7 +700,7 @@ class ScoreAccumulator(Accumulator):
         chunk = rows if self._weighted else _CHUNK_ROWS
         if chunk < rows and self._task == "multiclass":
             # Large batches: chunks of one kernel block, validated by the block's own checks
-            # rather than by a pass of their own (10^6 x 10: 52 -> 45 ms).
+            # rather than by a pass of their own.
             chunk = _k.BLOCK_ROWS
         flags = _k.HAS_IGNORE if self._ignore_index is not None else 0
         backup = None
@@ -847,7 +709,7 @@ class ScoreAccumulator(Accumulator):
         status, position, counted = self._run(arrays, batch, 0, rows, chunk, 1, flags, log)
         if status == _k.OK:
             if arrays is self._arrays:
-                self._spend(amount, 1)
+                self._spend(rows, weight, 1)
             if position == _k.LOOKS_LIKE_PROBABILITIES:
                 _warn_probabilities(self._task)
             return
@@ -857,45 +719,105 @@ class ScoreAccumulator(Accumulator):
             arrays["losses"][...] = backup[1]
         raise self._error(status, position, batch)
 
-    def _reserve(self, arrays: dict[str, np.ndarray], amount: float, weights: bool) -> None:
-        """Refuse a batch that could take a count past int64 or a float sum to infinity
-        (lock held). Every cell of the state is at most the total count (or weight) times the
-        largest per-sample term (the clipped log loss, 36.04), so the total counted so far is
-        kept below int64's maximum (counts) or 1e300 (weighted sums); the room left is cached
-        per state version."""
+    def _count_rows(self, y_true: np.ndarray, y_pred: np.ndarray, log: np.ndarray) -> int:
+        """Count ``(N,)`` labels and ``(N, C)`` scores with the row kernel (lock held): 0, the
+        first bad element (``status + 8 * position``, nothing counted), or ``NOT_TAKEN`` when
+        the row kernel does not take these arrays. A non-empty ``log`` receives the undo log
+        (see ``_count_undoable``)."""
+        fast = self._fast_args
+        if fast is None or fast[5] is None or fast[0] is not self._arrays:
+            return _k.NOT_TAKEN
+        if y_true.ndim != 1 or y_pred.ndim != 2:
+            return _k.NOT_TAKEN
+        plain = _flags.PLAIN_KERNELS
+        route = fast[4].get((y_true.dtype, y_pred.dtype, plain), _UNSUPPORTED)
+        if route is _UNSUPPORTED:
+            route = self._route(y_true.dtype, y_pred.dtype, plain)
+        if route is None:
+            return _k.NOT_TAKEN
+        table = fast[5]
+        if route[3]:  # the plain twin: the state arrays and the log as arguments
+            return int(route[1](y_true, y_pred, table, route[2], *route[3][:-1], log))
+        if log.size:
+            table[_k.TABLE_LOG] = log.ctypes.data
+        try:
+            return int(route[1](y_true, y_pred, table, route[2]))
+        finally:
+            table[_k.TABLE_LOG] = 0
+
+    def _reserve(
+        self, arrays: dict[str, np.ndarray], rows: int, weight: float, weights: bool = False
+    ) -> None:
+        """Refuse (lock held) a batch of ``rows`` samples (multilabel: rows of labels) of
+        total ``weight`` that could leave a state ``load`` refuses: an int64 array whose exact
+        total passes ``2**63 - 1`` (the bound of the base's merges, restores and syncs), or,
+        weighted, float sums near overflow.
+
+        A counted row adds to each int64 array at most its ``_growth`` (per unit of weight;
+        ``inexact`` per row); the room left, in rows, is cached per state version, so that the
+        totals are read again only after something else changed the state."""
         room = self._room
-        if arrays is self._arrays and room[0] == self._version and amount <= room[1]:
+        units = rows if self._weighted else max(rows, weight)
+        if (
+            arrays is self._arrays
+            and room[0] == self._version
+            and units <= room[1]
+            and (not self._weighted or weight <= room[2])
+        ):
             return
-        total = float(arrays["calibration"][:, 0].sum(dtype=np.float64))
-        limit = _FLOAT_TOTAL_LIMIT if self._weighted else float(_TOTAL_COUNT_LIMIT)
-        left = limit - total
-        if not amount <= left:
-            if self._weighted:
-                raise ValueError(
-                    f"this batch (total weight {amount:g}) would take the accumulated weight "
-                    f"to {total + amount:g}, beyond {limit:g}, where float64 sums could "
-                    f"overflow; nothing was counted. Rescale the weights."
+        left_rows = min(
+            (_INT64_MAX - _upper_total(arrays[name])) // factor
+            for name, factor in self._growth().items()
+        )
+        if not units <= left_rows:
+            counted = max(_upper_total(arrays[name]) for name in self._growth())
+            if weights:
+                what = f"`weights` sum to {weight:g}"
+                remedy = "create the accumulator with `weighted=True`"
+            else:
+                what = f"this batch adds {rows} samples"
+                remedy = (
+                    "start a new accumulator (or merge partial ones in float with `weighted=True`)"
                 )
-            what = f"`weights` sum to {amount:g}" if weights else f"this batch adds {amount:g}"
-            remedy = (
-                "create the accumulator with `weighted=True`"
-                if weights
-                else "start a new accumulator (or merge partial ones in float with `weighted=True`)"
-            )
             raise ValueError(
-                f"{what}, which would overflow the int64 counts (already {total:.0f} "
-                f"counted); nothing was counted. {remedy[0].upper() + remedy[1:]}."
+                f"{what}, which would overflow the int64 counts: the total of a state array "
+                f"(already up to {counted:,}) could pass 2**63 - 1, a state that could not be "
+                f"loaded back; nothing was counted. {remedy[0].upper() + remedy[1:]}."
             )
+        left_weight = 0.0
+        if self._weighted:
+            total = float(arrays["calibration"][:, 0].sum(dtype=np.float64))
+            left_weight = _FLOAT_TOTAL_LIMIT - total
+            if not weight <= left_weight:
+                raise ValueError(
+                    f"this batch (total weight {weight:g}) would take the accumulated weight "
+                    f"to {total + weight:g}, beyond {_FLOAT_TOTAL_LIMIT:g}, where float64 sums "
+                    f"could overflow; nothing was counted. Rescale the weights."
+                )
         if arrays is self._arrays:
             room[0] = self._version
-            room[1] = left
+            room[1] = left_rows
+            room[2] = left_weight
 
-    def _spend(self, amount: float, ahead: int) -> None:
-        """Take ``amount`` from the cached room after a counted batch, for the state version
-        ``ahead`` changes on (1: the caller's ``_changed`` is still to come)."""
+    def _growth(self) -> dict[str, int]:
+        """The most a row (of unit weight) adds to the total of each int64 state array."""
+        classes = self._num_classes
+        if self._weighted:
+            return {"inexact": classes}
+        growth = {"curves": classes, "inexact": classes}
+        if self._task == "multiclass":
+            growth.update(ranks=2, calibration=2)
+        else:
+            growth["calibration"] = 2 * classes
+        return growth
+
+    def _spend(self, rows: int, weight: float, ahead: int) -> None:
+        """Take a counted batch from the cached room, for the state version ``ahead`` changes
+        on (1: the caller's ``_changed`` is still to come)."""
         room = self._room
         room[0] = self._version + ahead
-        room[1] -= amount
+        room[1] -= rows if self._weighted else max(rows, weight)
+        room[2] -= weight
 
     def _count_undoable(self, batch: _Batch) -> Any:
         """Count ``batch`` (lock held) and return a function that undoes it exactly, for
@@ -940,8 +862,9 @@ class ScoreAccumulator(Accumulator):
         log: np.ndarray = _NO_LOG,
     ) -> tuple[int, int, int]:
         ignore = -1 if self._ignore_index is None else self._ignore_index
+        kernels = _k.plain() if _flags.PLAIN_KERNELS else _k
         if self._task == "multiclass":
-            return _k.count_multiclass(
+            return kernels.count_multiclass(
                 batch.y,
                 batch.scores,
                 batch.weights,
@@ -962,7 +885,7 @@ class ScoreAccumulator(Accumulator):
                 batch.eps,
                 log,
             )
-        return _k.count_elementwise(
+        return kernels.count_elementwise(
             batch.y,
             batch.scores,
             batch.weights,
@@ -997,13 +920,14 @@ class ScoreAccumulator(Accumulator):
                 where = sample[: batch.class_axis] + (column,) + sample[batch.class_axis :]
             shown = where[0] if len(where) == 1 else where
             if status == _k.BAD_TRUE:
+                value = batch.y[row, column]
                 message = (
-                    f"`y_true` holds {_show(batch.y[row, column])} at position {shown}, "
-                    f"but targets must be 0 or 1"
+                    f"`y_true` holds {_show(value)} at position {shown}, but targets must be 0 or 1"
                 )
                 if self._ignore_index is not None:
                     message += f" (or `ignore_index` {self._ignore_index})"
-                error = ValueError(message + ".")
+                hint = label_hint("y_true", value.item(), 2, self._ignore_index)
+                error = ValueError(message + "." + hint)
             else:
                 if self._logits:
                     rule = "logits must not be NaN or +inf"
@@ -1034,12 +958,14 @@ class ScoreAccumulator(Accumulator):
                     f"softmax of that sample is undefined."
                 )
             else:
+                value = batch.y[position]
                 allowed = f"labels must be integers in [0, {classes})"
                 if self._ignore_index is not None:
                     allowed += f" or equal `ignore_index` ({self._ignore_index})"
+                hint = label_hint("y_true", value.item(), classes, self._ignore_index)
                 error = ValueError(
-                    f"`y_true` holds label {_show(batch.y[position])} at "
-                    f"position {shown}, but {allowed}."
+                    f"`y_true` holds label {_show(value)} at position {shown}, but {allowed}."
+                    + hint
                 )
         error.sample = row  # type: ignore[attr-defined]
         return error
@@ -1074,7 +1000,7 @@ class ScoreAccumulator(Accumulator):
         :func:`metricstream.metrics.curves.roc_curve`."""
         pos, neg, exact = self._one(label, micro)
         return _curves.roc_curve(
-            pos, neg, self._thresholds_of(exact), drop_intermediate=drop_intermediate
+            pos, neg, self._binning.reported_thresholds(exact), drop_intermediate=drop_intermediate
         )
 
     def precision_recall_curve(
@@ -1084,7 +1010,7 @@ class ScoreAccumulator(Accumulator):
         :func:`metricstream.metrics.curves.precision_recall_curve`."""
         pos, neg, exact = self._one(label, micro)
         return _curves.precision_recall_curve(
-            pos, neg, self._thresholds_of(exact), drop_intermediate=drop_intermediate
+            pos, neg, self._binning.reported_thresholds(exact), drop_intermediate=drop_intermediate
         )
 
     def _one(self, label: int | None, micro: bool) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -1093,17 +1019,6 @@ class ScoreAccumulator(Accumulator):
             return pos.sum(axis=0), neg.sum(axis=0), bool(exact.all())
         index = self._class(label)
         return pos[index], neg[index], bool(exact[index])
-
-    def _thresholds_of(self, exact: bool) -> np.ndarray:
-        """The threshold each bin reports: its value for an exact class (every score of the
-        bin is that value, as scikit-learn reports it), else the bin's lower edge, the lowest
-        score that falls in the bin: either way ``score >= threshold`` on the raw scores
-        selects exactly the samples of that bin and those above it."""
-        if exact or self._thresholds is not None:
-            return self.bin_values()
-        if self._edges is None:
-            self._edges = _bin_edges(self._shift, self._logit_keys)
-        return self._edges.copy()
 
     @overload
     def auroc(
@@ -1191,19 +1106,12 @@ class ScoreAccumulator(Accumulator):
             result = Bounded(*self._view(_ap_view, average))
         else:
             snap = self._snapshot()
-            spread = self._spread_bins()
+            spread = self._binning.spread()
             if within_bins == "auto":
                 curves = snap["curves"]
                 spread = spread & _curves.continuous_bins(curves[:, :, 1], curves[:, :, 0])
             result = Bounded(*_ap_view(snap, average, spread))
         return result if with_bound else result.value
-
-    def _spread_bins(self) -> np.ndarray:
-        """Bins that may hold several values: all but the bins of p = 0 and p = 1."""
-        spread = np.ones(self._num_bins, dtype=bool)
-        if self._thresholds is None and not self._logit_keys:
-            spread[0] = spread[-1] = False
-        return spread
 
     def _point(
         self, target: _curves.Target, constraint: float, label: int | None, with_bound: bool
@@ -1218,7 +1126,7 @@ class ScoreAccumulator(Accumulator):
             _curves.operating_point(
                 pos[i],
                 neg[i],
-                self._thresholds_of(bool(exact[i])),
+                self._binning.reported_thresholds(bool(exact[i])),
                 target,
                 constraint,
                 exact=exact[i],
@@ -1448,102 +1356,6 @@ def _diagram_view(snap: dict[str, np.ndarray], n_bins: int) -> ReliabilityDiagra
 
 
 # ---------------------------------------------------------------------- configuration helpers
-def _check_bins(bins: int | None, num_classes: int) -> int:
-    if bins is None:
-        bins = DEFAULT_BINS
-        while bins > MIN_BINS and num_classes * bins > DEFAULT_MAX_CELLS:
-            bins //= 2
-        return bins
-    if (
-        isinstance(bins, bool)
-        or not isinstance(bins, (int, np.integer))
-        or not MIN_BINS <= bins <= MAX_BINS
-        or bins & (bins - 1)
-    ):
-        raise ValueError(
-            f"`bins` must be a power of two from {MIN_BINS} to 2**24 (65536 keeps every "
-            f"bfloat16 value apart), got {bins!r}."
-        )
-    return int(bins)
-
-
-def _key_bins(key_shifts: tuple[int, ...], logits: bool) -> int:
-    """Bins of a key layout."""
-    if logits:
-        return 2 * int(_k.logit_layout(_logit_code(key_shifts))[3])
-    return int(_k.probability_key_layout(_probability_code(key_shifts))[1]) + 1
-
-
-def _probability_code(key_shifts: tuple[int, ...]) -> int:
-    coarse, fine, complement = key_shifts
-    if coarse == fine == complement:
-        return fine
-    return fine + 32 * coarse + 1024 * complement
-
-
-def _logit_code(key_shifts: tuple[int, ...]) -> int:
-    outer, middle, fine = key_shifts
-    if outer == middle == fine:
-        return fine
-    return fine + 32 * middle + 1024 * outer
-
-
-def _default_key_shifts(bins: int, logits: bool) -> tuple[int, ...]:
-    """The finest key that fits a budget of ``bins`` (a power of two).
-
-    Probabilities ``(coarse, fine, complement)`` start from ``(16, 13, 14)``: 41,347 bins of
-    65,536, every float16 and bfloat16 probability in a bin of its own. Logits ``(outer,
-    middle, fine)`` start from ``(19, 16, 13)``: 11 significant bits for ``2**-6 <= |x| <
-    2**7``, 8 (bfloat16) out to ``2**-64`` and ``2**64``, 5 beyond, in 60,160 bins. Each halving
-    of the budget drops one more bit everywhere; below the smallest budget that fits, the same
-    bits everywhere."""
-    step = 16 - int(bins).bit_length() + 1
-    start = (19, 16, 13) if logits else (16, 13, 14)
-    shifts = tuple(shift + step for shift in start)
-    if max(shifts) <= 23 and min(shifts) >= 1 and _key_bins(shifts, logits) <= bins:
-        return shifts
-    if logits:
-        shift = 32 - int(bins).bit_length() + 1
-        return shift, shift, shift
-    shift = 1
-    while _key_bins((shift, shift, shift), False) > bins:
-        shift += 1
-    return shift, shift, shift
-
-
-def _check_key_shifts(key_shifts: Any, bins: int, logits: bool) -> tuple[int, ...]:
-    if key_shifts is None:
-        return _default_key_shifts(bins, logits)
-    names = "(outer, middle, fine)" if logits else "(coarse, fine, complement)"
-    triple = tuple(key_shifts) if isinstance(key_shifts, (list, tuple)) else ()
-    if len(triple) != 3 or not all(
-        isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v <= 31
-        for v in triple
-    ):
-        raise ValueError(
-            f"`key_shifts` must be None or 3 integers {names} in [1, 31], got {key_shifts!r}."
-        )
-    shifts = tuple(int(v) for v in triple)
-    if len(set(shifts)) > 1:
-        outer_first = shifts if logits else shifts[:2]
-        if any(a < b for a, b in zip(outer_first[:-1], outer_first[1:], strict=True)):
-            raise ValueError(
-                f"`key_shifts` {names} must not keep more bits in an outer range than in an "
-                f"inner one, got {key_shifts!r}."
-            )
-        if max(shifts) > 23:
-            raise ValueError(
-                f"`key_shifts` must be at most 23 (the ranges' edges are whole binades) "
-                f"unless all equal, got {key_shifts!r}."
-            )
-    if _key_bins(shifts, logits) > bins:
-        raise ValueError(
-            f"`key_shifts` {key_shifts!r} make {_key_bins(shifts, logits)} bins, more "
-            f"than `bins` = {bins}."
-        )
-    return shifts
-
-
 def _with_uniform_key(state: dict[str, Any]) -> dict[str, Any]:
     """Format 1 -> 2: the key those states were counted with, the uniform key of their
     budget (the finest that fits; the same shift for logits)."""
@@ -1584,144 +1396,13 @@ def _rank_by_softmax(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def _check_thresholds(thresholds: Any, bins: Any, logit_keys: bool) -> np.ndarray | None:
-    if thresholds is None:
-        return None
-    if bins is not None:
-        raise ValueError("give `bins` or `thresholds`, not both.")
-    array = np.asarray(thresholds, dtype=np.float64).reshape(-1)
-    if array.size == 0 or not np.all(np.isfinite(array)) or np.any(np.diff(array) <= 0):
-        raise ValueError(
-            f"`thresholds` must be finite and strictly increasing, got {thresholds!r}."
-        )
-    if not logit_keys and (array[0] < 0.0 or array[-1] > 1.0):
-        raise ValueError(
-            f"`thresholds` apply to probabilities (multiclass logits: to their softmax) and "
-            f"must lie in [0, 1], got {array[0] if array[0] < 0 else array[-1]!r}; for "
-            f"thresholds on binary or multilabel logits create the accumulator with "
-            f"`logits=True`."
-        )
-    return array
-
-
-def _logit_bin_values(shift: int) -> np.ndarray:
-    """Each logit bin's value: its magnitude rounded toward zero, with the bin's sign."""
-    fine, middle, outer, half = (int(v) for v in _k.logit_layout(shift))
-    edges = np.array([0, 0x1F800000, 0x3C800000, 0x43000000, 0x5F800000], dtype=np.int64)
-    shifts = np.array([outer, middle, fine, middle, outer], dtype=np.int64)
-    if fine == outer:
-        edges, shifts = edges[:1], shifts[:1]  # one region: edges may fall inside bins
-    # the first bin of each region, then each bin's smallest magnitude
-    firsts = np.r_[0, np.cumsum(np.diff(np.r_[edges, 1 << 31]) >> shifts)[:-1]]
-    bins = np.arange(half, dtype=np.int64)
-    region = np.searchsorted(firsts, bins, side="right") - 1
-    magnitude = (edges[region] + ((bins - firsts[region]) << shifts[region])).astype(np.uint32)
-    with np.errstate(invalid="ignore"):  # bins past infinity hold NaN patterns
-        values = magnitude.view(np.float32).astype(np.float64)
-    return np.r_[-values[::-1], values]
-
-
-def _bin_values(shift: int, thresholds: np.ndarray | None, logits: bool) -> np.ndarray:
-    """Each bin's value (see ``ScoreAccumulator.bin_values`` and ``_score_kernels``)."""
-    if thresholds is not None:
-        return np.r_[-np.inf, thresholds]
-    if logits:
-        return _logit_bin_values(shift)
-    layout = [int(v) for v in _k.key_layout(shift)]
-    fine, tiny, coarse, offset, base, last, complement = (layout[i] for i in (0, 2, 3, 5, 6, 7, 8))
-    # Bins 1 .. middle hold 0 < p < 1/2: the smallest bits ``t`` of each ``g(t)``.
-    middle = last - 2 - ((0x3F000000 >> complement) - base)
-    keys = np.arange(middle, dtype=np.int64)
-    below = keys << np.int64(coarse)
-    above = np.int64(tiny) + ((keys - offset) << np.int64(fine))
-    lower = np.where(keys < offset, below, above).astype(np.uint32)
-    # Bins middle + 1 .. last - 1 hold 1 - p from 1/2 down to 2**-24.
-    complement_keys = last - 1 - np.arange(middle + 1, last, dtype=np.int64) + base
-    upper = (complement_keys << np.int64(complement)).astype(np.uint32)
-    values = np.r_[
-        0.0,
-        lower.view(np.float32).astype(np.float64),
-        1.0 - upper.view(np.float32).astype(np.float64),
-        1.0,
-    ]
-    # Bin 1 holds the smallest positive floats (0 has bin 0): its smallest is its value.
-    values[1] = float(np.nextafter(np.float32(0), np.float32(1)))
-    return values
-
-
-def _lowest_rounding_to(f: np.ndarray) -> np.ndarray:
-    """Per float32 ``f`` (not NaN), the smallest float64 whose float32 rounding (to nearest,
-    ties to even) is ``f`` or above, ``-0.0`` counting as ``+0.0``: the midpoint between ``f``
-    and the float32 below it when the tie rounds to ``f`` (its last significand bit is 0),
-    else the float64 just above that midpoint."""
-    f = np.asarray(f, dtype=np.float32)
-    with np.errstate(over="ignore"):  # the float32 below -FLT_MAX is -inf
-        below = np.nextafter(f, np.float32(-np.inf)).astype(np.float64)
-    below[f == 0] = -(2.0**-149)  # the float32 below both zeros
-    below[np.isneginf(below) & ~np.isneginf(f)] = -(2.0**128)  # past -FLT_MAX: -inf's edge
-    wide = f.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        middle = (below + wide) / 2.0
-    even = (f.view(np.uint32) & 1) == 0
-    lowest = np.where(even, middle, np.nextafter(middle, np.inf))
-    lowest[np.isneginf(f)] = -np.inf
-    return lowest
-
-
-def _bin_edges(shift: int, logit_keys: bool) -> np.ndarray:
-    """Each key bin's lower edge: the lowest float64 score that falls in it (scores are
-    rounded to float32 first), so that ``score >= edge[b]`` holds exactly for the scores of
-    bins ``>= b``; NaN for bins no score can reach. Probabilities start at 0.0."""
-    if logit_keys:
-        fine, middle, outer, half = (int(v) for v in _k.logit_layout(shift))
-        # the smallest magnitude bits of each magnitude bin, as _logit_bin_values
-        edges = np.array([0, 0x1F800000, 0x3C800000, 0x43000000, 0x5F800000], dtype=np.int64)
-        shifts = np.array([outer, middle, fine, middle, outer], dtype=np.int64)
-        if fine == outer:
-            edges, shifts = edges[:1], shifts[:1]
-        firsts = np.r_[0, np.cumsum(np.diff(np.r_[edges, 1 << 31]) >> shifts)[:-1]]
-        bins = np.arange(half, dtype=np.int64)
-        region = np.searchsorted(firsts, bins, side="right") - 1
-        lowest = edges[region] + ((bins - firsts[region]) << shifts[region])
-        infinity = 0x7F800000
-        # Positive bin g: its smallest magnitude; negative bin g: minus its largest (the next
-        # bin's smallest less one bit; infinity at most, and -0.0 belongs to +0.0).
-        largest = np.minimum(np.r_[lowest[1:], 1 << 32] - 1, infinity)
-        positive = np.full(half, np.nan)
-        reach = lowest <= infinity
-        positive[reach] = _lowest_rounding_to(lowest[reach].astype(np.uint32).view(np.float32))
-        negative = np.full(half, np.nan)
-        reach = (lowest <= infinity) & (largest >= np.maximum(lowest, 1))
-        negative[reach] = _lowest_rounding_to(-(largest[reach].astype(np.uint32).view(np.float32)))
-        return np.r_[negative[::-1], positive]
-    values = _bin_values(shift, None, False)
-    layout = [int(v) for v in _k.key_layout(shift)]
-    base, last, complement = layout[6], layout[7], layout[8]
-    middle = last - 2 - ((0x3F000000 >> complement) - base)
-    edges = np.full(values.shape, np.nan)
-    edges[0] = 0.0
-    # 0 < p < 1/2: the bin's value is its smallest float32.
-    edges[1 : middle + 1] = _lowest_rounding_to(values[1 : middle + 1].astype(np.float32))
-    # p >= 1/2: bins of 1 - p (bits y << complement .. (y + 1) << complement); their lowest p
-    # is 1 minus the largest 1 - p in the bin that a float32 p has (a multiple of 2**-24, at
-    # most 1/2).
-    keys = last - 1 - np.arange(middle + 1, last, dtype=np.int64) + base
-    low = (keys << complement).astype(np.uint32).view(np.float32).astype(np.float64)
-    high = ((keys + 1) << complement).astype(np.uint32).view(np.float32).astype(np.float64)
-    largest = np.minimum((np.ceil(high * 2.0**24) - 1) * 2.0**-24, 0.5)
-    reach = largest >= low
-    complement_edges = np.full(keys.shape, np.nan)
-    complement_edges[reach] = _lowest_rounding_to((1.0 - largest[reach]).astype(np.float32))
-    edges[middle + 1 : last] = complement_edges
-    edges[last] = _lowest_rounding_to(np.array([1.0], dtype=np.float32))[0]
-    # Shifts beyond 23 drop bits across 1/2: the first bin of 1 - p then also holds the p
-    # below 1/2 of the next lower key, which are its lowest scores.
-    fine, tiny, coarse, offset = layout[0], layout[2], layout[3], layout[5]
-    shared = (middle << coarse) if middle < offset else tiny + ((middle - offset) << fine)
-    if shared < 0x3F000000:
-        lowest = max(shared, 1)  # (0 has a bin of its own)
-        edges[middle + 1] = _lowest_rounding_to(np.array([lowest], np.uint32).view(np.float32))[0]
-    return edges
+def _upper_total(array: np.ndarray) -> int:
+    """At least the exact total of a non-negative int64 array: its float64 sum raised by more
+    than that sum's rounding error, or, near 2**63, the exact total (:func:`exact_total`)."""
+    estimate = float(array.sum(dtype=np.float64))
+    if estimate < 2.0**62:
+        return int(estimate * (1.0 + 2.0**-40)) + 1
+    return exact_total(array)
 
 
 def _show(value: np.generic) -> str:
