@@ -479,13 +479,18 @@ class ConfusionAccumulator(Accumulator):
         return batch
 
     def _count(self, arrays: dict[str, np.ndarray], batch: Batch) -> None:
-        notes: list[int] | None = [] if self._logits and batch.kind == THRESHOLD else None
-        count_batch(arrays["matrix"], batch, self._ignore_index, math.nan, notes)
+        if not (self._logits and batch.kind == THRESHOLD):
+            count_batch(arrays["matrix"], batch, self._ignore_index, math.nan)
+            return
+        notes: list[int] = []
+        matrix = arrays["matrix"]
+        before = matrix.copy()  # 2×2: the exact undo of float sums too
+        count_batch(matrix, batch, self._ignore_index, math.nan, notes)
         if notes:
             try:
                 _warn_probabilities()
             except BaseException:  # the warning raised (an "error" filter): count nothing
-                self._uncount(arrays, batch)
+                matrix[...] = before
                 raise
 
     def _uncount(self, arrays: dict[str, np.ndarray], batch: Batch) -> None:
