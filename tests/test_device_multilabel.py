@@ -598,4 +598,20 @@ def test_compiled_step_counts_as_the_cpu_path(where) -> None:
     with pytest.raises(ValueError, match="holds NaN at row 3, label 2, but .*device batch 3"):
         acc.state_arrays()
     assert_same_state(acc, reference)
+
+    # One compiled step for two accumulators whose per-sample layouts differ (other betas).
+    def step(acc: Any, true: Any, logits: Any) -> Any:
+        acc.update(true, logits)
+        return logits.sum()
+
+    compiled_any = torch.compile(step, fullgraph=True)
+    for betas in ((1.0,), (0.5, 2.0), (1.0,)):
+        acc = ms.MultilabelAccumulator(6, logits=True, betas=betas)
+        reference = ms.MultilabelAccumulator(6, logits=True, betas=betas)
+        true, logits, _ = _batch(rng, 16, where)
+        true = true.clamp(min=0)
+        compiled_any(acc, true, logits)
+        with cpu_path():
+            reference.update(true.cpu(), logits.cpu())
+        assert_same_state(acc, reference)
     torch._dynamo.reset()

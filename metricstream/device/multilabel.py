@@ -63,10 +63,13 @@ class MultilabelDeviceState(DeviceState):
         rules: str,
         num_labels: int,
         weighted: bool,
+        layout: tuple[int, ...],
     ) -> None:
         super().__init__(device, sizes, rules)
         self.num_labels = num_labels
         self.weighted = weighted
+        # The ``per_sample`` layout as Python ints: a compiled step guards on their values.
+        self.layout = layout
 
     def error(self, record: np.ndarray) -> ValueError:
         count, batch, code, position, bits = (int(v) for v in record)
@@ -128,7 +131,7 @@ def _layout_of(acc: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in acc._layout.tolist())
 
 
-def state_of(acc: Any, device: torch.device, width: int) -> MultilabelDeviceState:
+def state_of(acc: Any, device: torch.device) -> MultilabelDeviceState:
     """The accumulator's device state on ``device``, created on its first device update."""
     state = acc._device
     if (
@@ -145,10 +148,11 @@ def state_of(acc: Any, device: torch.device, width: int) -> MultilabelDeviceStat
             rules = f"a label indicator holds 0, 1 or `ignore_index` {acc._ignore_index}"
             rows = 4
         integral = not acc.weighted
-        sizes = {"labels": (rows * num_labels, integral), "per_sample": (width, integral)}
+        layout = _layout_of(acc)
+        sizes = {"labels": (rows * num_labels, integral), "per_sample": (layout[5], integral)}
         if acc._cooccurrence:
             sizes["cooccurrence"] = (num_labels * num_labels, integral)
-        state = MultilabelDeviceState(device, sizes, rules, num_labels, acc.weighted)
+        state = MultilabelDeviceState(device, sizes, rules, num_labels, acc.weighted, layout)
         acc._device = state
     elif state.device != device:
         raise ValueError(
@@ -303,7 +307,8 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
     weighted = acc.weighted
     state_dtype = torch.float64 if weighted else torch.int64
     device = true.device
-    layout = _layout_of(acc)
+    state = state_of(acc, device)
+    layout = state.layout
     width = layout[5]
 
     # ---- validity of every value, in the check layout (per row: truth, prediction, weight)
@@ -364,7 +369,6 @@ def count(acc: Any, y_true: Any, y_pred: Any, weights: Any = None) -> None:
     sample_values = torch.stack(hist_values).reshape(-1)
     cooc = _cooccurrence(t, values, state_dtype) if acc._cooccurrence else None
 
-    state = state_of(acc, device, width)
     label_cells = label_sums.shape[0]
     label_keys = torch.arange(label_cells, device=device)
     fixed_keys = torch.arange(_FIXED_COLUMNS, device=device)
