@@ -19,7 +19,7 @@ from metricstream.scores import ScoreAccumulator, ScoreBinning
         ("multiclass", {"logits": True}),  # keyed by the softmax: probability bins
         ("binary", {"thresholds": [0.1, 0.5, 0.9]}),
         ("binary", {"bins": 256, "logits": True}),
-        ("binary", {"bins": 1024, "key_shifts": (20, 17, 18)}),
+        ("binary", {"bins": 4096, "key_shifts": (20, 17, 18)}),
     ],
 )
 def test_the_accumulator_answers_from_its_binning(task, options):

@@ -271,6 +271,7 @@ def test_npz_scores_stream_in_bounded_memory(tmp_path):
         tracemalloc.stop()
     assert report.rows == rows
     assert report.accumulator.auroc() == 1.0
-    # The state (two classes) and one block of rows; the members themselves are 32 MiB.
+    # The state (two classes) and a block of rows with its temporaries; loading the two
+    # members whole, as the reader once did, takes 32 MiB on top of the state.
     state = sum(a.nbytes for a in report.accumulator.state_arrays().values())
-    assert peak < state + (12 << 20), peak
+    assert peak < state + (20 << 20), peak

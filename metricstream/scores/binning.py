@@ -260,7 +260,7 @@ def _check_thresholds(thresholds: Any, bins: Any, logit_keys: bool) -> np.ndarra
     if not logit_keys and (array[0] < 0.0 or array[-1] > 1.0):
         raise ValueError(
             f"`thresholds` apply to probabilities (multiclass logits: to their softmax) and "
-            f"must lie in [0, 1], got {array[0] if array[0] < 0 else array[-1]!r}; for "
+            f"must lie in [0, 1], got {float(array[0] if array[0] < 0 else array[-1])!r}; for "
             f"thresholds on binary or multilabel logits create the accumulator with "
             f"`logits=True`."
         )
