@@ -75,13 +75,16 @@ def _upgrade_v2(state: dict[str, Any]) -> dict[str, Any]:
     same decisions); others to the nearest float (decisions of logits within a few ulps of
     ``t`` may differ)."""
     config = dict(state["config"])
-    threshold = config["threshold"]
-    config["logits"] = False
-    if threshold is not None:
-        threshold = float(threshold)
-        if not 0.0 < threshold <= 1.0:
-            config["logits"] = True
-            config["threshold"] = 1.0 / (1.0 + math.exp(-threshold)) if threshold > -745 else 0.0
+    threshold = config.get("threshold")  # absent: the restore names the missing setting
+    config.setdefault("logits", False)
+    if (
+        isinstance(threshold, (int, float))
+        and not isinstance(threshold, bool)
+        and math.isfinite(threshold)  # NaN, inf: the constructor refuses them by name
+        and not 0.0 < threshold <= 1.0
+    ):
+        config["logits"] = True
+        config["threshold"] = 1.0 / (1.0 + math.exp(-threshold)) if threshold > -745 else 0.0
     return {**state, "format": 3, "config": config}
 
 
