@@ -6,8 +6,9 @@ same interleaved run):
 1. one update of a 256×20 and a 256×1000 indicator batch, beside torchmetrics'
    ``MultilabelStatScores`` update (what its multilabel precision/recall/F1 update) and one
    scikit-learn ``multilabel_confusion_matrix`` call;
-2. the same batch as float32 logits with the threshold fused into the kernel (``threshold=0``),
-   beside the indicator input;
+2. the same batch as float32 logits (``logits=True``) and as float32 probabilities (checked to lie
+   in [0, 1] by the count's own validity test), the threshold fused into the kernel, beside the
+   indicator input;
 3. a 10^6 × 100 indicator matrix counted in one update (on all threads and on one), beside a
    read-only pass over the same two matrices (a Numba loop that only reads them);
 4. label sets (CSR) over L = 10^5 labels, 256 samples of about 5 labels each;
@@ -119,11 +120,16 @@ def update_case(rng: np.random.Generator, num_labels: int, target: str, repeats:
 
     y_true, y_pred = _batch(rng, 256, num_labels)
     logits = np.where(y_pred, 1.0, -1.0).astype(np.float32) * rng.random(y_pred.shape, np.float32)
+    # probabilities on the same side of 0.5 as the logits of 0
+    uniform = rng.random(y_pred.shape)
+    probabilities = np.where(y_pred, 0.5 + 0.5 * uniform, 0.49 * uniform).astype(np.float32)
     acc = MultilabelAccumulator(num_labels).update(y_true, y_pred)
-    fused = MultilabelAccumulator(num_labels, threshold=0.0).update(y_true, logits)
-    assert np.array_equal(acc.multilabel_confusion_matrix(), fused.multilabel_confusion_matrix()), (
-        "fused threshold"
-    )
+    fused = MultilabelAccumulator(num_labels, logits=True).update(y_true, logits)
+    from_probabilities = MultilabelAccumulator(num_labels).update(y_true, probabilities)
+    for scored in (fused, from_probabilities):
+        assert np.array_equal(
+            acc.multilabel_confusion_matrix(), scored.multilabel_confusion_matrix()
+        ), "fused threshold"
     assert np.array_equal(
         acc.multilabel_confusion_matrix(), skm.multilabel_confusion_matrix(y_true, y_pred)
     ), "scikit-learn"
@@ -134,6 +140,9 @@ def update_case(rng: np.random.Generator, num_labels: int, target: str, repeats:
     candidates = {
         "metricstream indicator": lambda: acc.update(y_true, y_pred),
         "metricstream logits (fused threshold)": lambda: fused.update(y_true, logits),
+        "metricstream probabilities (range checked)": lambda: from_probabilities.update(
+            y_true, probabilities
+        ),
         "floor: update of an empty batch": lambda: fresh.update(empty_true, empty_pred),
         "floor: read-only pass over the logits": lambda: _read_only_scores(
             y_true, logits, threshold

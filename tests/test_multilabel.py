@@ -749,18 +749,87 @@ def test_mixed_forms_and_ragged_lists_are_refused():
         LabelSets.from_csr([0, 2, 1, 3], [1, 2, 0])
 
 
-def test_int64_overflow_is_refused():
-    acc = MultilabelAccumulator(4).update([[1, 0, 1, 0]], [[1, 1, 0, 0]])
+_INT64_MAX = 2**63 - 1
+
+
+def _total(array):
+    return sum(int(v) for v in array.reshape(-1))
+
+
+def _near_the_limit(acc, name, cell, spare):
+    """``acc`` with ``state[name][cell]`` raised so that the array's total is 2**63 - 1 less
+    ``spare``."""
     with acc.exclusive_state() as arrays:
-        arrays["per_sample"][0] = (2**63 - 1) // 4 - 1
+        array = arrays[name]
+        array[cell] += _INT64_MAX - spare - _total(array)
+    return acc
+
+
+@pytest.mark.parametrize(
+    "route",
+    ["matrices", "lists", "label sets", "whole weights", "masked", "co-occurrence"],
+)
+def test_an_update_never_takes_an_int64_total_past_what_load_accepts(route):
+    # The bound of an update is load's: every int64 state array's exact total at most
+    # 2**63 - 1; a batch that fits exactly is counted, one more is refused atomically.
+    y_true = np.array([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 0, 0]])
+    y_pred = np.array([[1, 1, 0, 0], [0, 1, 1, 0], [1, 1, 0, 1]])
+    options, args = {}, (y_true, y_pred)
+    if route == "lists":
+        args = (y_true.tolist(), y_pred.tolist())
+    elif route == "label sets":
+        args = tuple(LabelSets.from_lists([np.flatnonzero(r) for r in a]) for a in args)
+    elif route == "whole weights":
+        args = (y_true, y_pred, np.array([3, 0, 5]))
+    elif route == "masked":
+        options = {"ignore_index": -1}
+        args = (np.where(np.eye(3, 4, dtype=bool), -1, y_true), y_pred)
+    elif route == "co-occurrence":
+        options = {"cooccurrence": True}
+    adds = MultilabelAccumulator(4, **options).update(*args).state_arrays()
+    for name, added in adds.items():
+        for spare in (_total(added) - 1, _total(added)):
+            acc = MultilabelAccumulator(4, **options).update(*args)
+            _near_the_limit(acc, name, (0,) * added.ndim, spare)
+            before = _state(acc)
+            if spare < _total(added):
+                with pytest.raises(ValueError, match=rf"state '{name}' past 2\*\*63 - 1"):
+                    acc.update(*args)
+                _assert_unchanged(acc, before)
+                continue
+            acc.update(*args)
+            assert _total(acc.state_arrays()[name]) == _INT64_MAX
+            assert MultilabelAccumulator.from_bytes(acc.to_bytes()) == acc
+            with pytest.raises(ValueError, match=r"past 2\*\*63 - 1"):
+                acc.update(*args)  # now nothing fits
+
+
+def test_a_restored_state_near_the_limit_bounds_the_fast_path():
+    # A hostile state: one count near 2**63 - 1 and no samples. The one-call path of update
+    # bounds every total (not the number of samples), also after a merge, a reset and a sync.
+    y_true, y_pred = np.array([[1, 0, 1]]), np.array([[1, 1, 0]])
+    state = MultilabelAccumulator(3).state_dict()
+    arrays = {k: np.zeros(v["shape"], dtype=v["dtype"]) for k, v in state["arrays"].items()}
+    arrays["labels"][2, 1] = _INT64_MAX - 1
+    acc = MultilabelAccumulator.from_state_dict({**state, "arrays": arrays})
     before = _state(acc)
-    with pytest.raises(
-        ValueError,
-        match=r"would let an int64 count of MultilabelAccumulator "
-        r"pass 2\*\*63 - 1",
-    ):
-        acc.update([[1, 0, 1, 0]] * 3, [[1, 1, 0, 0]] * 3)
+    with pytest.raises(ValueError, match=r"state 'labels' past 2\*\*63 - 1"):
+        acc.update(y_true, y_pred)  # PP of label 1 would pass it
     _assert_unchanged(acc, before)
+    acc.update(np.zeros((1, 3), dtype=np.int64), np.array([[1, 0, 0]]))  # labels + 1: fits
+    assert _total(acc.state_arrays()["labels"]) == _INT64_MAX
+    fresh = MultilabelAccumulator(3)
+    for _ in range(5):
+        fresh.update(y_true, y_pred)  # 9 more in the total of per_sample each
+    big = _near_the_limit(MultilabelAccumulator(3), "per_sample", (0,), 60)
+    big.update(y_true, y_pred)  # 51 to spare
+    big.merge(fresh)  # 6 to spare: the room the last update left is no longer there
+    before = _state(big)
+    with pytest.raises(ValueError, match=r"state 'per_sample' past 2\*\*63 - 1"):
+        big.update(y_true, y_pred)
+    _assert_unchanged(big, before)
+    big.reset().update(y_true, y_pred)
+    assert big == MultilabelAccumulator(3).update(y_true, y_pred)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import re
 import sys
 
 import numpy as np
@@ -193,16 +194,30 @@ def test_rows_read_once_equal_the_general_kernel_and_find_bad_entries(n):
         assert _equal_states(acc.state_arrays(), before)
 
 
-def test_fast_path_refuses_overflow_and_keeps_other_layouts():
-    y_true, y_pred = _batch(11, 40, 4)
-    acc = MultilabelAccumulator(4).update(y_true, y_pred)
+def _total(array):
+    return sum(int(v) for v in array.reshape(-1))
+
+
+def _with_total(acc, name, total):
+    """``acc`` with the first cell of ``state[name]`` raised so that the array sums to
+    ``total``."""
     with acc.exclusive_state() as arrays:
-        arrays["per_sample"][0] = (2**63 - 1) // 4 - 40
+        arrays[name].reshape(-1)[0] += total - _total(arrays[name])
+    return acc
+
+
+def test_fast_path_refuses_overflow_and_keeps_other_layouts():
+    # The one-call path counts a batch only when no int64 total can pass 2**63 - 1 (load's
+    # bound); near the limit the general path counts it exactly, or refuses it.
+    y_true, y_pred = _batch(11, 40, 4)
+    added = _total(MultilabelAccumulator(4).update(y_true, y_pred).state_arrays()["per_sample"])
+    acc = _with_total(MultilabelAccumulator(4).update(y_true, y_pred), "per_sample", 2**63 - added)
     before = acc.state_arrays()
-    with pytest.raises(ValueError, match=r"would let an int64 count .* pass 2\*\*63 - 1"):
+    with pytest.raises(ValueError, match=r"state 'per_sample' past 2\*\*63 - 1"):
         acc.update(y_true, y_pred)
     assert _equal_states(acc.state_arrays(), before)
-    acc.update(y_true[:39], y_pred[:39])  # just fits
+    acc.update(y_true[:39], y_pred[:39])  # fits
+    assert MultilabelAccumulator.from_bytes(acc.to_bytes()) == acc
 
 
 @pytest.mark.parametrize(
@@ -260,10 +275,11 @@ def test_row_ranges_on_threads_equal_one_thread(two_threads, num_labels):
         with pytest.raises(ValueError, match=rf"`y_true` holds 7 at row {row}, label 1"):
             acc.update(bad, y_pred)
         assert _equal_states(acc.state_arrays(), before)
-    with acc.exclusive_state() as arrays:
-        arrays["per_sample"][0] = (2**63 - 1) // num_labels - 300
-    with pytest.raises(ValueError, match="would let an int64 count"):
+    _with_total(acc, "labels", 2**63 - 2)
+    before = acc.state_arrays()
+    with pytest.raises(ValueError, match=r"state 'labels' past 2\*\*63 - 1"):
         acc.update(y_true, y_pred)
+    assert _equal_states(acc.state_arrays(), before)
 
 
 def test_group_takes_label_sets():
@@ -409,3 +425,45 @@ def test_chunk_width_follows_the_cpu_features_numba_compiles_for(monkeypatch):
     monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,-avx512bw", raising=False)
     assert not kernels._target_has_avx512bw()
     assert kernels.FUSED_CHUNK in (32, 64)
+
+
+# ---- probabilities are checked to lie in [0, 1] by the counting loops' own validity test (the
+# NaN test of logits): rows of fewer than 64 labels (super-rows), fused rows, rows wider than
+# fused rows take.
+@pytest.mark.parametrize("num_labels", [20, 65, 16321])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_probabilities_outside_zero_one_are_refused_at_every_place(num_labels, dtype):
+    rng = np.random.default_rng(41)
+    n = 5 if num_labels > 1000 else 70
+    y_true = (rng.random((n, num_labels)) < 0.3).astype(np.int64)
+    scores = rng.random((n, num_labels)).astype(dtype)
+    acc = MultilabelAccumulator(num_labels).update(y_true, scores)
+    before = acc.state_arrays()
+    tiny = np.finfo(dtype).smallest_subnormal
+    outside = [-0.5, 1.5, np.nextafter(dtype(1), dtype(2)), -tiny, np.inf, -np.inf, np.nan]
+    places = [(0, 0), (n - 1, num_labels - 1), (n // 2, num_labels // 2), (1, 63 % num_labels)]
+    for value in outside:
+        for row, column in places:
+            bad = scores.copy()
+            bad[row, column] = value
+            shown = "NaN" if np.isnan(value) else repr(bad[row, column].item())
+            with pytest.raises(
+                ValueError, match=rf"`y_pred` holds {re.escape(shown)} at row {row}, label {column}"
+            ):
+                acc.update(y_true, bad)
+            assert _equal_states(acc.state_arrays(), before)
+    # the bounds themselves are probabilities (and -0.0 is 0)
+    edges = scores.copy()
+    edges[0, :3] = [0.0, -0.0, 1.0]
+    expected = MultilabelAccumulator(num_labels).update(y_true, (edges >= 0.5).astype(np.int64))
+    assert MultilabelAccumulator(num_labels).update(y_true, edges) == expected
+    # logits: any value but NaN
+    logits = MultilabelAccumulator(num_labels, logits=True)
+    wide = np.where(scores < 0.5, -np.inf, 1e30).astype(dtype)
+    logits.update(y_true, wide)
+    assert logits == MultilabelAccumulator(num_labels).update(
+        y_true, (scores >= 0.5).astype(np.int64)
+    )
+    wide[n - 1, num_labels - 1] = np.nan
+    with pytest.raises(ValueError, match=rf"holds NaN at row {n - 1}, label {num_labels - 1}"):
+        logits.update(y_true, wide)

@@ -42,9 +42,13 @@ from .._core import llvm as _llvm
 OK = 0
 BAD_TRUE = 1  # a true entry that is neither 0, 1 nor the mask value
 BAD_PRED = 2  # a predicted entry that is neither 0 nor 1
-BAD_SCORE = 3  # a NaN score
+BAD_SCORE = 3  # a NaN score, or a score outside the bounds of :func:`count_routed`
 DUPLICATE_TRUE = 4  # a label listed twice in one sample's true set
 DUPLICATE_PRED = 5
+
+# Score bounds that only a NaN fails (``[low, high]`` of the validity tests).
+_NO_LOW = -np.inf
+_NO_HIGH = np.inf
 
 # Bits of ``flags``.
 HAS_WEIGHTS = 1
@@ -301,12 +305,30 @@ def _fused_rows_codegen(context, builder, signature, args, rows, width=FUSED_CHU
         rest_mask = builder.icmp_unsigned(">=", iota, splat(builder.trunc(back, i8), bytes64))
     if isinstance(p_type.dtype, types.Float):
         score_vector = ir.VectorType(context.get_value_type(p_type.dtype), width)
-        limit = context.cast(builder, args[4 + rows], signature.args[4 + rows], p_type.dtype)
+        limit, low, high = (
+            context.cast(builder, args[k + rows], signature.args[k + rows], p_type.dtype)
+            for k in (4, 5, 6)
+        )
         splat_limit = splat(limit, score_vector)
+        # The range test on the scores' bits as unsigned integers, ``bits & keep > top``: one
+        # integer compare for two rows (their unsigned maximum first), where two float compares
+        # a row cost 1.5x the count of 256×1000 float32 probabilities. ``[low, high]`` is
+        # [0, 1] (keep every bit: a negative score has the sign bit, so it is above the bits
+        # of 1.0, as are NaN and infinity) or (-inf, inf) (keep all but the sign: only a NaN
+        # is above the bits of infinity). -0.0 is then out of [0, 1]: the caller's exact
+        # check of the rows finds nothing wrong with it, and counts on.
+        bits_type = ir.IntType(p_type.dtype.bitwidth)
+        bits_vector = ir.VectorType(bits_type, width)
+        everything = ir.Constant(bits_type, -1)
+        no_sign = ir.Constant(bits_type, (1 << (p_type.dtype.bitwidth - 1)) - 1)
+        from_zero = builder.fcmp_ordered("==", low, ir.Constant(low.type, 0.0))
+        splat_keep = splat(builder.select(from_zero, everything, no_sign), bits_vector)
+        splat_top = splat(builder.bitcast(high, bits_type), bits_vector)
     # per row: TP, AP, PP byte vectors; then the ORed validity bytes
     sums = [cgutils.alloca_once_value(builder, zero) for _ in range(3 * rows + 1)]
-    # NaN scores: 64-bit masks with AVX-512; without, the comparisons' lanes ORed into a vector
-    # of 8 (a 64-lane mask moved to a general register costs eight ``vmovmskps`` and shifts)
+    # Scores outside [low, high] (NaN included): 64-bit masks with AVX-512; without, the
+    # comparisons' lanes ORed into a vector of 8 (a 64-lane mask moved to a general register
+    # costs eight ``vmovmskps`` and shifts)
     nan_width = 8
     nan_type = i64 if width == 64 else ir.VectorType(i32, nan_width)
     nan_slot = cgutils.alloca_once_value(builder, ir.Constant(nan_type, None))
@@ -388,8 +410,17 @@ def _fused_rows_codegen(context, builder, signature, args, rows, width=FUSED_CHU
                 lane_sums[k] = builder.add(lane_sums[k], value)
         builder.store(bad, sums[-1])
         if scores_of_rows:
-            # NaN scores: one unordered comparison for the chunks of both rows
-            nan = builder.fcmp_unordered("uno", scores_of_rows[0], scores_of_rows[-1])
+            # not (low <= score <= high), NaN included: the range of probabilities and the
+            # NaN test in one compare (see ``splat_keep``)
+            largest = None
+            for scores in scores_of_rows:
+                kept = builder.and_(builder.bitcast(scores, bits_vector), splat_keep)
+                if largest is None:
+                    largest = kept
+                else:
+                    above = builder.icmp_unsigned(">", largest, kept)
+                    largest = builder.select(above, largest, kept)
+            nan = builder.icmp_unsigned(">", largest, splat_top)
             if mask is not None:
                 nan = builder.and_(nan, mask)
             if width == 64:
@@ -408,7 +439,7 @@ def _fused_rows_codegen(context, builder, signature, args, rows, width=FUSED_CHU
         # entries past each chunk pair are prefetched (the next row pair's), one prefetch a
         # line: the rows of a batch larger than L2 come from L3 (Zen 3, 256×1000: 12 % faster;
         # for rows that stay in cache, or shorter rows, the prefetches cost more than they save)
-        ahead = context.cast(builder, args[5 + rows], signature.args[5 + rows], types.intp)
+        ahead = context.cast(builder, args[7 + rows], signature.args[7 + rows], types.intp)
         prefetching = builder.icmp_signed("!=", ahead, ir.Constant(ahead.type, 0))
         with builder.if_else(prefetching) as (then, otherwise):
             with then:
@@ -463,11 +494,11 @@ def _fused_types_ok(flat_t, flat_p, lanes):
 def _fused_row_intrinsic(width):
     """The intrinsic of :func:`_fused_row` over chunks of ``width`` entries."""
 
-    def typer(typingctx, flat_t, flat_p, start, chunks, rest, threshold, lanes):
+    def typer(typingctx, flat_t, flat_p, start, chunks, rest, threshold, low, high, lanes):
         if not _fused_types_ok(flat_t, flat_p, lanes):
             return None
         signature = types.UniTuple(types.int64, 4)(
-            flat_t, flat_p, start, chunks, rest, threshold, lanes
+            flat_t, flat_p, start, chunks, rest, threshold, low, high, lanes
         )
 
         def codegen(context, builder, signature, args):
@@ -481,11 +512,13 @@ def _fused_row_intrinsic(width):
 def _fused_row_pair_intrinsic(width):
     """The intrinsic of :func:`_fused_row_pair` over chunks of ``width`` entries."""
 
-    def typer(typingctx, flat_t, flat_p, start, start2, chunks, rest, threshold, ahead, lanes):
+    def typer(
+        typingctx, flat_t, flat_p, start, start2, chunks, rest, threshold, low, high, ahead, lanes
+    ):
         if not _fused_types_ok(flat_t, flat_p, lanes) or not isinstance(ahead, types.Integer):
             return None
         signature = types.UniTuple(types.int64, 7)(
-            flat_t, flat_p, start, start2, chunks, rest, threshold, ahead, lanes
+            flat_t, flat_p, start, start2, chunks, rest, threshold, low, high, ahead, lanes
         )
 
         def codegen(context, builder, signature, args):
@@ -496,23 +529,24 @@ def _fused_row_pair_intrinsic(width):
     return intrinsic(typer)
 
 
-# ``_fused_row(flat_t, flat_p, start, chunks, rest, threshold, lanes)``: one row of ``chunks``
-# chunks of ``FUSED_CHUNK`` entries from ``start`` (the last holding ``rest`` entries of the
-# row, read by a masked load with AVX-512, else as the chunk that ends where the row ends;
-# nothing past the row is read): returns ``(TP_s, AP_s, PP_s, bad)`` and adds the row's 0/1
-# values into the uint8 column lanes ``lanes`` (TP, AP, PP, ``FUSED_CHUNK chunks`` each).
-# ``bad`` is above 1 when an entry is invalid (a truth or an indicator above 1, a NaN score);
-# the sums and lanes then mean nothing. The row sums live in three 64-lane byte vectors
-# (registers), reduced once per row: one read of the data serves the column counts and the row
-# sums (measured 1.5x faster than a pass for each at L = 1000). Each lane of a row sum holds
-# at most ``chunks`` (at most 255) ones.
+# ``_fused_row(flat_t, flat_p, start, chunks, rest, threshold, low, high, lanes)``: one row
+# of ``chunks`` chunks of ``FUSED_CHUNK`` entries from ``start`` (the last holding ``rest``
+# entries of the row, read by a masked load with AVX-512, else as the chunk that ends where the
+# row ends; nothing past the row is read): returns ``(TP_s, AP_s, PP_s, bad)`` and adds the
+# row's 0/1 values into the uint8 column lanes ``lanes`` (TP, AP, PP, ``FUSED_CHUNK chunks``
+# each). ``bad`` is above 1 when an entry is invalid (a truth or an indicator above 1, a score
+# not in ``[low, high]``: NaN, or outside [0, 1] for probabilities); the sums and lanes then
+# mean nothing. The row sums live in three 64-lane byte vectors (registers), reduced once per
+# row: one read of the data serves the column counts, the row sums and the validity (measured
+# 1.5x faster than a pass for each at L = 1000). Each lane of a row sum holds at most
+# ``chunks`` (at most 255) ones.
 _fused_row = _fused_row_intrinsic(FUSED_CHUNK)
-# ``_fused_row_pair(flat_t, flat_p, start, start2, chunks, rest, threshold, ahead, lanes)``:
-# ``_fused_row`` for the rows at ``start`` and ``start2``: ``(TP, AP, PP of the first, the
-# same of the second, bad)``; their sum is added into the lanes with one store (the lanes'
-# loads and stores, not the arithmetic, bound the loop: measured 1.6x faster at L = 1000 than
-# a row at a time). The last chunk of each row reads past it, into the next row. Without
-# AVX-512, ``ahead`` not 0 prefetches the lines ``ahead`` entries further
+# ``_fused_row_pair(flat_t, flat_p, start, start2, chunks, rest, threshold, low, high, ahead,
+# lanes)``: ``_fused_row`` for the rows at ``start`` and ``start2``: ``(TP, AP, PP of the
+# first, the same of the second, bad)``; their sum is added into the lanes with one store (the
+# lanes' loads and stores, not the arithmetic, bound the loop: measured 1.6x faster at
+# L = 1000 than a row at a time). The last chunk of each row reads past it, into the next
+# row. Without AVX-512, ``ahead`` not 0 prefetches the lines ``ahead`` entries further
 # (:func:`_prefetched_chunks`); with AVX-512 it is ignored.
 _fused_row_pair = _fused_row_pair_intrinsic(FUSED_CHUNK)
 # The same in chunks of 64 entries whatever ``FUSED_CHUNK`` is: without AVX-512, for rows of
@@ -633,28 +667,31 @@ def _true_bits_impl(v):
     return lambda v: np.uint8(v > 1) << np.uint8(1)
 
 
-def _pred_valid(v):  # pragma: no cover - replaced by the overload below
-    """uint8 validity bits of a prediction: above 1 exactly for a NaN score or an indicator
-    that is neither 0 nor 1."""
+def _pred_valid(v, low, high):  # pragma: no cover - replaced by the overload below
+    """uint8 validity bits of a prediction: above 1 exactly for a score not in ``[low, high]``
+    (NaN included) or an indicator that is neither 0 nor 1."""
 
 
 @overload(_pred_valid, inline="always")
-def _pred_valid_impl(v):
+def _pred_valid_impl(v, low, high):
     if isinstance(v, types.Float):
-        return lambda v: np.uint8(v != v) << np.uint8(1)
+        # not (low <= v <= high), branch-free (vectorises); a NaN fails both comparisons
+        return lambda v, low, high: (
+            (np.uint8(np.uint8(v >= low) & np.uint8(v <= high)) ^ np.uint8(1)) << np.uint8(1)
+        )
     if v.bitwidth == 8:
-        return lambda v: np.uint8(v)
-    return lambda v: np.uint8(v > 1) << np.uint8(1)
+        return lambda v, low, high: np.uint8(v)
+    return lambda v, low, high: np.uint8(v > 1) << np.uint8(1)
 
 
 @njit(inline="always")
-def _count_super_rows(flat_t, flat_p, at0, at1, m1, width, threshold, acc):
+def _count_super_rows(flat_t, flat_p, at0, at1, m1, width, threshold, low, high, acc):
     """Pass 1 over two super-rows of ``width`` entries, at ``at0`` and ``at1`` (the second
     masked out by ``m1`` 0, when there is only one, ``at1`` then being ``at0``): their uint8
     column counts, summed, into the lanes ``acc`` (TP, AP, PP one after the other; one store
     per lane for two super-rows: measured 1.4x faster than one per super-row at L = 1000).
-    Float scores are compared with ``threshold`` in the loop. Returns the OR of the entries'
-    validity bits.
+    Float scores are compared with ``threshold`` in the loop, and checked to lie in ``[low,
+    high]``. Returns the OR of the entries' validity bits.
 
     The byte operations are truncated at each step: Numba widens them to int64, and an int64
     reduction does not vectorise over bytes (measured 4.5x slower)."""
@@ -673,7 +710,7 @@ def _count_super_rows(flat_t, flat_p, at0, at1, m1, width, threshold, acc):
         b0 = p0s[k]
         b1 = p1s[k]
         bt = np.uint8(_true_bits(a0) | _true_bits(a1))
-        bp = np.uint8(_pred_valid(b0) | _pred_valid(b1))
+        bp = np.uint8(_pred_valid(b0, low, high) | _pred_valid(b1, low, high))
         bad = np.uint8(bad | np.uint8(bt | bp))
         t0 = np.uint8(a0)
         t1 = np.uint8(np.uint8(a1) & m1)
@@ -724,28 +761,31 @@ def _flush(acc, num_labels, width, span, most, cols):
     acc[:] = 0
 
 
-def _pred_flag(v):  # pragma: no cover - replaced by the overload below
-    """A value whose bitwise OR over a row exceeds 1 exactly when the row holds a bad value."""
+def _pred_flag(v, low, high):  # pragma: no cover - replaced by the overload below
+    """A value whose bitwise OR over a row exceeds 1 exactly when the row holds a bad value (a
+    score not in ``[low, high]``, NaN included)."""
 
 
 @overload(_pred_flag, inline="always")
-def _pred_flag_impl(v):
+def _pred_flag_impl(v, low, high):
     if isinstance(v, types.Float):
 
-        def score_flag(v):
-            return np.uint64(v != v) * np.uint64(2)  # NaN
+        def score_flag(v, low, high):
+            inside = np.uint64(v >= low) & np.uint64(v <= high)  # branch-free: NaN is outside
+            return (inside ^ np.uint64(1)) * np.uint64(2)
 
         return score_flag
 
-    def indicator_flag(v):
+    def indicator_flag(v, low, high):
         return np.uint64(v)  # anything but 0/1 (negative values were viewed as unsigned)
 
     return indicator_flag
 
 
 @njit(inline="always")
-def _row_status(t, p, mask_value, masked):
-    """``OK``, ``BAD_TRUE`` or ``BAD_PRED``/``BAD_SCORE`` for one row; branch-free loops."""
+def _row_status(t, p, mask_value, masked, low, high):
+    """``OK``, ``BAD_TRUE`` or ``BAD_PRED``/``BAD_SCORE`` for one row (scores must lie in
+    ``[low, high]``); branch-free loops."""
     if masked:
         bad = False
         for j in range(t.shape[0]):
@@ -761,7 +801,7 @@ def _row_status(t, p, mask_value, masked):
             return BAD_TRUE
     acc = np.uint64(0)
     for j in range(p.shape[0]):
-        acc |= _pred_flag(p[j])
+        acc |= _pred_flag(p[j], low, high)
     if acc > 1:
         return BAD_SCORE if _is_score(p[0]) else BAD_PRED
     return OK
@@ -1077,7 +1117,7 @@ def count_dense_masked(
     for i in range(n):
         t = y_true[i]
         p = y_pred[i]
-        status = _row_status(t, p, mask_value, True)
+        status = _row_status(t, p, mask_value, True, _NO_LOW, _NO_HIGH)
         if status != OK:
             return status, i
         wi = weights[i] if weighted else one
@@ -1244,38 +1284,25 @@ def count_sets(
 #   (``K L`` a multiple of 64 when that stays small), added entry-wise into uint8 lanes that are
 #   flushed into int64 every 255 super-rows: one long branch-free loop whatever L is, instead
 #   of a loop of L iterations per row (which for L = 20 never reaches the vector body); two
-#   super-rows are summed before they are added into the lanes (half the stores: measured
-#   1.4x faster at L = 1000), and the validity bits are ORed into a register;
+#   super-rows are summed before they are added into the lanes (half the stores), and the
+#   validity bits are ORed into a register;
 # * rows of 64 labels or more: read once, two rows at a time, by :func:`_fused_row_pair`
 #   (column lanes of one uint8 per label, flushed every 254 rows; row sums in byte vectors);
 # * row sums ``(TP_s, AP_s, PP_s)`` of shorter rows: each row is read in chunks of 64 entries,
 #   each compared with zero (or, for scores, with the threshold) into a 64-bit mask
 #   (:func:`_positive_bits`), the last chunk of a row masked (it reads into the next row,
 #   never past the batch: the last rows take a scalar loop); the sums are popcounts of the
-#   masks (measured 1.2x faster than uint8 lane reductions at L = 20). Scores are compared
-#   again there rather than copied as 0/1 bytes in pass 1;
-# * per-sample statistics: scattered into the histograms (a joint (AP_s, PP_s) histogram,
-#   one scatter per sample instead of five plus a sweep of its cells, was measured slower at
-#   256×20 and at 10^6×100).
-#
-# Measured on the Intel Xeon (AVX-512, "rocketlake") development machine, 256×20 uint8
-# indicators, kernel calls alone: 2.15 µs before ``count_routed`` (0.3 µs of it atomic
-# reference counting of slices and views, 0.1 µs argument unboxing and allocation), 1.76 µs
-# after; of those, 0.6 µs the histogram scatters, 0.26 µs the row sums, 0.26 µs pass 1, 0.2 µs
-# the call, the rest fixed cost (zeroing and flushing the lanes). Tried there and not kept:
-# the scatters of AP_s and PP_s packed two to an int64 (four scatters a row instead of six),
-# a joint (AP_s, PP_s) histogram of packed (count, TP_s) cells swept per block (two scatters a
-# row), alternate rows scattered into a second copy of the histograms (all three no faster:
-# the scatters are not bound by their stores); the row sums from bit masks of the whole group
-# (one 64-entry compare per 64 entries, then each row's bits shifted out; 12 % slower at
-# 256×20, faster only at L = 1); views of the inputs without a reference (no difference);
-# NaN scores of the fused rows detected by an FMA (score·0 + sum) off the comparison port
-# (no faster at 256×1000: the loop is not bound by that port alone).
+#   masks. Scores are compared again there rather than copied as 0/1 bytes in pass 1;
+# * per-sample statistics: scattered into the histograms;
+# * validity: every loop that reads the entries ORs their validity bits (a truth or an
+#   indicator above 1; a score outside ``[low, high]``, which for probabilities is [0, 1] and
+#   otherwise only excludes NaN), checked before anything reaches the state.
 #
 # A batch that stays in cache is one block, counted straight into the state once it is found
-# valid (no O(L) local buffers to zero and add); a longer
-# batch is counted into local buffers (O(L)) added into the state when the whole batch was
-# found valid.
+# valid (no O(L) local buffers to zero and add); a longer batch is counted into local buffers
+# (O(L)) added into the state when the whole batch was found valid. The timings behind these
+# choices, and the variants measured and not kept, are in docs/performance.md ("Multilabel
+# kernels").
 CHUNK = 64
 # A super-row holds at most this many entries (its uint8 lanes, three arrays, stay in L1).
 _SUPER_ROW_MAX = 2048
@@ -1311,11 +1338,12 @@ def _super_rows(num_labels):
 
 
 @njit(inline="always")
-def _first_bad_row(y_true, y_pred):
-    """``(status, row)`` of the first row holding an invalid entry (true checked first)."""
+def _first_bad_row(y_true, y_pred, low, high):
+    """``(status, row)`` of the first row holding an invalid entry (true checked first; scores
+    must lie in ``[low, high]``)."""
     zero = y_true[0, 0] ^ y_true[0, 0]
     for i in range(y_true.shape[0]):
-        status = _row_status(y_true[i], y_pred[i], zero, False)
+        status = _row_status(y_true[i], y_pred[i], zero, False, low, high)
         if status != OK:
             return status, i
     return OK, -1
@@ -1386,23 +1414,26 @@ def plain_buffer_size(num_labels):
 @_kernel
 def count_plain(y_true, y_pred, threshold, layout, labels, per_sample, mode):
     """Count an unweighted, unmasked (N, L) batch; returns ``status + 8 * (row + 1)``: 0 when
-    the batch was counted, else the status and the first bad row (-1 for ``OVERFLOW`` and
-    ``NOT_PLAIN``).
+    the batch was counted, else the status and the first bad row (-1 for ``NOT_PLAIN``).
 
     ``y_true`` is an unsigned C-contiguous view of the truth, ``y_pred`` unsigned indicators or
-    float scores (positive when ``score >= threshold``), C-contiguous. With ``mode`` 1 (commit)
-    the counts are added into ``labels`` (3, L) and ``per_sample`` only when the batch is valid
-    and no count can pass 2**63 - 1 (else ``OVERFLOW``); with 0, ``labels`` and ``per_sample``
-    are the caller's zeroed private buffers (one thread's share of a batch), which the caller
-    adds once every share is counted. Mode 2 is mode 1 for matrices that the caller has not
-    checked beyond their dtypes and dimensions: ``NOT_PLAIN``, and nothing counted, unless
-    both are C-contiguous, aligned and of the same shape (N, L) with L the state's.
+    float scores (positive when ``score >= threshold``; a NaN score is invalid), C-contiguous.
+    With ``mode`` 1 (commit) the counts are added into ``labels`` (3, L) and ``per_sample``
+    only when the batch is valid (the caller has checked that no total can pass 2**63 - 1);
+    with 0, ``labels`` and ``per_sample`` are the caller's zeroed private buffers (one thread's
+    share of a batch), which the caller adds once every share is counted. Mode 2 is mode 1 for
+    matrices that the caller has not checked beyond their dtypes and dimensions: ``NOT_PLAIN``,
+    and nothing counted, unless both are C-contiguous, aligned and of the same shape (N, L) with
+    L the state's.
     """
     n = y_true.shape[0]
     num_labels = y_true.shape[1]
     wide = 3 * min(n, _SUM_ROWS) + _packed_cells(num_labels)
     buffer = np.empty(_lane_bytes(num_labels) + 8 * wide + 64, np.uint8)
-    return _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mode, buffer)
+    low, high = _score_bounds(threshold, False)
+    return _count_plain_into(
+        y_true, y_pred, threshold, low, high, layout, labels, per_sample, mode, buffer
+    )
 
 
 # Positions in the int64 ``table`` of :func:`count_routed`.
@@ -1415,14 +1446,19 @@ ROUTE_SCRATCH = 5  # its size
 ROUTE_LAYOUT_AT = 6  # the address of ``layout`` (int64)
 ROUTE_LAYOUT = 7  # its length
 ROUTE_SCORES = 8  # what float scores must be: SCORES_ANY, SCORES_PROBABILITIES or SCORES_LOGITS
-ROUTE_SIZE = 9
+# How much the int64 total of any state array may still grow (2**63 - 1 less an upper bound of
+# the largest total), and the most one row adds to a total: a call of N rows counts only when
+# N times the second is at most the first, and takes that from it.
+ROUTE_ROOM = 9
+ROUTE_GROWTH = 10
+ROUTE_SIZE = 11
 # ``table[ROUTE_SCORES]``: scores are probabilities, so a score outside [0, 1] makes the call
-# count nothing (``OUT_OF_RANGE``: the caller's general path words the error); or logits, so a
-# batch of scores all inside [0, 1] is counted and returns ``SUSPICIOUS`` (the caller warns).
+# count nothing (a ``BAD_SCORE`` status: the caller's general path words the error); or
+# logits, so a batch of scores all inside [0, 1] is counted and returns ``SUSPICIOUS`` (the
+# caller warns).
 SCORES_ANY = 0
 SCORES_PROBABILITIES = 1
 SCORES_LOGITS = 2
-OUT_OF_RANGE = 8 * 2**40  # a status above any ``status_code`` of a batch under 2**31 rows
 SUSPICIOUS = -1
 # Fewer logits than this may all lie in [0, 1] by chance: no warning.
 SUSPICIOUS_MIN_SCORES = 16
@@ -1432,29 +1468,37 @@ SUSPICIOUS_MIN_SCORES = 16
 def count_routed(y_true, y_pred, threshold, table):
     """:func:`count_plain` in mode 2 (``update``'s one-call path) on the state arrays and the
     scratch at the addresses of ``table`` (int64, ``ROUTE_*`` positions; the caller keeps them
-    alive, and holds the accumulator's lock, which guards the scratch).
+    alive, and holds the accumulator's lock, which guards the scratch and the room).
 
     One array argument instead of four (each costs about 45 ns of a call), no allocation, and
-    arrays that own no reference (no atomic reference counting): measured 2.15 -> 1.81 µs a
-    256×20 call, with the other changes of that commit.
+    arrays that own no reference (no atomic reference counting). Probabilities are checked to
+    lie in [0, 1] by the counting loops' own validity test; logits are scanned for a value
+    outside [0, 1] up to the first one (real logits: the first 64 entries), to warn about a
+    batch of probabilities. Returns ``OVERFLOW`` when the batch could take a total past the
+    room.
     """
+    need = y_true.shape[0] * table[ROUTE_GROWTH]
+    if need > table[ROUTE_ROOM]:
+        return OVERFLOW
     num_labels = table[ROUTE_LABELS]
     labels = carray(_llvm.pointer_to(table[ROUTE_LABELS_AT], np.int64), (3, num_labels))
     per_sample = carray(_llvm.pointer_to(table[ROUTE_SAMPLES_AT], np.int64), table[ROUTE_SAMPLES])
     buffer = carray(_llvm.pointer_to(table[ROUTE_SCRATCH_AT], np.uint8), table[ROUTE_SCRATCH])
     layout = carray(_llvm.pointer_to(table[ROUTE_LAYOUT_AT], np.int64), table[ROUTE_LAYOUT])
     rule = table[ROUTE_SCORES]
-    outside = False
-    if rule != SCORES_ANY and _is_score_array(y_pred):
-        # one vectorised pass over the scores (then in cache for the count)
+    low, high = _score_bounds(threshold, rule == SCORES_PROBABILITIES)
+    suspicious = False
+    if rule == SCORES_LOGITS and _is_score_array(y_pred):
         if not _plain_matrix(y_pred, y_pred.shape[0], y_pred.shape[1]):
             return NOT_PLAIN
-        outside = _outside_unit(_flat(y_pred))
-        if outside and rule == SCORES_PROBABILITIES:
-            return OUT_OF_RANGE
-    code = _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, 2, buffer)
-    if code == 0 and rule == SCORES_LOGITS and not outside and _is_score_array(y_pred):
-        return SUSPICIOUS if y_pred.size >= SUSPICIOUS_MIN_SCORES else 0
+        suspicious = y_pred.size >= SUSPICIOUS_MIN_SCORES and not _outside_unit(_flat(y_pred))
+    code = _count_plain_into(
+        y_true, y_pred, threshold, low, high, layout, labels, per_sample, 2, buffer
+    )
+    if code == 0:
+        table[ROUTE_ROOM] -= need
+        if suspicious:
+            return SUSPICIOUS
     return code
 
 
@@ -1469,9 +1513,25 @@ def _is_score_array_impl(a):
     return lambda a: False
 
 
+def _score_bounds(threshold, probabilities):  # pragma: no cover - replaced by the overload
+    """``(low, high)`` that valid scores lie between, in the type of ``threshold`` (that of the
+    scores): 0 and 1 for probabilities, else infinities (only a NaN is invalid)."""
+
+
+@overload(_score_bounds, inline="always")
+def _score_bounds_impl(threshold, probabilities):
+    if isinstance(threshold, types.Float) and threshold.bitwidth == 32:
+        return lambda threshold, probabilities: (
+            (np.float32(0.0), np.float32(1.0))
+            if probabilities
+            else (np.float32(-np.inf), np.float32(np.inf))
+        )
+    return lambda threshold, probabilities: (0.0, 1.0) if probabilities else (-np.inf, np.inf)
+
+
 @njit(inline="always")
 def outside_unit(flat):
-    """Whether a 1-D float array holds a value below 0 or above 1 (NaN is neither)."""
+    """Whether a 1-D float array holds a value below 0 or above 1, or a NaN."""
     return _outside_unit(flat)
 
 
@@ -1491,26 +1551,393 @@ def _unit_bounds_impl(flat):
 @njit(inline="always")
 def _outside_unit(flat):
     """Whether a value lies below 0 or above 1 (a NaN counts as outside: the count then finds
-    and words it). 64 entries a step, two vector compares (as in pass 2), then the rest."""
+    and words it). 64 entries a step, two vector compares (as in pass 2), stopping at the
+    first step that finds one; then the rest."""
     zero, above = _unit_bounds(flat)
     n = flat.shape[0]
     full = n - n % CHUNK
-    found = np.uint64(0)
     for k in range(0, full, CHUNK):
-        found |= ~_positive_bits(flat, k, zero) | _positive_bits(flat, k, above)
+        if ~_positive_bits(flat, k, zero) | _positive_bits(flat, k, above):
+            return True
     for k in range(full, n):
         v = flat[k]
         if not (v >= zero) or v >= above:
             return True
-    return found != 0
+    return False
+
+
+# ---------------------------------------------------------------------------- count_plain
+# :func:`_count_plain_into` plans the call (the regime of its row width, blocks, buffers) and
+# runs, block by block, pass 1 (:func:`_count_columns`) then pass 2 by groups of rows: the row
+# sums of the regime (:func:`_fused_sums`, :func:`_short_sums`, :func:`_long_sums`), then their
+# statistics into the histograms (:func:`_scatter_samples`); :func:`_commit_plain` adds the
+# local buffers into the state at the end.
+@njit(inline="always")
+def _count_columns(
+    y_true, y_pred, flat_t, flat_p, block, stop, plan, threshold, low, high, acc, cols, pending
+):
+    """Pass 1 over the rows ``[block, stop)`` of super-rows (no row of fused rows, whose column
+    counts pass 2 makes): their column counts into the uint8 lanes ``acc`` (flushed into
+    ``cols`` before a lane could pass 255) and their validity bits. Returns ``(bad, pending)``:
+    the ORed validity bits (above 1 for a bad entry) and the super-rows in the lanes."""
+    num_labels = y_true.shape[1]
+    fused, k_rows, width, span, num_super, group = plan
+    first_super = block // k_rows
+    supers = 0 if fused else stop // k_rows - first_super
+    bad = np.uint8(0)
+    for q in range(0, supers, group):
+        if pending > 253:
+            _flush(acc, num_labels, width, span, pending + k_rows, cols)
+            pending = 0
+        s = first_super + q
+        count = min(group, supers - q)
+        s1, m1 = _take(s, 1, count)
+        found = _count_super_rows(
+            flat_t, flat_p, s * width, s1 * width, m1, width, threshold, low, high, acc
+        )
+        bad = np.uint8(bad | found)
+        pending += count
+    # the rows after the last whole super-row (last block only), into the lanes of the first
+    # row of a super-row
+    if pending > 255 - k_rows:
+        _flush(acc, num_labels, width, span, pending + k_rows, cols)
+        pending = 0
+    for i in range(stop if fused else max(block, num_super * k_rows), stop):
+        for j in range(num_labels):
+            tk = y_true[i, j]
+            pv = y_pred[i, j]
+            pk = np.uint8(_native_positive(pv, threshold))
+            bad = np.uint8(bad | np.uint8(_true_bits(tk) | _pred_valid(pv, low, high)))
+            acc[j] = np.uint8(acc[j] + np.uint8(np.uint8(tk) & pk))
+            acc[width + j] = np.uint8(acc[width + j] + np.uint8(tk))
+            acc[2 * width + j] = np.uint8(acc[2 * width + j] + pk)
+    return bad, pending
 
 
 @njit(inline="always")
-def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mode, buffer):
-    """:func:`count_plain`, with ``buffer`` a uint8 scratch of at least ``_lane_bytes(L) + 8
-    (3 min(N, _SUM_ROWS) + _packed_cells(L)) + 64`` bytes (the lanes of pass 1, the row sums
-    and packed histograms of pass 2). The local buffers of a batch larger than one block are
-    allocated here."""
+def _check_rest(y_true, y_pred, start, low, high):
+    """``(code, validated)`` when the fused rows' test found a bad entry from row ``start``:
+    the :func:`status_code` of the first bad row, or 0 and True when the exact check finds none
+    (a -0.0 probability, which the test of the bits takes for a negative score): the rest of
+    the batch is then known valid, and counted."""
+    status, row = _first_bad_row(y_true[start:], y_pred[start:], low, high)
+    if status != OK:
+        return status_code(status, start + row), False
+    return 0, True
+
+
+@njit(inline="always")
+def _fused_sums(
+    y_true,
+    y_pred,
+    flat_t,
+    flat_p,
+    start,
+    stop,
+    vector_stop,
+    fused_plan,
+    threshold,
+    low,
+    high,
+    acc,
+    cols,
+    sums,
+    pending,
+    validated,
+):
+    """Rows of 64 to 16,320 labels ``[start, stop)``, read once, two at a time: their column
+    counts into the lanes ``acc`` (one uint8 per label, flushed into ``cols`` every 254 rows;
+    when ``cols`` is the state, only once the rest of the batch is known valid), their row sums
+    into ``sums`` (TP, AP, PP; from row ``start``) and their validity. Rows from
+    ``vector_stop`` on are read alone (a masked last chunk: nothing read past the batch).
+    Returns ``(code, pending, validated)``: the :func:`status_code` of the first bad row or 0,
+    the rows in the lanes, and whether the rest of the batch was validated."""
+    n, num_labels = y_true.shape
+    chunks, rest, fused_chunk, width, direct_cols, commit, prefetch = fused_plan
+    sum_tp, sum_ap, sum_pp = sums
+    narrow = FUSED_CHUNK == 64 or fused_chunk != 64  # else rows of more than 255 chunks
+    i = start
+    while i < stop:
+        if pending >= 254:
+            if direct_cols and commit and not validated:
+                # the lanes go into the state: the rest of the batch first
+                status, row = _first_bad_row(y_true[i:], y_pred[i:], low, high)
+                if status != OK:
+                    return status_code(status, i + row), pending, validated
+                validated = True
+            _flush(acc, num_labels, width, num_labels, pending + 1, cols)
+            pending = 0
+        r = i - start
+        if i + 1 < vector_stop:
+            # two rows at a time: one lane store for both
+            if narrow:
+                tp0, ap0, pp0, tp1, ap1, pp1, bad_bits = _fused_row_pair(
+                    flat_t,
+                    flat_p,
+                    i * num_labels,
+                    (i + 1) * num_labels,
+                    chunks,
+                    rest,
+                    threshold,
+                    low,
+                    high,
+                    2 * num_labels if prefetch and i + 3 < n else 0,
+                    acc,
+                )
+            else:
+                tp0, ap0, pp0, tp1, ap1, pp1, bad_bits = _fused_row_pair_wide(
+                    flat_t,
+                    flat_p,
+                    i * num_labels,
+                    (i + 1) * num_labels,
+                    chunks,
+                    rest,
+                    threshold,
+                    low,
+                    high,
+                    0,
+                    acc,
+                )
+            if bad_bits > 1 and not validated:
+                code, validated = _check_rest(y_true, y_pred, i, low, high)
+                if code:
+                    return code, pending, validated
+            sum_tp[r] = tp0
+            sum_ap[r] = ap0
+            sum_pp[r] = pp0
+            sum_tp[r + 1] = tp1
+            sum_ap[r + 1] = ap1
+            sum_pp[r + 1] = pp1
+            pending += 2
+            i += 2
+            continue
+        # a row alone: its last chunk is a masked load (no read past the batch)
+        if narrow:
+            tps, aps, pps, bad_bits = _fused_row(
+                flat_t, flat_p, i * num_labels, chunks, rest, threshold, low, high, acc
+            )
+        else:
+            tps, aps, pps, bad_bits = _fused_row_wide(
+                flat_t, flat_p, i * num_labels, chunks, rest, threshold, low, high, acc
+            )
+        if bad_bits > 1 and not validated:
+            code, validated = _check_rest(y_true, y_pred, i, low, high)
+            if code:
+                return code, pending, validated
+        sum_tp[r] = tps
+        sum_ap[r] = aps
+        sum_pp[r] = pps
+        pending += 1
+        i += 1
+    return 0, pending, validated
+
+
+@njit(inline="always")
+def _short_sums(
+    y_true, y_pred, flat_t, flat_p, start, stop, vector_stop, narrow_stop, threshold, sums
+):
+    """Row sums (TP, AP, PP into ``sums``, from row ``start``) of the validated rows ``[start,
+    stop)`` of fewer than 64 labels: each row as 64-bit masks of one vector compare (32-entry
+    ones for rows of at most 32 labels without AVX-512), the row's bits masked out of the
+    chunk (it reads into the next row); the last rows, whose chunk would read past the batch,
+    by masked loads with AVX-512, else by the chunk that ends where the row ends."""
+    num_labels = y_true.shape[1]
+    sum_tp, sum_ap, sum_pp = sums
+    row_bits = (np.uint64(1) << np.uint64(num_labels)) - np.uint64(1)
+    if FUSED_CHUNK != 64 and num_labels <= 32:
+        for i in range(start, narrow_stop):
+            mt = _positive_bits32(flat_t, i * num_labels, threshold) & row_bits
+            mp = _positive_bits32(flat_p, i * num_labels, threshold) & row_bits
+            r = i - start
+            sum_tp[r] = _popcount(mt & mp)
+            sum_ap[r] = _popcount(mt)
+            sum_pp[r] = _popcount(mp)
+    else:
+        for i in range(start, vector_stop):
+            mt = _positive_bits(flat_t, i * num_labels, threshold) & row_bits
+            mp = _positive_bits(flat_p, i * num_labels, threshold) & row_bits
+            r = i - start
+            sum_tp[r] = _popcount(mt & mp)
+            sum_ap[r] = _popcount(mt)
+            sum_pp[r] = _popcount(mp)
+    if FUSED_CHUNK == 64:
+        # the last rows, whose chunk would read past the batch: masked loads
+        for i in range(vector_stop, stop):
+            mt = _positive_bits_of(flat_t, i * num_labels, threshold, num_labels) & row_bits
+            mp = _positive_bits_of(flat_p, i * num_labels, threshold, num_labels) & row_bits
+            r = i - start
+            sum_tp[r] = _popcount(mt & mp)
+            sum_ap[r] = _popcount(mt)
+            sum_pp[r] = _popcount(mp)
+        return
+    # Without AVX-512 (which has no byte masked load: LLVM scalarises it into 64 tests and
+    # branches), the last rows read the chunk that ends where the row ends and shift the row's
+    # bits down; rows that end before the batch's first 32 or 64 entries count in a scalar loop.
+    for i in range(narrow_stop if num_labels <= 32 else vector_stop, stop):
+        end = (i + 1) * num_labels
+        if num_labels <= 32 and end >= 32:
+            shift = np.uint64(32 - num_labels)
+            mt = _positive_bits32(flat_t, end - 32, threshold) >> shift
+            mp = _positive_bits32(flat_p, end - 32, threshold) >> shift
+        elif end >= CHUNK:
+            shift = np.uint64(CHUNK - num_labels)
+            mt = _positive_bits(flat_t, end - CHUNK, threshold) >> shift
+            mp = _positive_bits(flat_p, end - CHUNK, threshold) >> shift
+        else:
+            mt = np.uint64(0)
+            mp = np.uint64(0)
+            for j in range(num_labels):
+                bit = np.uint64(1) << np.uint64(j)
+                if y_true[i, j] != 0:
+                    mt |= bit
+                if _native_positive(y_pred[i, j], threshold) != 0:
+                    mp |= bit
+        r = i - start
+        sum_tp[r] = _popcount(mt & mp)
+        sum_ap[r] = _popcount(mt)
+        sum_pp[r] = _popcount(mp)
+
+
+@njit(inline="always")
+def _long_sums(y_true, y_pred, flat_t, flat_p, start, stop, vector_stop, threshold, sums):
+    """Row sums (into ``sums``, from row ``start``) of the validated rows ``[start, stop)`` of
+    more labels than fused rows take: popcounts of 64-entry masks, the last chunk of a row
+    masked (it reads into the next row); the last rows, whose last chunk would read past the
+    batch, in a scalar loop."""
+    num_labels = y_true.shape[1]
+    sum_tp, sum_ap, sum_pp = sums
+    full = num_labels // CHUNK
+    rest = num_labels - full * CHUNK
+    row_bits = (np.uint64(1) << np.uint64(rest)) - np.uint64(1)
+    for i in range(start, vector_stop):
+        at = i * num_labels
+        tps = np.int64(0)
+        aps = np.int64(0)
+        pps = np.int64(0)
+        for c in range(full):
+            mt = _positive_bits(flat_t, at + c * CHUNK, threshold)
+            mp = _positive_bits(flat_p, at + c * CHUNK, threshold)
+            tps += _popcount(mt & mp)
+            aps += _popcount(mt)
+            pps += _popcount(mp)
+        if rest:
+            mt = _positive_bits(flat_t, at + full * CHUNK, threshold) & row_bits
+            mp = _positive_bits(flat_p, at + full * CHUNK, threshold) & row_bits
+            tps += _popcount(mt & mp)
+            aps += _popcount(mt)
+            pps += _popcount(mp)
+        r = i - start
+        sum_tp[r] = tps
+        sum_ap[r] = aps
+        sum_pp[r] = pps
+    for i in range(vector_stop, stop):
+        tps = np.int64(0)
+        aps = np.int64(0)
+        pps = np.int64(0)
+        for j in range(num_labels):
+            tk = np.int64(y_true[i, j])
+            pk = np.int64(_native_positive(y_pred[i, j], threshold))
+            tps += tk & pk
+            aps += tk
+            pps += pk
+        r = i - start
+        sum_tp[r] = tps
+        sum_ap[r] = aps
+        sum_pp[r] = pps
+
+
+@njit(inline="always")
+def _scatter_samples(sums, rows, num_labels, layout, hist, packed):
+    """The statistics of ``rows`` samples of row sums ``sums`` into the histograms ``hist``
+    (``per_sample``'s layout); returns ``(exact, neither)``, the samples whose predicted set
+    equals the true set and those with neither. ``packed`` (without AVX-512, rows of fewer than
+    64 labels; else empty) holds zeroed cells for AP_s and PP_s (count and TP_s sum in one
+    int64)."""
+    sum_tp, sum_ap, sum_pp = sums
+    exact = 0
+    neither = 0
+    for r in range(rows):
+        tps = sum_tp[r]
+        aps = sum_ap[r]
+        pps = sum_pp[r]
+        exact += (tps == aps) & (tps == pps)
+        neither += (aps | pps) == 0
+    card_true = layout[0]
+    card_pred = layout[1]
+    by_pred = layout[2]
+    by_true = layout[3]
+    by_union = layout[4]
+    num_betas = (layout.shape[0] - 6) // 3
+    f1_only = num_betas == 1 and layout[6] == 1 and layout[7] == 1
+    by_f1 = layout[8]
+    if packed.shape[0] and f1_only and rows > packed.shape[0]:
+        # Groups of more rows than 2 (L + 1): the count and the TP_s sum of one AP_s (and of
+        # one PP_s) share an int64 cell (the count in the low 32 bits, at most 256 a group;
+        # the TP_s sum, at most 256 * 63, in the high ones), split into the histograms after
+        # the group: four scatters a row instead of six.
+        for r in range(rows):
+            tps = sum_tp[r]
+            aps = sum_ap[r]
+            pps = sum_pp[r]
+            cell = (tps << 32) + 1
+            packed[np.uint64(aps)] += cell
+            packed[np.uint64(num_labels + 1 + pps)] += cell
+            hist[np.uint64(by_union + aps + pps - tps)] += tps
+            hist[np.uint64(by_f1 + aps + pps)] += tps
+        for k in range(num_labels + 1):
+            cell_true = packed[k]
+            cell_pred = packed[num_labels + 1 + k]
+            hist[card_true + k] += cell_true & 0xFFFFFFFF
+            hist[by_true + k] += cell_true >> 32
+            hist[card_pred + k] += cell_pred & 0xFFFFFFFF
+            hist[by_pred + k] += cell_pred >> 32
+        packed[:] = 0
+        return exact, neither
+    for r in range(rows):
+        tps = sum_tp[r]
+        aps = sum_ap[r]
+        pps = sum_pp[r]
+        union = aps + pps - tps
+        hist[np.uint64(card_true + aps)] += 1
+        hist[np.uint64(card_pred + pps)] += 1
+        hist[np.uint64(by_pred + pps)] += tps
+        hist[np.uint64(by_true + aps)] += tps
+        hist[np.uint64(by_union + union)] += tps
+        if f1_only:
+            hist[np.uint64(by_f1 + aps + pps)] += tps
+        else:
+            for b in range(num_betas):
+                key = layout[8 + 3 * b] + layout[6 + 3 * b] * aps + layout[7 + 3 * b] * pps
+                hist[np.uint64(key)] += tps
+    return exact, neither
+
+
+@njit(inline="always")
+def _commit_plain(n, exact, neither, labels, per_sample, cols, hist, direct_cols, direct_hist):
+    """The batch's sample counts into ``hist``; then the local column counts ``cols`` and
+    histograms ``hist`` into the state, unless they are the state's own arrays (``direct_*``)."""
+    hist[ROWS] += n
+    hist[JUDGED] += n
+    hist[EXACT] += exact
+    hist[NEITHER] += neither
+    hist[COUNT] += n
+    if not direct_cols:
+        flat_labels = _flat(labels)
+        for k in range(flat_labels.shape[0]):
+            flat_labels[k] += cols[k]
+    if not direct_hist:
+        for k in range(per_sample.shape[0]):
+            per_sample[k] += hist[k]
+
+
+@njit(inline="always")
+def _count_plain_into(
+    y_true, y_pred, threshold, low, high, layout, labels, per_sample, mode, buffer
+):
+    """:func:`count_plain` (scores must lie in ``[low, high]``), with ``buffer`` a uint8
+    scratch of at least ``_lane_bytes(L) + 8 (3 min(N, _SUM_ROWS) + _packed_cells(L)) + 64``
+    bytes (the lanes of pass 1, the row sums and packed histograms of pass 2). The local
+    buffers of a batch larger than one block are allocated here."""
     n = y_true.shape[0]
     num_labels = y_true.shape[1]
     if mode == 2 and not (
@@ -1520,10 +1947,12 @@ def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mod
     ):
         return NOT_PLAIN
     commit = mode != 0
-    # Rows of 64 to 16,320 labels are read once, two rows at a time (:func:`_fused_row_pair`;
-    # without AVX-512, rows of more than 8,160 labels :func:`_fused_row_pair_wide`): column
-    # counts into uint8 lanes (one per label, flushed every 254 rows), row sums in registers.
-    # Narrower rows are read twice: pass 1 over super-rows, pass 2 row by row; wider ones too.
+    # ---- the regime of the row width
+    # Rows of 64 to 16,320 labels are read once, two rows at a time (:func:`_fused_sums`;
+    # without AVX-512, rows of more than 8,160 labels in 64-entry chunks): column counts into
+    # uint8 lanes (one per label, flushed every 254 rows), row sums in registers. Narrower rows
+    # are read twice: pass 1 over super-rows (:func:`_count_columns`), pass 2 row by row
+    # (:func:`_short_sums`); wider ones too (:func:`_long_sums`).
     fused = CHUNK <= num_labels <= 255 * CHUNK
     fused_chunk = _fused_chunk(num_labels)
     k_rows = _super_rows(num_labels)
@@ -1538,8 +1967,7 @@ def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mod
         width = chunks * fused_chunk
         num_super = 0
     # Without AVX-512, the row pairs of long rows of bytes prefetch the next pair's (see
-    # _prefetched_chunks) when the batch is large enough to come from L3 (measured on Zen 3:
-    # 10-12 % faster at 128-256×1000; 8-12 % slower at 256×300 and 32×1000)
+    # _prefetched_chunks) when the batch is large enough to come from L3.
     prefetch = (
         fused_chunk != 64
         and fused
@@ -1548,15 +1976,13 @@ def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mod
         and num_labels >= _PREFETCH_LABELS
         and n * num_labels >= _PREFETCH_ENTRIES
     )
-    if commit and per_sample[ROWS] > _INT64_MAX // num_labels - n - 1:
-        # Every count is at most L times the number of samples (see _check_headroom).
-        return OVERFLOW
-    row_bytes = num_labels * (y_true.itemsize + y_pred.itemsize)
+    # ---- blocks
     # A batch that stays in cache is one block: pass 1 (column counts and validity) over all
     # of it, then pass 2 (the per-sample statistics) straight into the state. A larger batch
     # is read in blocks of whole super-rows, at most _BLOCK_ROWS rows and about _BLOCK_BYTES,
     # both passes over a block while it is in cache (so that it is read from memory once),
     # into local buffers (O(L)) added into the state once every block was found valid.
+    row_bytes = num_labels * (y_true.itemsize + y_pred.itemsize)
     cached = n * row_bytes <= _CACHED_BYTES
     if cached:
         block_rows = max(n, 1)
@@ -1564,8 +1990,7 @@ def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mod
         block_rows = min(_BLOCK_ROWS, max(1, _BLOCK_BYTES // row_bytes))
         block_rows = k_rows * max(1, block_rows // k_rows)
     # Two super-rows per lane store for a batch in cache; one for a batch read from memory,
-    # where two interleaved streams per input are read more slowly (measured on 10^5×100:
-    # 1.4x slower than one).
+    # where two interleaved streams per input are read more slowly.
     group = 2 if cached else 1
     single = n <= block_rows
     # The column counts go straight into the state when the uint8 lanes are flushed only once
@@ -1576,7 +2001,7 @@ def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mod
         # pass 2 commits group by group: straight into the state for one group only (the
         # remaining rows are validated before a flush of the lanes)
         direct_cols = direct_hist = not commit or (single and n <= _SUM_ROWS)
-    validated = False
+    # ---- buffers
     # One allocation (each costs about 0.1 µs of a 2 µs call on 256×20): the uint8 lanes (TP,
     # AP, PP; flushed every 255 super-rows or 254 rows), the row sums of a group of rows, then
     # the int64 local column counts and histograms, as needed.
@@ -1585,17 +2010,17 @@ def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mod
     local_hist = 0 if direct_hist else per_sample.shape[0]
     start = (lanes + 7) // 8 * 8
     sum_rows = min(n, _SUM_ROWS)
-    # the lanes from a 64-byte boundary (measured 15% faster at 256×1000 than at 16 bytes
-    # past one: each 64-lane access stays within one cache line)
+    # the lanes from a 64-byte boundary (each 64-lane access stays within one cache line)
     buffer = buffer[(-buffer.ctypes.data) & 63 :]
     acc = buffer[:lanes]
     acc[:] = 0
     all_wide = buffer[start:].view(np.int64)
-    sum_tp = all_wide[:sum_rows]
-    sum_ap = all_wide[sum_rows : 2 * sum_rows]
-    sum_pp = all_wide[2 * sum_rows : 3 * sum_rows]
-    packed_cells = _packed_cells(num_labels)
-    packed = all_wide[3 * sum_rows : 3 * sum_rows + packed_cells]
+    sums = (
+        all_wide[:sum_rows],
+        all_wide[sum_rows : 2 * sum_rows],
+        all_wide[2 * sum_rows : 3 * sum_rows],
+    )
+    packed = all_wide[3 * sum_rows : 3 * sum_rows + _packed_cells(num_labels)]
     packed[:] = 0
     if local_cols + local_hist:
         wide = np.zeros(local_cols + local_hist, np.int64)
@@ -1605,315 +2030,113 @@ def _count_plain_into(y_true, y_pred, threshold, layout, labels, per_sample, mod
     hist = per_sample if direct_hist else wide[local_cols : local_cols + local_hist]
     flat_t = _flat(y_true)
     flat_p = _flat(y_pred)
-    # Pass 2 reads each row in chunks of 64 entries as 64-bit masks, the last chunk masked
-    # (it reads into the next row); rows whose last chunk would read past the batch take a
-    # scalar loop.
-    full = num_labels // CHUNK
-    rest = num_labels - full * CHUNK
+    # ---- the rows whose chunks may be read whole (the last chunk of a row reads into the next
+    # row, never past the batch)
     full_chunks = (chunks - 1) * (fused_chunk if fused else CHUNK)
-    row_bits = (np.uint64(1) << np.uint64(rest)) - np.uint64(1)
     safe = n
     if fused and num_labels % fused_chunk:
         # the row pairs read whole chunks: the second row's last one must end in the batch
         safe = min(n, max(0, (n * num_labels - width) // num_labels + 1))
-    elif rest and not fused:
+    elif num_labels % CHUNK and not fused:
+        full = num_labels // CHUNK
         safe = min(n, max(0, (n * num_labels - full * CHUNK - CHUNK) // num_labels + 1))
     # rows of at most 32 labels read in 32-entry chunks (without AVX-512)
     safe32 = n
     if FUSED_CHUNK != 64 and num_labels <= 32:
         safe32 = min(n, max(0, (n * num_labels - 32) // num_labels + 1))
-    num_betas = (layout.shape[0] - 6) // 3
-    card_true = layout[0]
-    card_pred = layout[1]
-    by_pred_at = layout[2]
-    by_true = layout[3]
-    by_union = layout[4]
-    f1_only = num_betas == 1 and layout[6] == 1 and layout[7] == 1
-    by_f1 = layout[8]
+    plan = (fused, k_rows, width, span, num_super, group)
+    fused_plan = (
+        chunks,
+        num_labels - full_chunks,
+        fused_chunk,
+        width,
+        direct_cols,
+        commit,
+        prefetch,
+    )
     exact = 0
     neither = 0
     pending = 0
+    validated = False
     for block in range(0, n, block_rows):
         stop = min(n, block + block_rows)
         # ---- pass 1: column counts and validity bits, super-row by super-row
-        first_super = block // k_rows
-        supers = 0 if fused else stop // k_rows - first_super
-        bad = np.uint8(0)
-        for q in range(0, supers, group):
-            if pending > 253:
-                _flush(acc, num_labels, width, span, pending + k_rows, cols)
-                pending = 0
-            s = first_super + q
-            count = min(group, supers - q)
-            s1, m1 = _take(s, 1, count)
-            found = _count_super_rows(
-                flat_t, flat_p, s * width, s1 * width, m1, width, threshold, acc
-            )
-            bad = np.uint8(bad | found)
-            pending += count
-        # the rows after the last whole super-row (last block only), into the lanes of the
-        # first row of a super-row
-        if pending > 255 - k_rows:
-            _flush(acc, num_labels, width, span, pending + k_rows, cols)
-            pending = 0
-        for i in range(stop if fused else max(block, num_super * k_rows), stop):
-            for j in range(num_labels):
-                tk = y_true[i, j]
-                pv = y_pred[i, j]
-                pk = np.uint8(_native_positive(pv, threshold))
-                bad = np.uint8(bad | np.uint8(_true_bits(tk) | _pred_valid(pv)))
-                acc[j] = np.uint8(acc[j] + np.uint8(np.uint8(tk) & pk))
-                acc[width + j] = np.uint8(acc[width + j] + np.uint8(tk))
-                acc[2 * width + j] = np.uint8(acc[2 * width + j] + pk)
+        bad, pending = _count_columns(
+            y_true,
+            y_pred,
+            flat_t,
+            flat_p,
+            block,
+            stop,
+            plan,
+            threshold,
+            low,
+            high,
+            acc,
+            cols,
+            pending,
+        )
         # Validate before the row sums: those of bad entries could index past the histograms.
         if bad > 1:
-            status, row = _first_bad_row(y_true, y_pred)
+            status, row = _first_bad_row(y_true, y_pred, low, high)
             return status_code(status, row)
-        # ---- pass 2, by groups of _SUM_ROWS rows: each row's TP/AP/PP as popcounts of
-        # 64-entry masks (one vector compare each), the last chunk of a row masked (it reads
-        # into the next row); then the rows' statistics into the histograms. (Two tight loops
-        # rather than one: measured faster, and helpers are avoided: an inlined helper taking
-        # arrays costs reference counting per row.)
+        # ---- pass 2, by groups of _SUM_ROWS rows: each row's TP/AP/PP, then the rows'
+        # statistics into the histograms (two tight loops rather than one: measured faster)
         for group_start in range(block, stop, _SUM_ROWS):
             group_stop = min(stop, group_start + _SUM_ROWS)
             vector_stop = max(group_start, min(group_stop, safe))
-            narrow_stop = max(group_start, min(group_stop, safe32))
-            tail_from = narrow_stop if num_labels <= 32 else vector_stop
             if fused:
-                i = group_start
-                while i < group_stop:
-                    if pending >= 254:
-                        if direct_cols and commit and not validated:
-                            # the lanes go into the state: the rest of the batch first
-                            status, row = _first_bad_row(y_true[i:], y_pred[i:])
-                            if status != OK:
-                                return status_code(status, i + row)
-                            validated = True
-                        _flush(acc, num_labels, width, span, pending + k_rows, cols)
-                        pending = 0
-                    r = i - group_start
-                    if i + 1 < vector_stop:
-                        # two rows at a time: one lane store for both
-                        if FUSED_CHUNK == 64 or fused_chunk != 64:
-                            tp0, ap0, pp0, tp1, ap1, pp1, bad_bits = _fused_row_pair(
-                                flat_t,
-                                flat_p,
-                                i * num_labels,
-                                (i + 1) * num_labels,
-                                chunks,
-                                num_labels - full_chunks,
-                                threshold,
-                                2 * num_labels if prefetch and i + 3 < n else 0,
-                                acc,
-                            )
-                        else:
-                            tp0, ap0, pp0, tp1, ap1, pp1, bad_bits = _fused_row_pair_wide(
-                                flat_t,
-                                flat_p,
-                                i * num_labels,
-                                (i + 1) * num_labels,
-                                chunks,
-                                num_labels - full_chunks,
-                                threshold,
-                                0,
-                                acc,
-                            )
-                        if bad_bits > 1:
-                            status, row = _first_bad_row(y_true[i:], y_pred[i:])
-                            return status_code(status, i + row)
-                        sum_tp[r] = tp0
-                        sum_ap[r] = ap0
-                        sum_pp[r] = pp0
-                        sum_tp[r + 1] = tp1
-                        sum_ap[r + 1] = ap1
-                        sum_pp[r + 1] = pp1
-                        pending += 2
-                        i += 2
-                        continue
-                    # a row alone: its last chunk is a masked load (no read past the batch)
-                    if FUSED_CHUNK == 64 or fused_chunk != 64:
-                        tps, aps, pps, bad_bits = _fused_row(
-                            flat_t,
-                            flat_p,
-                            i * num_labels,
-                            chunks,
-                            num_labels - full_chunks,
-                            threshold,
-                            acc,
-                        )
-                    else:
-                        tps, aps, pps, bad_bits = _fused_row_wide(
-                            flat_t,
-                            flat_p,
-                            i * num_labels,
-                            chunks,
-                            num_labels - full_chunks,
-                            threshold,
-                            acc,
-                        )
-                    if bad_bits > 1:
-                        status, row = _first_bad_row(y_true[i:], y_pred[i:])
-                        return status_code(status, i + row)
-                    sum_tp[r] = tps
-                    sum_ap[r] = aps
-                    sum_pp[r] = pps
-                    pending += 1
-                    i += 1
-            elif num_labels < CHUNK and FUSED_CHUNK != 64 and num_labels <= 32:
-                # without AVX-512, rows of at most 32 labels in 32-entry chunks
-                for i in range(group_start, narrow_stop):
-                    mt = _positive_bits32(flat_t, i * num_labels, threshold) & row_bits
-                    mp = _positive_bits32(flat_p, i * num_labels, threshold) & row_bits
-                    r = i - group_start
-                    sum_tp[r] = _popcount(mt & mp)
-                    sum_ap[r] = _popcount(mt)
-                    sum_pp[r] = _popcount(mp)
+                code, pending, validated = _fused_sums(
+                    y_true,
+                    y_pred,
+                    flat_t,
+                    flat_p,
+                    group_start,
+                    group_stop,
+                    vector_stop,
+                    fused_plan,
+                    threshold,
+                    low,
+                    high,
+                    acc,
+                    cols,
+                    sums,
+                    pending,
+                    validated,
+                )
+                if code:
+                    return code
             elif num_labels < CHUNK:
-                for i in range(group_start, vector_stop):
-                    mt = _positive_bits(flat_t, i * num_labels, threshold) & row_bits
-                    mp = _positive_bits(flat_p, i * num_labels, threshold) & row_bits
-                    r = i - group_start
-                    sum_tp[r] = _popcount(mt & mp)
-                    sum_ap[r] = _popcount(mt)
-                    sum_pp[r] = _popcount(mp)
+                narrow_stop = max(group_start, min(group_stop, safe32))
+                _short_sums(
+                    y_true,
+                    y_pred,
+                    flat_t,
+                    flat_p,
+                    group_start,
+                    group_stop,
+                    vector_stop,
+                    narrow_stop,
+                    threshold,
+                    sums,
+                )
             else:
-                for i in range(group_start, vector_stop):
-                    at = i * num_labels
-                    tps = np.int64(0)
-                    aps = np.int64(0)
-                    pps = np.int64(0)
-                    for c in range(full):
-                        mt = _positive_bits(flat_t, at + c * CHUNK, threshold)
-                        mp = _positive_bits(flat_p, at + c * CHUNK, threshold)
-                        tps += _popcount(mt & mp)
-                        aps += _popcount(mt)
-                        pps += _popcount(mp)
-                    if rest:
-                        mt = _positive_bits(flat_t, at + full * CHUNK, threshold) & row_bits
-                        mp = _positive_bits(flat_p, at + full * CHUNK, threshold) & row_bits
-                        tps += _popcount(mt & mp)
-                        aps += _popcount(mt)
-                        pps += _popcount(mp)
-                    r = i - group_start
-                    sum_tp[r] = tps
-                    sum_ap[r] = aps
-                    sum_pp[r] = pps
-            if num_labels < CHUNK and FUSED_CHUNK == 64:
-                # the last rows, whose chunk would read past the batch: masked loads
-                for i in range(vector_stop, group_stop):
-                    mt = _positive_bits_of(flat_t, i * num_labels, threshold, num_labels)
-                    mp = _positive_bits_of(flat_p, i * num_labels, threshold, num_labels)
-                    mt &= row_bits
-                    mp &= row_bits
-                    r = i - group_start
-                    sum_tp[r] = _popcount(mt & mp)
-                    sum_ap[r] = _popcount(mt)
-                    sum_pp[r] = _popcount(mp)
-            elif num_labels < CHUNK:
-                # Without AVX-512 (which has no byte masked load: LLVM scalarises it into 64
-                # tests and branches, measured 9 % of a 256×20 call on Zen 3), the last rows
-                # read the chunk that ends where the row ends and shift the row's bits down;
-                # rows that end before the batch's first 32 or 64 entries count in a scalar
-                # loop.
-                for i in range(tail_from, group_stop):
-                    end = (i + 1) * num_labels
-                    if num_labels <= 32 and end >= 32:
-                        shift = np.uint64(32 - num_labels)
-                        mt = _positive_bits32(flat_t, end - 32, threshold) >> shift
-                        mp = _positive_bits32(flat_p, end - 32, threshold) >> shift
-                    elif end >= CHUNK:
-                        shift = np.uint64(CHUNK - num_labels)
-                        mt = _positive_bits(flat_t, end - CHUNK, threshold) >> shift
-                        mp = _positive_bits(flat_p, end - CHUNK, threshold) >> shift
-                    else:
-                        mt = np.uint64(0)
-                        mp = np.uint64(0)
-                        for j in range(num_labels):
-                            bit = np.uint64(1) << np.uint64(j)
-                            if y_true[i, j] != 0:
-                                mt |= bit
-                            if _native_positive(y_pred[i, j], threshold) != 0:
-                                mp |= bit
-                    r = i - group_start
-                    sum_tp[r] = _popcount(mt & mp)
-                    sum_ap[r] = _popcount(mt)
-                    sum_pp[r] = _popcount(mp)
-            # the last rows of more labels than the fused rows, whose last chunk would read past
-            # the batch: a scalar loop
-            scalar_from = group_stop if fused or num_labels < CHUNK else vector_stop
-            for i in range(scalar_from, group_stop):
-                tps = np.int64(0)
-                aps = np.int64(0)
-                pps = np.int64(0)
-                for j in range(num_labels):
-                    tk = np.int64(y_true[i, j])
-                    pk = np.int64(_native_positive(y_pred[i, j], threshold))
-                    tps += tk & pk
-                    aps += tk
-                    pps += pk
-                r = i - group_start
-                sum_tp[r] = tps
-                sum_ap[r] = aps
-                sum_pp[r] = pps
-            rows = group_stop - group_start
-            for r in range(rows):
-                tps = sum_tp[r]
-                aps = sum_ap[r]
-                pps = sum_pp[r]
-                exact += (tps == aps) & (tps == pps)
-                neither += (aps | pps) == 0
-            if packed_cells and f1_only and rows > packed_cells:
-                # Without AVX-512, groups of more rows than 2 (L + 1) of fewer than 64 labels:
-                # the count and the TP_s sum of one AP_s (and of one PP_s) share an int64 cell
-                # (the count in the low 32 bits, at most 256 a group; the TP_s sum, at most
-                # 256 * 63, in the high ones), split into the histograms after the group: four
-                # scatters a row instead of six (measured on Zen 3: 256×20 3.32 -> 2.92 µs,
-                # 5000×20 40 -> 29 µs; for 3 rows of 20 labels the split cost 0.24 µs more).
-                for r in range(rows):
-                    tps = sum_tp[r]
-                    aps = sum_ap[r]
-                    pps = sum_pp[r]
-                    cell = (tps << 32) + 1
-                    packed[np.uint64(aps)] += cell
-                    packed[np.uint64(num_labels + 1 + pps)] += cell
-                    hist[np.uint64(by_union + aps + pps - tps)] += tps
-                    hist[np.uint64(by_f1 + aps + pps)] += tps
-                for k in range(num_labels + 1):
-                    cell_true = packed[k]
-                    cell_pred = packed[num_labels + 1 + k]
-                    hist[card_true + k] += cell_true & 0xFFFFFFFF
-                    hist[by_true + k] += cell_true >> 32
-                    hist[card_pred + k] += cell_pred & 0xFFFFFFFF
-                    hist[by_pred_at + k] += cell_pred >> 32
-                packed[:] = 0
-                continue
-            for r in range(rows):
-                tps = sum_tp[r]
-                aps = sum_ap[r]
-                pps = sum_pp[r]
-                union = aps + pps - tps
-                hist[np.uint64(card_true + aps)] += 1
-                hist[np.uint64(card_pred + pps)] += 1
-                hist[np.uint64(by_pred_at + pps)] += tps
-                hist[np.uint64(by_true + aps)] += tps
-                hist[np.uint64(by_union + union)] += tps
-                if f1_only:
-                    hist[np.uint64(by_f1 + aps + pps)] += tps
-                else:
-                    for b in range(num_betas):
-                        key = layout[8 + 3 * b] + layout[6 + 3 * b] * aps + layout[7 + 3 * b] * pps
-                        hist[np.uint64(key)] += tps
+                _long_sums(
+                    y_true,
+                    y_pred,
+                    flat_t,
+                    flat_p,
+                    group_start,
+                    group_stop,
+                    vector_stop,
+                    threshold,
+                    sums,
+                )
+            group_exact, group_neither = _scatter_samples(
+                sums, group_stop - group_start, num_labels, layout, hist, packed
+            )
+            exact += group_exact
+            neither += group_neither
     _flush(acc, num_labels, width, span, pending + k_rows, cols)
-    hist[ROWS] += n
-    hist[JUDGED] += n
-    hist[EXACT] += exact
-    hist[NEITHER] += neither
-    hist[COUNT] += n
-    if not direct_cols:
-        flat_labels = _flat(labels)
-        for k in range(3 * num_labels):
-            flat_labels[k] += cols[k]
-    if not direct_hist:
-        for k in range(per_sample.shape[0]):
-            per_sample[k] += hist[k]
+    _commit_plain(n, exact, neither, labels, per_sample, cols, hist, direct_cols, direct_hist)
     return OK

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from .._inputs import as_array, label_hint
-from ..base import Accumulator
+from ..base import Accumulator, exact_total
 from ..confusion._dispatch import get_num_threads
 from ..exceptions import caller_stacklevel
 from ..metrics import multilabel as _ml
@@ -257,7 +257,8 @@ class MultilabelAccumulator(Accumulator):
 
     Invariants (each is tested): any split of a stream into batches, and any merge order, gives
     the same state (bit-identical: unweighted states are int64); a failed ``update`` leaves the
-    state bit-identical; counts never wrap (an update that would pass 2**63 - 1 raises).
+    state bit-identical; counts never wrap: an update after which the int64 counts of a state
+    array would sum past 2**63 - 1 (the most ``load`` accepts) raises.
 
     Args:
         num_labels: L, the number of labels.
@@ -360,7 +361,19 @@ class MultilabelAccumulator(Accumulator):
         self._routes: dict[tuple[np.dtype, np.dtype], Any] = {}
         self._last_route: tuple[Any, Any, Any] = (None, None, None)
         self._route_scratch: np.ndarray | None = None
-        self._table = np.zeros(0, dtype=np.int64)
+        # The table of the one-call kernel (filled by ``_route_table``); it also holds the room
+        # left before an int64 total could pass 2**63 - 1, valid at ``_room_version``.
+        self._table = np.zeros(_k.ROUTE_SIZE, dtype=np.int64)
+        self._room_version = -1
+        # The most one unit of weight adds to the total of any int64 state array: per label
+        # TP + AP + PP; per sample 6 counts and histogram cells, and TP_s by 3 + len(betas)
+        # denominators; L² pairs of co-occurring labels. A sample also adds 3 (its count, a
+        # weighted row, a zero weight) whatever its weight.
+        growth = (3 + len(ratios)) * self._num_labels + 6
+        if cooccurrence:
+            growth = max(growth, self._num_labels**2)
+        self._growth = growth
+        self._table[_k.ROUTE_GROWTH] = growth + 3
         dtype = np.float64 if self._weighted else np.int64
         rows = 4 if ignore_index is not None else 3
         arrays: dict[str, Any] = {
@@ -466,12 +479,16 @@ class MultilabelAccumulator(Accumulator):
                 lock = self._lock
                 lock.acquire()
                 try:
+                    if self._room_version != self._version:
+                        self._room(self._arrays)
                     code = kernel(true, pred, threshold, table)
                     if not code:
                         self._changed()
+                        self._room_version = self._version  # the kernel took its share
                         return self
                     if code == _k.SUSPICIOUS:  # counted: logits that look like probabilities
                         self._changed()
+                        self._room_version = self._version
                 finally:
                     lock.release()
                 if code == _k.SUSPICIOUS:
@@ -518,7 +535,7 @@ class MultilabelAccumulator(Accumulator):
         if self._route_scratch is None:
             size = int(_k.plain_buffer_size(self._num_labels))
             self._route_scratch = np.zeros(size, dtype=np.uint8)
-            table = np.zeros(_k.ROUTE_SIZE, dtype=np.int64)
+            table = self._table
             labels = self._arrays["labels"]
             per_sample = self._arrays["per_sample"]
             for position, value in (
@@ -536,7 +553,6 @@ class MultilabelAccumulator(Accumulator):
                 ),
             ):
                 table[position] = value
-            self._table = table
         return self._table
 
     def _prepare(self, y_true: Any, y_pred: Any, weights: Any = None) -> Any:
@@ -703,27 +719,65 @@ class MultilabelAccumulator(Accumulator):
         w, wflag, total = self._prepare_weights(weights, len(true))
         return _SetsBatch(true, pred, w, wflag, total)
 
-    def _check_headroom(self, arrays: dict[str, np.ndarray], total_weight: float) -> None:
-        """Refuse a batch after which an int64 count could pass 2**63 - 1.
+    def _room(self, arrays: dict[str, np.ndarray]) -> int:
+        """How much the int64 total of any state array may still grow: 2**63 - 1 less the
+        largest exact total (the bound that ``load`` applies to a state), kept in ``_table`` with
+        the version it holds for. Any change but a count (merge, reset, restore, sync) moves the
+        version on, and the room is then summed again (O(L))."""
+        if self._room_version != self._version:
+            largest = max(exact_total(array) for array in arrays.values())
+            self._table[_k.ROUTE_ROOM] = _INT64_MAX - largest
+            self._room_version = self._version
+        return int(self._table[_k.ROUTE_ROOM])
 
-        Every count is at most ``L`` times the total weight (the per-sample true positives
-        summed by denominator are the largest), so bounding that bounds them all.
-        """
-        if self._weighted:
-            return
-        current = int(arrays["per_sample"][_k.ROWS])
-        if (current + int(total_weight) + 1) * self._num_labels > _INT64_MAX:
-            raise ValueError(
-                f"this batch (total weight {int(total_weight)}) would let an int64 count of "
-                f"MultilabelAccumulator pass 2**63 - 1 (already {current} samples over "
-                f"{self._num_labels} labels); nothing was counted."
-            )
+    def _growth_of(self, batch: Any) -> tuple[int, int]:
+        """``(bound, weight)``: an upper bound of what ``batch`` adds to the total of any int64
+        state array, and its exact total weight."""
+        n = batch.y_true.shape[0] if isinstance(batch, _DenseBatch) else len(batch.true)
+        weight = n
+        if batch.flags & _k.HAS_WEIGHTS and not batch.flags & _UNIT_WEIGHTS:
+            weight = exact_total(batch.weights)
+        return self._growth * weight + 3 * n, weight
 
     def _count(self, arrays: dict[str, np.ndarray], batch: Any) -> None:
-        if not batch.flags and not self._weighted and isinstance(batch, _DenseBatch):
-            self._count_dense(arrays, batch)  # the kernel checks the headroom
+        if self._weighted:  # float64 sums: the base refuses any that would become infinite
+            self._count_batch(arrays, batch)
             return
-        self._check_headroom(arrays, batch.total_weight)
+        growth, weight = self._growth_of(batch)
+        room = self._room(arrays)
+        if growth > room:
+            self._count_near_the_limit(arrays, batch, weight)
+            return
+        self._count_batch(arrays, batch)
+        self._table[_k.ROUTE_ROOM] = room - growth
+        # Whoever counts (``update``, a group) moves the version on once after a count.
+        self._room_version = self._version + 1
+
+    def _count_near_the_limit(self, arrays: dict[str, np.ndarray], batch: Any, weight: int) -> None:
+        """Count a batch that could take an int64 total past 2**63 - 1, and undo it if one
+        does (or if a count wraps): the bound of ``load``, exactly."""
+        # No cell grows by more than L times the batch's weight, so that a count that passed
+        # 2**63 - 1 is negative (it wrapped once) and the check below is exact.
+        if weight * self._num_labels > _INT64_MAX:
+            raise ValueError(
+                f"this batch (total weight {weight}) could let an int64 count of "
+                f"MultilabelAccumulator state pass 2**63 - 1 ({self._num_labels} labels); split "
+                f"it. Nothing was counted."
+            )
+        backup = {name: array.copy() for name, array in arrays.items()}
+        self._count_batch(arrays, batch)
+        for name, array in arrays.items():
+            if bool((array < 0).any()) or exact_total(array) > _INT64_MAX:
+                for key, saved in backup.items():
+                    arrays[key][...] = saved
+                raise ValueError(
+                    f"this batch would take the int64 counts of MultilabelAccumulator state "
+                    f"{name!r} past 2**63 - 1 in total (the most a state that can be saved and "
+                    f"loaded back holds); nothing was counted."
+                )
+        self._room_version = -1  # summed again at the next count
+
+    def _count_batch(self, arrays: dict[str, np.ndarray], batch: Any) -> None:
         if isinstance(batch, _SetsBatch):
             self._count_sets(arrays, batch)
         else:
@@ -785,6 +839,7 @@ class MultilabelAccumulator(Accumulator):
         n, num_labels = batch.y_true.shape
         threads = min(get_num_threads(), n // _PARALLEL_MIN_ROWS)
         if n * num_labels < _PARALLEL_MIN_ENTRIES or threads < 2:
+            # (the caller has checked the room: the kernel counts a valid batch)
             status, row = _k.split_status(
                 _k.count_plain(
                     batch.y_true,
@@ -797,10 +852,7 @@ class MultilabelAccumulator(Accumulator):
                 )
             )
         else:
-            self._check_headroom(arrays, n)
             status, row = self._count_plain_parallel(arrays, batch, threshold, threads)
-        if status == _k.OVERFLOW:
-            self._check_headroom(arrays, n)  # raises: the kernel found no headroom
         if status != _k.OK:
             raise ValueError(_dense_error(status, row, batch, self._ignore_index))
         self._count_cooccurrence(arrays, batch)
