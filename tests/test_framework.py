@@ -107,7 +107,8 @@ def test_threshold_needs_two_classes():
         ConfusionAccumulator(3, threshold=0.5)
     with pytest.raises(ValueError, match=r"`threshold` must be finite"):
         ConfusionAccumulator(2, threshold=float("nan"))
-    assert ConfusionAccumulator(2, threshold=0.0).threshold == 0.0
+    with pytest.warns(UserWarning, match="logits"):  # 0.0 is a logit's threshold: a warning
+        assert ConfusionAccumulator(2, threshold=0.0).threshold == 0.0
 
 
 # ---------------------------------------------------------------------------- merging never wraps

@@ -120,7 +120,7 @@ def test_state_dict_is_plain_data_and_independent():
     state = acc.state_dict()
     assert type(state) is dict
     assert state["type"] == "ConfusionAccumulator"
-    assert state["format"] == ConfusionAccumulator.state_format == 2
+    assert state["format"] == ConfusionAccumulator.state_format == 3
     assert state["config"] == {
         "num_classes": 3,
         "class_names": ["cat", "fish", "hen"],
@@ -128,6 +128,7 @@ def test_state_dict_is_plain_data_and_independent():
         "weighted": False,
         "class_axis": 1,
         "threshold": None,
+        "logits": False,
     }
     record = state["arrays"]["matrix"]
     assert record["dtype"] == "<i8" and record["shape"] == [3, 3]
@@ -154,8 +155,8 @@ def _set_matrix(state, matrix):
 @pytest.mark.parametrize(
     "change, error, match",
     [
-        (lambda s: s.update(format=3), ValueError, r"format 3, written by a newer metricstream"),
-        (lambda s: s.update(format=0), ValueError, r"format 0; valid formats are 1 to 2"),
+        (lambda s: s.update(format=4), ValueError, r"format 4, written by a newer metricstream"),
+        (lambda s: s.update(format=0), ValueError, r"format 0; valid formats are 1 to 3"),
         (lambda s: s.pop("format"), ValueError, r"no valid 'format' entry"),
         (lambda s: s.update(format="2"), ValueError, r"no valid 'format' entry"),
         (
@@ -270,7 +271,7 @@ def test_format_1_state_dicts_are_upgraded():
     }
     acc = ConfusionAccumulator.from_state_dict(v1)
     np.testing.assert_array_equal(acc.matrix, FIXTURE_MATRICES["labels_int64"])
-    assert acc.state_dict()["format"] == 2
+    assert acc.state_dict()["format"] == 3
     del v1["weighted"]
     with pytest.raises(ValueError, match=r"format 1 lacks or mangles the entry 'weighted'"):
         ConfusionAccumulator.from_state_dict(v1)
@@ -294,8 +295,8 @@ def test_fixtures_from_earlier_versions_load(name, kind, version):
 
 
 def test_binary_layout_is_stable():
-    """Today's writer still produces the format-2 fixture byte for byte."""
-    expected = (FIXTURES / "state_v2_labels_int64.msacc").read_bytes()
+    """Today's writer still produces the format-3 fixture byte for byte."""
+    expected = (FIXTURES / "state_v3_labels_int64.msacc").read_bytes()
     assert _labels_acc().to_bytes() == expected
 
 
@@ -338,7 +339,7 @@ LABELS_BLOB_SIZE = len(_labels_acc().to_bytes())
         (lambda b: pickle.dumps(_labels_acc()), r"not a saved metricstream accumulator"),
         (lambda b: b.replace(b"\r\n", b"\n", 1), r"not a saved metricstream accumulator"),
         (lambda b: _with_header(b, binary_format=3), r"binary format 3, written by a newer"),
-        (lambda b: _with_header(b, format=3), r"format 3, written by a newer"),
+        (lambda b: _with_header(b, format=4), r"format 4, written by a newer"),
         (lambda b: _with_header(b, arrays=[["matrix", "<u2", [3, 3]]]), r"invalid array entry"),
         (
             lambda b: _with_header(

@@ -278,7 +278,7 @@ def test_binary_small_path_equals_the_general_path_and_fails_cleanly(ignore_inde
         cases += [
             (torch.from_numpy(y_true), torch.from_numpy(scores)),  # through Tensor.numpy()
             (torch.from_numpy(y_true), torch.from_numpy(scores).requires_grad_()),  # detach()
-            (torch.from_numpy(y_true), -torch.from_numpy(-scores)._neg_view()),  # general path
+            (torch.from_numpy(y_true), torch.from_numpy(-scores)._neg_view()),  # general path
         ]
     for labels, predicted in cases:
         acc = ConfusionAccumulator(2, ignore_index=ignore_index, threshold=0.5)
@@ -286,7 +286,9 @@ def test_binary_small_path_equals_the_general_path_and_fails_cleanly(ignore_inde
         acc.update(labels, predicted)  # the second call reuses the remembered entry
         labels = np.asarray(labels)
         keep = labels != ignore_index
-        flat = np.asarray(predicted.detach() if hasattr(predicted, "detach") else predicted)
+        flat = np.asarray(
+            predicted.detach().resolve_neg() if hasattr(predicted, "detach") else predicted
+        )
         flat = flat.reshape(len(labels)).astype(np.float64)
         expected = 2 * confusion_matrix(
             labels[keep], (flat[keep] >= 0.5).astype(int), labels=[0, 1]
