@@ -139,7 +139,7 @@ def test_a_format_1_state_loads_and_keeps_its_meaning() -> None:
     # and it saves at the current format, and loads back the same
     assert BootstrapConfusionAccumulator.from_bytes(old.to_bytes()) == old
     assert BootstrapConfusionAccumulator.from_state_dict(old.state_dict()) == old
-    assert old.state_dict()["format"] == BootstrapConfusionAccumulator.state_format == 2
+    assert old.state_dict()["format"] == BootstrapConfusionAccumulator.state_format == 3
     # a state of the new hash does not merge with it
     fresh = BootstrapConfusionAccumulator(K, 4, seed=5, class_names=["a", "b", "c"])
     with pytest.raises(ValueError, match="different `weight_hash`: 'xor-legacy' here, 'keyed'"):
@@ -501,3 +501,37 @@ def test_a_dask_reduction_passes_cluster_ids_per_element_and_as_one_value() -> N
         scheduler="synchronous",
     )
     assert one == BootstrapConfusionAccumulator(K, 16, seed=2).update(truth, pred, cluster_ids=7)
+
+
+def test_binary_thresholds_are_probabilities_and_logits_are_declared() -> None:
+    """The confusion family's rule: a threshold is a probability; scores outside [0, 1] are
+    refused unless ``logits=True``, which decides as ``sigmoid(logit) >= threshold``."""
+    probabilities = np.array([0.2, 0.9, 0.6, 0.3, 0.5])
+    truth = np.array([0, 1, 1, 0, 1])
+    logits = np.log(probabilities / (1 - probabilities))
+    for cluster_ids in (None, 7, np.arange(5)):
+        plain = BootstrapConfusionAccumulator(2, 8, seed=1, threshold=0.5)
+        plain.update(truth, probabilities, cluster_ids=cluster_ids)
+        read = BootstrapConfusionAccumulator(2, 8, seed=1, threshold=0.5, logits=True)
+        read.update(truth, logits, cluster_ids=cluster_ids)
+        assert read.matrix.tolist() == plain.matrix.tolist() == [[2, 0], [0, 3]]
+        before = plain.state_arrays()
+        with pytest.raises(ValueError, match="logits=True"):
+            plain.update(truth, logits, cluster_ids=cluster_ids)
+        after = plain.state_arrays()
+        assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert read.logits and read.threshold == 0.5 and read.config()["logits"] is True
+    with pytest.warns(UserWarning, match="logits"):  # logits that all look like probabilities
+        BootstrapConfusionAccumulator(2, 8, threshold=0.5, logits=True).update(
+            np.tile(truth, 8), np.tile(probabilities, 8)
+        )
+    # a format-2 state compared raw scores with its threshold: 0.0 meant logits
+    state = read.state_dict()
+    state["format"] = 2
+    config = dict(state["config"])
+    del config["logits"]
+    config["threshold"] = 0.0
+    state["config"] = config
+    upgraded = BootstrapConfusionAccumulator.from_state_dict(state)
+    assert upgraded.logits and upgraded.threshold == 0.5
+    assert upgraded.matrix.tolist() == read.matrix.tolist()

@@ -25,10 +25,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._inputs import as_array, prepare_batch
+from .._inputs import THRESHOLD, as_array, prepare_batch
 from ..base import Accumulator
 from ..confusion._dispatch import count_batch
-from ..confusion.accumulator import ConfusionAccumulator
+from ..confusion.accumulator import ConfusionAccumulator, _warn_probabilities
+from ..confusion.accumulator import _upgrade_v2 as _upgrade_confusion_v2
 from . import _kernels as _k
 from .resampling import MetricInterval, interval_from_replicates, undefined_interval
 
@@ -129,6 +130,13 @@ def _upgrade_format_1(state: dict[str, Any]) -> dict[str, Any]:
     return {**state, "config": config, "format": 2}
 
 
+def _upgrade_format_2(state: dict[str, Any]) -> dict[str, Any]:
+    """Format 2 -> 3: the threshold rule of :class:`ConfusionAccumulator` (a threshold of 0.0
+    or outside [0, 1] compared logits, and becomes ``logits=True`` with its sigmoid)."""
+    upgraded = _upgrade_confusion_v2(state)
+    return {**upgraded, "format": 3}
+
+
 @dataclass(slots=True)
 class _ClusterBatch:
     """One update, validated: its K×K counts, and how its samples map to clusters."""
@@ -182,7 +190,8 @@ class BootstrapConfusionAccumulator(Accumulator):
     :func:`count_limit` samples (5.1e15 for B = 100), or its weights past ``WEIGHT_LIMIT``,
     raises; a restored state is checked to be one that counting can make.
 
-    Saved states: format 2. A state saved by an earlier release (format 1) loads with
+    Saved states: format 3 (format 2 loads with the threshold rule of
+    :class:`~metricstream.ConfusionAccumulator`). A state saved by format 1 loads with
     ``weight_hash="xor-legacy"``: its replicates were drawn with the earlier hash, under which
     cluster ``c`` with seed ``s`` got the weights of cluster ``c ^ s`` with seed 0. Within the
     one accumulator those are valid bootstrap weights, so its intervals mean what they meant;
@@ -196,7 +205,7 @@ class BootstrapConfusionAccumulator(Accumulator):
             intervals; see ``docs/intervals.md``). Memory and update cost grow with B.
         seed: an int (default 0); shards that merge must share it (it is part of the
             configuration).
-        class_names, ignore_index, weighted, class_axis, threshold: as
+        class_names, ignore_index, weighted, class_axis, threshold, logits: as
             :class:`~metricstream.ConfusionAccumulator`.
         weight_hash: ``"keyed"`` (default); ``"xor-legacy"`` only describes states of format
             1 (see above).
@@ -217,8 +226,8 @@ class BootstrapConfusionAccumulator(Accumulator):
 
     #: 2: the configuration says ``n_resamples`` (was ``n_replicates``) and ``weight_hash``;
     #: a format-1 state is the ``"xor-legacy"`` hash (see :data:`WEIGHT_HASHES`).
-    state_format = 2
-    state_upgrades = {1: _upgrade_format_1}
+    state_format = 3
+    state_upgrades = {1: _upgrade_format_1, 2: _upgrade_format_2}
 
     def __init__(
         self,
@@ -231,6 +240,7 @@ class BootstrapConfusionAccumulator(Accumulator):
         weighted: bool = False,
         class_axis: int = 1,
         threshold: float | None = None,
+        logits: bool = False,
         weight_hash: WeightHash = "keyed",
         n_replicates: int | None = None,
     ) -> None:
@@ -242,6 +252,7 @@ class BootstrapConfusionAccumulator(Accumulator):
             weighted=weighted,
             class_axis=class_axis,
             threshold=threshold,
+            logits=logits,
         )
         if n_replicates is not None:
             if n_resamples is not None:
@@ -275,6 +286,10 @@ class BootstrapConfusionAccumulator(Accumulator):
         self._weighted = prototype.weighted
         self._class_axis = prototype.class_axis
         self._threshold = prototype.threshold
+        self._logits = prototype.logits
+        # What binary scores are compared with, and the range check the kernel runs on them.
+        self._cut = prototype._cut
+        self._score_rule = prototype._score_rule
         self._n_resamples = int(n_resamples)
         self._seed = int(seed)
         self._weight_hash: WeightHash = weight_hash
@@ -308,6 +323,7 @@ class BootstrapConfusionAccumulator(Accumulator):
             "weighted": self._weighted,
             "class_axis": self._class_axis,
             "threshold": self._threshold,
+            "logits": self._logits,
             "weight_hash": self._weight_hash,
         }
 
@@ -356,6 +372,16 @@ class BootstrapConfusionAccumulator(Accumulator):
         return self._weighted
 
     @property
+    def threshold(self) -> float | None:
+        """The probability at which binary scores count as class 1, or None."""
+        return self._threshold
+
+    @property
+    def logits(self) -> bool:
+        """Whether binary scores are logits (compared as ``sigmoid(score) >= threshold``)."""
+        return self._logits
+
+    @property
     def state_nbytes(self) -> int:
         """Bytes of state: ``(B + 1) × K² × 8``."""
         return (self._n_resamples + 1) * self._num_classes**2 * 8
@@ -389,20 +415,13 @@ class BootstrapConfusionAccumulator(Accumulator):
             if items is not None:
                 return items
             y_true, y_pred = self._labels_for_clusters(y_true, y_pred)
-        if self._threshold is None:
-            batch = prepare_batch(y_true, y_pred, weights, self._num_classes, self._class_axis)
-        else:
-            batch = prepare_batch(
-                y_true,
-                y_pred,
-                weights,
-                self._num_classes,
-                self._class_axis,
-                threshold=self._threshold,
-            )
+        batch = self._batch(y_true, y_pred, weights, self._class_axis)
         dtype = np.float64 if self._weighted else np.int64
         local: np.ndarray = np.zeros((self._num_classes, self._num_classes), dtype=dtype)
-        count_batch(local, batch, self._ignore_index)  # validates labels and weights
+        notes: list[int] | None = [] if self._logits and batch.kind == THRESHOLD else None
+        count_batch(local, batch, self._ignore_index, None, notes)  # validates labels, weights
+        if notes:  # logits that all lie in [0, 1]: counted, with the confusion family's warning
+            _warn_probabilities()
         if ids is None:
             return _ClusterBatch(local, secrets.randbits(64))
         if ids.ndim == 0:
@@ -434,11 +453,14 @@ class BootstrapConfusionAccumulator(Accumulator):
         )
 
     def _batch(self, y_true: Any, y_pred: Any, weights: Any, class_axis: int) -> Any:
-        if self._threshold is None:
+        if self._cut is None:
             return prepare_batch(y_true, y_pred, weights, self._num_classes, class_axis)
-        return prepare_batch(
-            y_true, y_pred, weights, self._num_classes, class_axis, threshold=self._threshold
+        batch = prepare_batch(
+            y_true, y_pred, weights, self._num_classes, class_axis, threshold=self._cut
         )
+        if batch.kind == THRESHOLD:  # binary scores: the kernel checks their range as it counts
+            batch.flags |= self._score_rule
+        return batch
 
     def _prepare_items(
         self, y_true: Any, y_pred: Any, weights: Any, ids: np.ndarray
@@ -520,7 +542,14 @@ class BootstrapConfusionAccumulator(Accumulator):
                 raise ValueError(
                     "`y_pred` (scores) holds NaN; the predicted class of that sample is undefined."
                 )
-            labels = (pred_array >= self._threshold).astype(np.int64)
+            if not self._logits and not ((pred_array >= 0) & (pred_array <= 1)).all():
+                position = int(np.flatnonzero(~((pred_array >= 0) & (pred_array <= 1)))[0])
+                raise ValueError(
+                    f"`y_pred` (scores) holds {pred_array.reshape(-1)[position]!r} at flat "
+                    f"position {position}, outside [0, 1]: `threshold` is a probability; for "
+                    f"logits pass `logits=True`."
+                )
+            labels = (pred_array >= self._cut).astype(np.int64)
             return true_array, labels.reshape(true_array.shape)
         return true_array, pred_array
 
