@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .confusion.accumulator import logit_cut
 from .scalars import flat_scalars
 
 __all__ = ["ConfusionMetrics"]
@@ -74,8 +75,12 @@ class ConfusionMetrics(keras.metrics.Metric):  # type: ignore[misc,name-defined]
 
     Args:
         num_classes: ``K`` (>= 2).
-        threshold: for ``K = 2`` with one score per sample (``(N,)`` or ``(N, 1)``): class 1
-            where ``score >= threshold`` (``0.0`` for logits).
+        threshold: for ``K = 2`` with one score per sample (``(N,)`` or ``(N, 1)``): the
+            probability at which a sample is class 1 (``score >= threshold``); a score outside
+            [0, 1] is an invalid sample unless ``logits``.
+        logits: binary scores are logits: class 1 where ``sigmoid(score) >= threshold``,
+            decided exactly (as :class:`~metricstream.ConfusionAccumulator` with
+            ``logits=True``).
         ignore_index: a label whose samples are skipped (e.g. segmentation's void label).
         class_names: names for :meth:`to_accumulator`'s reports.
         name: the metric's name; the result keys are ``<prefix><metric>``.
@@ -100,6 +105,7 @@ class ConfusionMetrics(keras.metrics.Metric):  # type: ignore[misc,name-defined]
         num_classes: int,
         *,
         threshold: float = 0.5,
+        logits: bool = False,
         ignore_index: int | None = None,
         class_names: Sequence[str] | None = None,
         name: str = "confusion",
@@ -117,7 +123,21 @@ class ConfusionMetrics(keras.metrics.Metric):  # type: ignore[misc,name-defined]
                 f"outside [0, {num_classes})."
             )
         self.num_classes = int(num_classes)
-        self.threshold = float(threshold)
+        threshold = float(threshold)
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(
+                f"`threshold` is a probability in [0, 1], got {threshold}; for logits give the "
+                f"probability (0.5 for a logit of 0) and `logits=True`."
+            )
+        self.threshold = threshold
+        self.logits = bool(logits)
+        # The smallest float32 whose comparison decides as the threshold would on the exact
+        # value (float16/bfloat16 scores are compared as float32, which holds them exactly).
+        cut = logit_cut(threshold) if self.logits else threshold
+        cut32 = np.float32(cut)
+        if float(cut32) < cut:
+            cut32 = np.nextafter(cut32, np.float32(np.inf))
+        self._cut = float(cut32)
         self.ignore_index = ignore_index
         self.class_names = None if class_names is None else tuple(class_names)
         self.prefix = f"{name}_" if prefix is None else prefix
@@ -131,6 +151,7 @@ class ConfusionMetrics(keras.metrics.Metric):  # type: ignore[misc,name-defined]
         config.update(
             num_classes=self.num_classes,
             threshold=self.threshold,
+            logits=self.logits,
             ignore_index=self.ignore_index,
             class_names=None if self.class_names is None else list(self.class_names),
             prefix=self.prefix,
@@ -148,7 +169,10 @@ class ConfusionMetrics(keras.metrics.Metric):  # type: ignore[misc,name-defined]
                 # one-hot targets, or labels with a trailing axis of 1
                 y_true = ops.argmax(y_true, axis=-1) if y_true.shape[-1] == k else y_true[..., 0]
         elif k == 2 and "float" in keras.backend.standardize_dtype(y_pred.dtype):
-            pred = ops.cast(y_pred >= self.threshold, "int32")
+            scores = ops.cast(y_pred, "float32")
+            pred = ops.cast(scores >= self._cut, "int32")
+            if not self.logits:  # a probability outside [0, 1] (or NaN) is an invalid sample
+                pred = ops.where((scores >= 0.0) & (scores <= 1.0), pred, -1)
             if len(pred.shape) == len(y_true.shape) + 1:
                 pred = pred[..., 0]
         else:
@@ -239,8 +263,9 @@ class ConfusionMetrics(keras.metrics.Metric):  # type: ignore[misc,name-defined]
         if invalid:
             raise ValueError(
                 f"{invalid:,} samples had a label outside [0, {self.num_classes}) (other than "
-                f"ignore_index={self.ignore_index}) or a sample weight that is not a whole number "
-                f"in [0, 2**24); they were not counted and the metrics are NaN. Fix the inputs "
+                f"ignore_index={self.ignore_index}), a binary probability outside [0, 1] (give "
+                f"`logits=True` for logits), or a sample weight that is not a whole number in "
+                f"[0, 2**24); they were not counted and the metrics are NaN. Fix the inputs "
                 f"and call reset_state()."
             )
         high = ops.convert_to_numpy(self.high.value).astype(np.int64)

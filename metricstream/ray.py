@@ -241,6 +241,7 @@ def confusion(
     ignore_index: int | None = None,
     weighted: bool = False,
     threshold: float | None = None,
+    logits: bool = False,
     nulls: Literal["raise", "skip"] = "raise",
 ) -> ConfusionAccumulator:
     """The confusion matrix of two Dataset columns: :func:`aggregate` with an empty
@@ -251,7 +252,12 @@ def confusion(
             raise ValueError("give `num_classes` (or `class_names`, one per class).")
         num_classes = len(class_names)
     template = ConfusionAccumulator(
-        num_classes, class_names, ignore_index, weighted=weighted, threshold=threshold
+        num_classes,
+        class_names,
+        ignore_index,
+        weighted=weighted,
+        threshold=threshold,
+        logits=logits,
     )
     return aggregate(ds, template, y_true, y_pred, weights, nulls=nulls)
 

@@ -146,6 +146,7 @@ def confusion(
     ignore_index: int | None = None,
     weighted: bool | None = None,
     threshold: float | None = None,
+    logits: bool = False,
     nulls: Literal["raise", "skip"] = "raise",
     merge: Merge = "auto",
     fan_in: int = 16,
@@ -167,7 +168,8 @@ def confusion(
             score column per class.
         num_classes: K; default ``len(class_names)``.
         weights: an optional weight column (``weightCol``).
-        class_names, ignore_index, threshold: as :class:`~metricstream.ConfusionAccumulator`.
+        class_names, ignore_index, threshold, logits: as
+            :class:`~metricstream.ConfusionAccumulator`.
         weighted: count float64 weights; default: whenever ``weights`` is given (Spark's
             weights may be fractional).
         nulls, merge, fan_in: as :func:`accumulate`.
@@ -182,6 +184,7 @@ def confusion(
         ignore_index,
         weighted=weights is not None if weighted is None else weighted,
         threshold=threshold,
+        logits=logits,
     )
     return accumulate(
         template, df, y_true, y_pred, weights, nulls=nulls, merge=merge, fan_in=fan_in

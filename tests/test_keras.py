@@ -17,6 +17,7 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 keras = pytest.importorskip("keras", reason="metricstream.keras needs Keras 3")
 from sklearn import metrics as skm  # noqa: E402
 
+import metricstream as ms  # noqa: E402
 from metricstream.keras import ConfusionMetrics  # noqa: E402
 
 K = 4
@@ -170,3 +171,23 @@ def test_fit_evaluate_jit_compile_equals_sklearn(backend, tmp_path):
 
 if __name__ == "__main__" and len(sys.argv) > 3 and sys.argv[1] == "child":
     _child(sys.argv[2], sys.argv[3])
+
+
+def test_binary_thresholds_are_probabilities_and_logits_are_declared() -> None:
+    """As ConfusionAccumulator: a probability outside [0, 1] is an invalid sample unless
+    ``logits=True``, which decides as ``sigmoid(logit) >= threshold`` exactly."""
+    probabilities = np.array([0.2, 0.9, 0.6, 0.3, 0.5], dtype=np.float32)
+    truth = np.array([0, 1, 1, 0, 1])
+    logits = np.log(probabilities / (1 - probabilities)).astype(np.float32)
+    reference = ms.ConfusionAccumulator(2, threshold=0.7, logits=True)
+    reference.update(truth, logits)
+    metric = ConfusionMetrics(2, threshold=0.7, logits=True)
+    metric.update_state(truth, logits)
+    assert metric.counts().tolist() == reference.matrix.tolist()
+    assert metric.get_config()["logits"] is True
+    plain = ConfusionMetrics(2, threshold=0.5)
+    plain.update_state(truth, logits)  # logits where probabilities were declared
+    with pytest.raises(ValueError, match="logits=True"):
+        plain.counts()
+    with pytest.raises(ValueError, match="probability in"):
+        ConfusionMetrics(2, threshold=0.0 - 1.0)
