@@ -67,8 +67,17 @@ def allreduce(acc: T, comm: Any = None, *, inplace: bool = True) -> T:
         comm.Allreduce(mpi.IN_PLACE, buffer, op=mpi.SUM)
         return buffer
 
+    def reduce_max(buffer: np.ndarray) -> np.ndarray:
+        comm.Allreduce(mpi.IN_PLACE, buffer, op=mpi.MAX)
+        return buffer
+
     return _sync.synchronize(
-        acc, gather=gather, reduce_sum=reduce_sum, engine="allreduce", inplace=inplace
+        acc,
+        gather=gather,
+        reduce_sum=reduce_sum,
+        reduce_max=reduce_max,
+        engine="allreduce",
+        inplace=inplace,
     )
 
 
