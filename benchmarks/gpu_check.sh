@@ -5,6 +5,7 @@
 # taken from the working tree. Logs go to $OUT (default /tmp/gpu_check).
 #   TESTS         test files (default: every tests/test_device*.py)
 #   PYTEST_ARGS   extra pytest arguments (default: --run-slow)
+#   PYTEST_K      a pytest -k expression (default: every test)
 #   BENCH_ARGS    arguments of benchmarks.bench_device (default: none: full sizes)
 set -u
 out=${OUT:-/tmp/gpu_check}
@@ -19,5 +20,5 @@ timeout "${BENCH_TIMEOUT:-240}" python3 -m benchmarks.bench_device --device cuda
     tee "$out/bench.log"
 tests=${TESTS:-$(ls tests/test_device*.py)}
 timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest -p no:cacheprovider -o addopts="" -q -ra \
-    -n "${WORKERS:-8}" ${PYTEST_ARGS:---run-slow} $tests 2>&1 | grep -v "^DEBUG" |
+    -n "${WORKERS:-8}" ${PYTEST_ARGS:---run-slow} -k "${PYTEST_K:-}" $tests 2>&1 | grep -v "^DEBUG" |
     tee "$out/tests.log" | tail -40
