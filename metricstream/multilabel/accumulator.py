@@ -648,8 +648,10 @@ class MultilabelAccumulator(Accumulator):
                 f"`weights` holds {array[position].item()!r} at position {position}; "
                 f"weights must be {rule}."
             )
-        total = float(values.sum())
-        if not np.isfinite(total * self._num_labels):
+        with np.errstate(over="ignore"):  # an infinite sum is refused below
+            total = float(values.sum())
+            finite = bool(np.isfinite(total * self._num_labels))
+        if not finite:
             raise ValueError("`weights` sum to a value whose per-label sums overflow float64.")
         return np.ascontiguousarray(values.astype(dtype)), _k.HAS_WEIGHTS, total
 
