@@ -32,6 +32,9 @@ FLOAT_VALUE = 8  # added to the code when the value is a float64's bits
 
 # Count with the histogram on CPU tensors too (tests prove the bin arithmetic with it).
 HISTOGRAM_ON_CPU = [False]
+# The most cells counted with the histogram: it wins where many keys share few cells (K = 10 on
+# an H200), and loses to index_add_ where they spread over many (K = 150 masks).
+HISTOGRAM_CELLS = 2048
 
 _RECORD_SIZE = 5
 _INT64_MAX = 2**63 - 1
@@ -87,7 +90,7 @@ class DeviceState:
         count = bad.sum()
         # The first bad row (0 when there is none), as a 1-element index: indexing with a 0-d
         # tensor would make torch.compile read its value on the host.
-        first = bad.view(torch.uint8).argmax().reshape(1)  # a view: no pass over the batch
+        first = bad.to(torch.uint8).argmax().reshape(1)  # (a uint8 view fails under inductor)
         record = self.record
         is_first = (record[0] == 0) & (count > 0)
         new = torch.cat(
@@ -115,12 +118,13 @@ class DeviceState:
         that hold them exactly, into bins centred on the integers, so rounding in the bin
         arithmetic cannot move a key to a neighbour; the per-batch counts come back as floats
         that are exact below 2**24 (float32) or 2**53 (float64). Under deterministic
-        algorithms (histc has no deterministic CUDA kernel) and in compiled steps it stays
-        ``index_add_``.
+        algorithms (histc has no deterministic CUDA kernel), in compiled steps and for more
+        than ``HISTOGRAM_CELLS`` cells it stays ``index_add_``.
         """
         tensor = self.tensors[name]
         if (
             (keys.device.type == "cuda" or HISTOGRAM_ON_CPU[0])
+            and tensor.numel() <= HISTOGRAM_CELLS
             and not torch.compiler.is_compiling()
             and not torch.are_deterministic_algorithms_enabled()
         ):
