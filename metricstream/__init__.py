@@ -20,6 +20,7 @@ from .exceptions import UndefinedMetricWarning
 
 if TYPE_CHECKING:
     from . import metrics
+    from ._core.flags import plain_kernels
     from .bootstrap.accumulator import BootstrapConfusionAccumulator
     from .bootstrap.resampling import MetricInterval
     from .confusion._dispatch import get_num_threads, set_num_threads
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     )
     from .regression.accumulator import RegressionAccumulator
     from .scores.accumulator import ScoreAccumulator
+    from .scores.binning import ScoreBinning
     from .segmentation.accumulator import SegmentationAccumulator
 
 try:
@@ -53,6 +55,8 @@ _LAZY = {
     "read_multilabel_npz": "metricstream.multilabel.accumulator",
     "RegressionAccumulator": "metricstream.regression.accumulator",
     "ScoreAccumulator": "metricstream.scores.accumulator",
+    "ScoreBinning": "metricstream.scores.binning",
+    "plain_kernels": "metricstream._core.flags",
     "SegmentationAccumulator": "metricstream.segmentation.accumulator",
 }
 
@@ -81,11 +85,13 @@ __all__ = [
     "MultilabelAccumulator",
     "RegressionAccumulator",
     "ScoreAccumulator",
+    "ScoreBinning",
     "SegmentationAccumulator",
     "UndefinedMetricWarning",
     "__version__",
     "get_num_threads",
     "metrics",
+    "plain_kernels",
     "read_multilabel_csv",
     "read_multilabel_npz",
     "set_num_threads",
