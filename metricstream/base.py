@@ -131,6 +131,12 @@ class Accumulator:
     #: keeps the larger value of each cell (a maximum error, say).
     state_reductions: ClassVar[Mapping[str, str]] = {}
 
+    #: True when the family's :meth:`_count` itself refuses, leaving the arrays as they were,
+    #: every batch that would leave a state ``load`` refuses (a count past 2**63 - 1 in any
+    #: int64 array's total, a float sum that is not finite): the base then skips its own check
+    #: of the arrays after counting, and the copy it would take to undo one.
+    _counts_safely: ClassVar[bool] = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         name = cls.__name__
@@ -588,6 +594,9 @@ class Accumulator:
         when there is no ``_uncount``) before a ``ValueError`` names the array.
         """
         arrays = self._arrays
+        if self._counts_safely:
+            self._count(arrays, batch)
+            return
         checked = [
             name
             for name, array in arrays.items()
@@ -791,6 +800,11 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         """What every update reads: the members in order, and their locks in the global order."""
         self._member_list = list(self._members.values())
         self._lock_order = [member._lock for member in sorted(self._member_list, key=id)]
+        # The order members count a batch in: smallest state first, so that the largest, which
+        # no later member can make undo its count, needs no undo (a score histogram's undo log
+        # or copy is the costliest).
+        sizes = [sum(a.nbytes for a in m._arrays.values()) for m in self._member_list]
+        self._count_order = sorted(range(len(sizes)), key=sizes.__getitem__)
 
     # ------------------------------------------------------------------ mapping
     def __getitem__(self, name: str) -> Accumulator:
@@ -853,17 +867,22 @@ class AccumulatorGroup(Mapping[str, Accumulator]):
         for lock in locks:
             lock.acquire()
         try:
+            order = self._count_order
+            last = order[-1]
             undo: list[Callable[[], None]] = []
             try:
-                for member, batch in zip(members, batches, strict=True):
-                    undo.append(member._count_undoable(batch))
+                for index in order:
+                    if index == last:  # its own refusal leaves it as it was: no undo needed
+                        members[index]._count_finite(batches[index])
+                    else:
+                        undo.append(members[index]._count_undoable(batches[index]))
             except BaseException:
                 for restore in reversed(undo):
                     restore()
                 raise
             finally:
-                for member in members[: len(undo) + 1]:
-                    member._changed()
+                for index in order[: len(undo) + 1]:
+                    members[index]._changed()
         finally:
             for lock in reversed(locks):
                 lock.release()

@@ -269,3 +269,25 @@ def test_a_view_that_warned_warns_again_on_the_next_call():
     for _ in range(3):
         with pytest.warns(UndefinedMetricWarning):
             empty.accuracy_interval()
+
+
+def test_group_counts_the_largest_member_last_and_stays_atomic() -> None:
+    """A group counts its smallest states first and its largest last, with no undo for the
+    last; a batch the last member refuses leaves every member as it was."""
+    import metricstream as ms
+    from metricstream.base import AccumulatorGroup
+
+    group = AccumulatorGroup(
+        {"scores": ms.ScoreAccumulator("multiclass", 3), "confusion": ms.ConfusionAccumulator(3)}
+    )
+    assert [group._member_list[i] for i in group._count_order][-1] is group["scores"]
+    good = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1]])
+    group.update(np.array([0, 1]), good)
+    before = {name: member.state_arrays() for name, member in group.items()}
+    rows_not_summing_to_one = np.array([[0.7, 0.2, 0.3], [0.1, 0.8, 0.1]])  # argmax is fine
+    with pytest.raises(ValueError):
+        group.update(np.array([0, 1]), rows_not_summing_to_one)
+    for name, member in group.items():
+        after = member.state_arrays()
+        assert all(np.array_equal(before[name][k], after[k]) for k in after), name
+    assert group["confusion"].matrix.tolist() == [[1, 0, 0], [0, 1, 0], [0, 0, 0]]

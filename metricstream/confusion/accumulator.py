@@ -264,6 +264,8 @@ class ConfusionAccumulator(Accumulator):
     input_layout = "elementwise"
     state_format = STATE_FORMAT
     state_upgrades = {1: _upgrade_v1, 2: _upgrade_v2}
+    # count_batch refuses a cell or total that would wrap or overflow before it writes.
+    _counts_safely = True
 
     def __init__(
         self,
@@ -483,7 +485,19 @@ class ConfusionAccumulator(Accumulator):
 
     def _count(self, arrays: dict[str, np.ndarray], batch: Batch) -> None:
         if not (self._logits and batch.kind == THRESHOLD):
-            count_batch(arrays["matrix"], batch, self._ignore_index, math.nan)
+            if arrays is not self._arrays:
+                count_batch(arrays["matrix"], batch, self._ignore_index, math.nan)
+                return
+            # Counting the live state (a group's update, under the lock, with one `_changed`
+            # to follow): the total's bound saves summing the matrix, as `update` does.
+            version, total = self._bound
+            bound = count_batch(
+                self._matrix,
+                batch,
+                self._ignore_index,
+                total if version == self._version else math.nan,
+            )
+            self._bound = (self._version + 1, bound)
             return
         notes: list[int] = []
         matrix = arrays["matrix"]

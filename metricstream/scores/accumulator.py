@@ -162,6 +162,9 @@ class ScoreAccumulator(Accumulator):
         1: lambda state: _with_uniform_key(state),
         2: lambda state: _rank_by_softmax(state),
     }
+    # _reserve refuses, before anything is counted, a batch that could take an int64 total
+    # past 2**63 - 1 or a float sum to overflow; a bad row found later is undone exactly.
+    _counts_safely = True
 
     def __init__(
         self,
