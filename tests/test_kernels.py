@@ -497,6 +497,8 @@ def _run_from_read_only_copy(root, home):
         os.chmod(path, 0o555 if path.is_dir() else 0o444)
     env = {key: value for key, value in os.environ.items() if not key.startswith("NUMBA_")}
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), PYTHONPATH=str(site))
+    # Compile at the call (not in the background, which a short process may exit before).
+    env["METRICSTREAM_BACKGROUND_COMPILE"] = "0"
     code = (
         "import numpy as np, metricstream\n"
         "acc = metricstream.ConfusionAccumulator(3)\n"

@@ -433,7 +433,12 @@ def _declined(y_true, y_pred, total=0.0):
     return False
 
 
-def test_small_path_takes_only_arrays_its_compiled_kernels_read_safely():
+def test_small_path_takes_only_arrays_its_compiled_kernels_read_safely(monkeypatch):
+    from metricstream._core import warmup
+
+    # Kernels compile at the call here: a kernel still compiling in the background would
+    # leave these batches to the general path for now.
+    monkeypatch.setattr(warmup, "_enabled", False)
     labels = np.array([0, 1, 2, 2])
     scores = np.eye(3, dtype=np.float32)[[0, 2, 1, 2]]
     assert not _declined(labels, labels) and not _declined(labels, scores)
