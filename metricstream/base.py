@@ -278,9 +278,7 @@ class Accumulator:
             self._flush_device()
             if incoming is None:
                 incoming = {name: array.copy() for name, array in self._arrays.items()}
-            sums = _checked_sums(
-                self._arrays, incoming, type(self).__name__, self.state_reductions
-            )
+            sums = _checked_sums(self._arrays, incoming, type(self).__name__, self.state_reductions)
             for name, total in sums.items():
                 self._arrays[name][...] = total
             self._changed()
