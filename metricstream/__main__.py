@@ -1,6 +1,6 @@
 """``python -m metricstream``: the same as the ``metricstream`` command."""
 
-from .cli import main
+from .cli import run
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

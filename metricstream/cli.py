@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 
@@ -283,6 +283,32 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative number, got {value}")
     return value
+
+
+def run(argv: Sequence[str] | None = None) -> NoReturn:
+    """The ``metricstream`` command: :func:`main`, then leave without the interpreter's teardown.
+
+    Native thread pools (pyarrow's CSV parser) may still hold threads when the report is done,
+    and tearing them down at exit can abort the process ("terminate called without an active
+    exception", status -6) after a successful report; everything written is flushed first.
+    """
+    from ._core import warmup
+
+    # One pass over whole files, then exit: kernels compile at their first call (and are
+    # cached for the next run), as a background compile would only be cut short by the exit.
+    warmup.set_enabled(False)
+    try:
+        code = main(argv)
+    except SystemExit as exit:
+        if exit.code is None or isinstance(exit.code, int):
+            code = exit.code or 0
+        else:
+            print(exit.code, file=sys.stderr)
+            code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

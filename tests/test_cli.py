@@ -352,7 +352,7 @@ def test_console_script_is_declared():
     matches = [entry for entry in scripts if entry.name == "metricstream"]
     if not matches:
         pytest.skip("metricstream is not pip-installed with its entry points here")
-    assert matches[0].value == "metricstream.cli:main"
+    assert matches[0].value == "metricstream.cli:run"
 
 
 def test_readme_set_up_command_is_the_one_ci_runs():

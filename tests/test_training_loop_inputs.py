@@ -538,7 +538,10 @@ def _tensor_declined(y_true, y_pred):
 
 
 @needs_torch
-def test_small_path_reads_plain_cpu_tensors_in_place_and_declines_the_rest():
+def test_small_path_reads_plain_cpu_tensors_in_place_and_declines_the_rest(monkeypatch):
+    from metricstream._core import warmup
+
+    monkeypatch.setattr(warmup, "_enabled", False)  # kernels compile at the call here
     labels = torch.tensor([0, 1, 2, 2])
     scores = torch.eye(3)[[0, 2, 1, 2]]
     assert not _tensor_declined(labels, labels) and not _tensor_declined(labels, scores)

@@ -21,6 +21,7 @@ route then compiles at the call, where the error surfaces as it would without th
 
 from __future__ import annotations
 
+import atexit
 import collections
 import functools
 import os
@@ -156,7 +157,29 @@ def submit(kernel: Any, types: tuple) -> Job:
         if _worker is None or not _worker.is_alive():
             _worker = threading.Thread(target=_work, name="metricstream-compile", daemon=True)
             _worker.start()
+            if not _exit_hook:
+                atexit.register(_finish_at_exit)
+                _exit_hook.append(True)
     return job
+
+
+_exit_hook: list[bool] = []
+
+
+def _finish_at_exit() -> None:
+    """At interpreter exit: start none of the queued compiles, and let the running one finish
+    (a compile cut off by the interpreter's teardown can abort the process: "terminate called
+    without an active exception"). Costs at most the rest of one compile."""
+    global _in_flight
+    with _lock:
+        for job in _queue:
+            job.error = RuntimeError("the interpreter exited before this compile started")
+            job.done.set()
+        _in_flight -= len(_queue)
+        _queue.clear()
+        worker = _worker
+    if worker is not None:
+        worker.join()
 
 
 def _work() -> None:
