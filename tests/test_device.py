@@ -6,7 +6,6 @@ leave exactly the valid batches counted; compiled steps must trace without a gra
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Iterator
 
@@ -20,6 +19,7 @@ torch = pytest.importorskip("torch")
 import metricstream as ms  # noqa: E402
 from metricstream import device  # noqa: E402
 from metricstream._core import devices as _devices  # noqa: E402
+from tests.device_switches import cpu_path, device_path  # noqa: E402
 
 FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 INTS = [torch.int64, torch.int32, torch.int16, torch.uint8]
@@ -27,20 +27,8 @@ INTS = [torch.int64, torch.int32, torch.int16, torch.uint8]
 
 @pytest.fixture(autouse=True)
 def _forced() -> Iterator[None]:
-    previous = device.force_device_path(True)
-    eager = device.eager(False)
-    yield
-    device.force_device_path(previous)
-    device.eager(eager)
-
-
-@contextlib.contextmanager
-def cpu_path() -> Iterator[None]:
-    previous = device.force_device_path(False)
-    try:
+    with device_path(True):
         yield
-    finally:
-        device.force_device_path(previous)
 
 
 def twins(make, batches) -> tuple[ms.base.Accumulator, ms.base.Accumulator]:

@@ -8,7 +8,6 @@ compiled step must trace without a graph break.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 import metricstream as ms  # noqa: E402
 from metricstream import device  # noqa: E402
+from tests.device_switches import cpu_path, device_path  # noqa: E402
 
 from .marks import slow_beyond  # noqa: E402
 
@@ -36,20 +36,8 @@ WHERE = [
 @pytest.fixture(params=WHERE)
 def where(request: pytest.FixtureRequest) -> Iterator[torch.device]:
     """The device the batches are counted on (CPU tensors with the device path forced on)."""
-    previous = device.force_device_path(request.param == "cpu-forced")
-    eager = device.eager(False)
-    yield torch.device("cpu" if request.param == "cpu-forced" else "cuda")
-    device.force_device_path(previous)
-    device.eager(eager)
-
-
-@contextlib.contextmanager
-def cpu_path() -> Iterator[None]:
-    previous = device.force_device_path(False)
-    try:
-        yield
-    finally:
-        device.force_device_path(previous)
+    with device_path(request.param == "cpu-forced"):
+        yield torch.device("cpu" if request.param == "cpu-forced" else "cuda")
 
 
 Batch = tuple[Any, ...]

@@ -21,6 +21,7 @@ import metricstream as ms  # noqa: E402
 from metricstream import device  # noqa: E402
 from metricstream.device import regression as dr  # noqa: E402
 from metricstream.regression import _kernels as K  # noqa: E402
+from tests.device_switches import device_path  # noqa: E402
 
 DEVICES = ["cpu-forced"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = {
@@ -33,13 +34,8 @@ DTYPES = {
 
 @pytest.fixture(params=DEVICES)
 def where(request: Any) -> Iterator[str]:
-    previous = device.force_device_path(request.param == "cpu-forced")
-    was_eager = device.eager(False)
-    try:
+    with device_path(request.param == "cpu-forced"):
         yield "cpu" if request.param == "cpu-forced" else "cuda"
-    finally:
-        device.force_device_path(previous)
-        device.eager(was_eager)
 
 
 def _on(where: str, array: Any, dtype: Any = None) -> Any:

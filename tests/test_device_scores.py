@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 import metricstream as ms  # noqa: E402
 from metricstream import device  # noqa: E402
 from metricstream.device import scores as device_scores  # noqa: E402
+from tests.device_switches import cpu_path, device_path  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 DEVICES = [
@@ -35,20 +36,8 @@ HALVES = [torch.float16, torch.bfloat16]
 
 @pytest.fixture(params=DEVICES)
 def dev(request: pytest.FixtureRequest) -> Iterator[torch.device]:
-    previous = device.force_device_path(request.param == "cpu-forced")
-    eager = device.eager(False)
-    yield torch.device("cpu" if request.param == "cpu-forced" else "cuda")
-    device.force_device_path(previous)
-    device.eager(eager)
-
-
-@contextlib.contextmanager
-def cpu_path() -> Iterator[None]:
-    previous = device.force_device_path(False)
-    try:
-        yield
-    finally:
-        device.force_device_path(previous)
+    with device_path(request.param == "cpu-forced"):
+        yield torch.device("cpu" if request.param == "cpu-forced" else "cuda")
 
 
 def on(batch: tuple[Any, ...], where: torch.device) -> tuple[Any, ...]:

@@ -191,16 +191,14 @@ def test_fractional_weight_column_makes_a_weighted_accumulator(tmp_path):
     assert_same_state(score_summary(archive, "scores", weight="w").accumulator, direct)
 
 
-def test_many_score_columns_are_refused_quickly(tmp_path):
-    import time
-
+def test_many_score_columns_are_refused(tmp_path):
+    # 100,000 matching columns: refused by count (a list lookup per column once took minutes;
+    # the lookup is a set now, and the time is benchmarks' to measure, not this test's)
     path = tmp_path / "wide.csv"
     names = [f"p_{i}" for i in range(100_000)]
     path.write_text("y_true," + ",".join(names) + "\n0," + ",".join(["0"] * len(names)) + "\n")
-    began = time.perf_counter()
     with pytest.raises(InputError, match=r"matches 100,000 columns, more classes than 4,096"):
         score_summary(path, "p_*")
-    assert time.perf_counter() - began < 20  # (a list lookup per column took minutes)
 
 
 def _npz_with_header(path: Path, members: dict[str, tuple[tuple[int, ...], str, bytes]]) -> None:
