@@ -249,3 +249,27 @@ class DeviceState:
         self.record.zero_()
         self.batches.zero_()
         self.dirty = False
+
+
+def state_for(
+    acc: Any, device: torch.device, make: Callable[[], DeviceState], held: str = "counts"
+) -> Any:
+    """The accumulator's device state on ``device``, made by ``make`` on its first device update.
+
+    A state whose counts all reached the host (nothing counted since the last read, and no
+    CUDA graph that may replay into it) is dropped when a batch arrives on another device; one
+    still holding ``held`` there refuses the batch, naming both devices.
+    """
+    state = acc._device
+    if state is not None and state.device != device and not (state.dirty or state.replayable):
+        state = None  # everything counted so far is on the host: start anew on this device
+    if state is None:
+        state = make()
+        acc._device = state
+    elif state.device != device:
+        raise ValueError(
+            f"this {type(acc).__name__} holds {held} on {state.device}, but the batch is on "
+            f"{device}; give the batch on {state.device}, or read the accumulator first (any "
+            f"read brings the {held} to the host, and the next batch may be anywhere)."
+        )
+    return state

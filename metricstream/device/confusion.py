@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._state import BAD_PRED, BAD_SCORE, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, DeviceState
+from ._state import BAD_PRED, BAD_SCORE, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, DeviceState, state_for
 
 # Whole weights of an int64-counting accumulator stay below this (the CPU path's limit too).
 MAX_INTEGRAL_WEIGHT = 9.2e18
@@ -51,23 +51,15 @@ class _ConfusionDeviceState(DeviceState):
 
 def state_of(acc: Any, device: torch.device) -> DeviceState:
     """The accumulator's device state on ``device``, created on its first device update."""
-    state = acc._device
-    if state is not None and state.device != device and not (state.dirty or state.replayable):
-        state = None  # everything counted so far is on the host: start anew on this device
-    if state is None:
+
+    def make() -> DeviceState:
         rules = f"labels must be integers in [0, {acc.num_classes})"
         if acc.ignore_index is not None:
             rules += f" or equal `ignore_index` ({acc.ignore_index})"
         cells = acc.num_classes * acc.num_classes
-        state = _ConfusionDeviceState(device, {"matrix": (cells, not acc.weighted)}, rules)
-        acc._device = state
-    elif state.device != device:
-        raise ValueError(
-            f"this {type(acc).__name__} holds counts on {state.device}, but the batch is on "
-            f"{device}; give the batch on {state.device}, or read the accumulator first (any "
-            f"read brings the counts to the host, and the next batch may be anywhere)."
-        )
-    return state
+        return _ConfusionDeviceState(device, {"matrix": (cells, not acc.weighted)}, rules)
+
+    return state_for(acc, device, make)
 
 
 def _label_keys(values: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:

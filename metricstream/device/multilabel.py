@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._state import BAD_PRED, BAD_SCORE, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, DeviceState
+from ._state import BAD_PRED, BAD_SCORE, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, DeviceState, state_for
 
 # What else a value can be wrong with here (the codes of ``_state`` stop at 4; a code is below
 # ``FLOAT_VALUE``, and this state words its own errors).
@@ -133,14 +133,8 @@ def _layout_of(acc: Any) -> tuple[int, ...]:
 
 def state_of(acc: Any, device: torch.device) -> MultilabelDeviceState:
     """The accumulator's device state on ``device``, created on its first device update."""
-    state = acc._device
-    if (
-        state is not None
-        and state.device != device
-        and not (state.dirty or getattr(state, "replayable", False))
-    ):
-        state = None  # everything counted so far is on the host: start anew on this device
-    if state is None:
+
+    def make() -> MultilabelDeviceState:
         num_labels = acc.num_labels
         rules = "a label indicator holds 0 or 1"
         rows = 3
@@ -152,15 +146,9 @@ def state_of(acc: Any, device: torch.device) -> MultilabelDeviceState:
         sizes = {"labels": (rows * num_labels, integral), "per_sample": (layout[5], integral)}
         if acc._cooccurrence:
             sizes["cooccurrence"] = (num_labels * num_labels, integral)
-        state = MultilabelDeviceState(device, sizes, rules, num_labels, acc.weighted, layout)
-        acc._device = state
-    elif state.device != device:
-        raise ValueError(
-            f"this {type(acc).__name__} holds counts on {state.device}, but the batch is on "
-            f"{device}; give the batch on {state.device}, or read the accumulator first (any "
-            f"read brings the counts to the host, and the next batch may be anywhere)."
-        )
-    return state
+        return MultilabelDeviceState(device, sizes, rules, num_labels, acc.weighted, layout)
+
+    return state_for(acc, device, make)
 
 
 def _as_matrix(values: torch.Tensor, num_labels: int, name: str) -> torch.Tensor:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..regression import _kernels as K
-from ._state import BAD_PRED, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, DeviceState
+from ._state import BAD_PRED, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, DeviceState, state_for
 
 BAD_DIFF = 5  # y_pred - y_true overflows float64 (the value recorded is y_pred)
 BAD_SQUARE = 6  # w * a * a overflows float64, a = max(|t|, |p|, |e|) (the value recorded is a)
@@ -63,7 +63,7 @@ class RegressionDeviceState(DeviceState):
     def flush_into(self, acc: Any, host_arrays: dict[str, np.ndarray]) -> None:
         """Carry the device bins into the host's exact sums (one copy), take the maximum of
         the maximum errors, then raise the recorded error if a bad value was seen."""
-        if not self.dirty:
+        if not self.dirty and not self.replayable:
             return
         parts = [self.tensors[name][:-1].view(torch.int64) for name in self.names]
         packed = torch.cat([*parts, self.record]).cpu().numpy()
@@ -132,19 +132,11 @@ class RegressionDeviceState(DeviceState):
 
 def state_of(acc: Any, device: torch.device) -> RegressionDeviceState:
     """The accumulator's device state on ``device``, created on its first device update."""
-    state = acc._device
-    if state is not None and state.device != device and not state.dirty:
-        state = None  # everything counted so far is on the host: start anew on this device
-    if state is None:
-        state = RegressionDeviceState(device, acc.num_outputs)
-        acc._device = state
-    elif state.device != device:
-        raise ValueError(
-            f"this {type(acc).__name__} holds sums on {state.device}, but the batch is on "
-            f"{device}; give the batch on {state.device}, or read the accumulator first (any "
-            f"read brings the sums to the host, and the next batch may be anywhere)."
-        )
-    return state
+
+    def make() -> RegressionDeviceState:
+        return RegressionDeviceState(device, acc.num_outputs)
+
+    return state_for(acc, device, make, "sums")
 
 
 def _values(value: torch.Tensor, name: str, num_outputs: int) -> torch.Tensor:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._state import BAD_SCORE, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, DeviceState
+from ._state import BAD_SCORE, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, DeviceState, state_for
 from .confusion import MAX_INTEGRAL_WEIGHT, _bits, _ignored
 
 # Codes of the error record of this family beside ``_state``'s (below FLOAT_VALUE).
@@ -363,10 +363,8 @@ class ScoreDeviceState(DeviceState):
 
 def state_of(acc: Any, device: torch.device) -> ScoreDeviceState:
     """The accumulator's device state on ``device``, created on its first device update."""
-    state = acc._device
-    if state is not None and state.device != device and not state.dirty:
-        state = None  # everything counted so far is on the host: start anew on this device
-    if state is None:
+
+    def make() -> ScoreDeviceState:
         # From the configuration, not the host arrays: a compiled step cannot read numpy's.
         classes, counts = acc.num_classes, not acc._weighted
         fine_bins = acc._calibration_bins
@@ -379,15 +377,9 @@ def state_of(acc: Any, device: torch.device) -> ScoreDeviceState:
         }
         if acc.task == "multiclass":
             sizes["ranks"] = (2 * classes * classes, counts)
-        state = ScoreDeviceState(device, sizes, acc)
-        acc._device = state
-    elif state.device != device:
-        raise ValueError(
-            f"this {type(acc).__name__} holds counts on {state.device}, but the batch is on "
-            f"{device}; give the batch on {state.device}, or read the accumulator first (any "
-            f"read brings the counts to the host, and the next batch may be anywhere)."
-        )
-    return state
+        return ScoreDeviceState(device, sizes, acc)
+
+    return state_for(acc, device, make)
 
 
 # ---------------------------------------------------------------------- layout (no values read)
