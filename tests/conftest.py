@@ -70,3 +70,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def no_background_compiles():
+    """No kernel compiles in another thread while the test runs.
+
+    tracemalloc counts every thread's allocations, so a compile queued by an earlier test (or by
+    this one's set-up) would be charged to the code whose memory a test bounds. Queued compiles
+    finish first; during the test a first use compiles at the call, as with
+    ``METRICSTREAM_BACKGROUND_COMPILE=0``.
+    """
+    from metricstream._core import warmup
+
+    was = warmup.enabled()
+    warmup.set_enabled(False)
+    warmup.wait()
+    try:
+        yield
+    finally:
+        warmup.set_enabled(was)

@@ -107,7 +107,7 @@ def test_multilabel_csv_with_a_huge_label_index_is_refused_by_max_classes(tmp_pa
     assert code == 1 and "3 distinct label names" in err
 
 
-def test_multilabel_npz_is_streamed_not_loaded_whole(tmp_path):
+def test_multilabel_npz_is_streamed_not_loaded_whole(tmp_path, no_background_compiles):
     import tracemalloc
 
     from metricstream.multilabel import read_multilabel_npz

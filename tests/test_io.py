@@ -716,7 +716,9 @@ def test_header_names_that_are_not_utf8(tmp_path):
         read_confusion(path)
 
 
-def test_a_member_announcing_a_huge_shape_fails_fast_within_one_chunk_of_memory(tmp_path):
+def test_a_member_announcing_a_huge_shape_fails_fast_within_one_chunk_of_memory(
+    tmp_path, no_background_compiles
+):
     """A header may claim 10^12 elements over 80 bytes of data: reading stops at the end of
     the data, having allocated at most one chunk, and says the member is truncated."""
     import io

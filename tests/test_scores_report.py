@@ -248,7 +248,7 @@ def test_npz_members_are_read_by_their_declared_size_within_the_readers_caps(tmp
         score_summary(path, "scores")
 
 
-def test_npz_scores_stream_in_bounded_memory(tmp_path):
+def test_npz_scores_stream_in_bounded_memory(tmp_path, no_background_compiles):
     import tracemalloc
 
     rows = 1 << 21

@@ -404,7 +404,7 @@ def test_a_group_rolls_a_score_member_back_bit_for_bit(refusal):
         assert _same(before[1], _state(second)), config
 
 
-def test_a_group_update_does_not_copy_the_score_state():
+def test_a_group_update_does_not_copy_the_score_state(no_background_compiles):
     rng = np.random.default_rng(0)
     y = rng.integers(0, 10, 256)
     scores = scipy.special.softmax(rng.normal(size=(256, 10)), axis=1).astype(np.float32)

@@ -375,7 +375,7 @@ def _peak_while(function, *args):
 
 
 @pytest.fixture
-def traced():
+def traced(no_background_compiles):
     tracemalloc.start()
     try:
         yield
