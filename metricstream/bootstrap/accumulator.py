@@ -30,6 +30,7 @@ from ..base import Accumulator
 from ..confusion._dispatch import count_batch
 from ..confusion.accumulator import ConfusionAccumulator, _warn_probabilities
 from ..confusion.accumulator import _upgrade_v2 as _upgrade_confusion_v2
+from . import _firstuse
 from . import _kernels as _k
 from .resampling import MetricInterval, interval_from_replicates, undefined_interval
 
@@ -419,7 +420,8 @@ class BootstrapConfusionAccumulator(Accumulator):
         dtype = np.float64 if self._weighted else np.int64
         local: np.ndarray = np.zeros((self._num_classes, self._num_classes), dtype=dtype)
         notes: list[int] | None = [] if self._logits and batch.kind == THRESHOLD else None
-        count_batch(local, batch, self._ignore_index, None, notes)  # validates labels, weights
+        # Validates labels and weights; `local` is new, its total 0 (lets the twin count).
+        count_batch(local, batch, self._ignore_index, 0.0, notes)
         if notes:  # logits that all lie in [0, 1]: counted, with the confusion family's warning
             _warn_probabilities()
         if ids is None:
@@ -498,6 +500,7 @@ class BootstrapConfusionAccumulator(Accumulator):
                         item_axis,
                     ),
                     self._ignore_index,
+                    0.0,  # `counts` is new (lets the twin count it)
                 )
                 key = int(ids[item].astype(np.uint64))
                 if key in by_key:
@@ -515,11 +518,13 @@ class BootstrapConfusionAccumulator(Accumulator):
             )
             raise
         if self._weighted:
-            # The batch's float sums in the order a ConfusionAccumulator adds them.
+            # The batch's float sums in the order a ConfusionAccumulator adds them (into the
+            # still zero `local`).
             count_batch(
                 local,
                 self._batch(true_array, pred_array, weight_array, self._class_axis),
                 self._ignore_index,
+                0.0,
             )
         return _ClusterBatch(local, None, items=list(by_key.items()))
 
@@ -610,7 +615,9 @@ class BootstrapConfusionAccumulator(Accumulator):
         if batch.key is not None:
             key = np.uint64(batch.key)
             local = batch.local if sign > 0 else -batch.local
-            _k.add_cluster_matrix(local, key, *self._keys, self._legacy, flat, matrix, True, limit)
+            args: tuple = (local, key, *self._keys, self._legacy, flat, matrix, True, limit)
+            if _firstuse.add_cluster_matrix(*args) is None:  # None: the kernel's turn
+                _k.add_cluster_matrix(*args)
             return
         if sign > 0:
             matrix += batch.local
@@ -620,16 +627,10 @@ class BootstrapConfusionAccumulator(Accumulator):
             # The main matrix got the whole batch's counts, summed as a ConfusionAccumulator
             # sums them (float weights: the same rounding); the replicates get the items.
             for key, counts in batch.items:
-                _k.add_cluster_matrix(
-                    counts if sign > 0 else -counts,
-                    np.uint64(key),
-                    *self._keys,
-                    self._legacy,
-                    flat,
-                    matrix,
-                    False,
-                    limit,
-                )
+                args = (counts if sign > 0 else -counts, np.uint64(key), *self._keys)
+                args += (self._legacy, flat, matrix, False, limit)
+                if _firstuse.add_cluster_matrix(*args) is None:
+                    _k.add_cluster_matrix(*args)
             return
         scratch = np.zeros(self._num_classes**2, dtype=matrix.dtype)
         touched = np.empty(self._num_classes**2, dtype=np.int64)
@@ -639,7 +640,7 @@ class BootstrapConfusionAccumulator(Accumulator):
         runs = 1 + int(np.count_nonzero(ids[1:] != ids[:-1])) if ids.size else 1
         scan = self._num_classes**2 * runs <= 4 * y_true.shape[0]
         ignore = 0 if self._ignore_index is None else self._ignore_index
-        _k.add_clusters(
+        args = (
             batch.y_true,
             batch.y_pred,
             batch.weights,
@@ -656,6 +657,8 @@ class BootstrapConfusionAccumulator(Accumulator):
             scan,
             sign,
         )
+        if _firstuse.add_clusters(*args) is None:
+            _k.add_clusters(*args)
 
     # ------------------------------------------------------------------ views
     @property

@@ -48,6 +48,7 @@ from ..confusion._dispatch import get_num_threads
 from ..exceptions import UndefinedMetricWarning
 from ..metrics import batched as _batched
 from ..metrics.counts import ClassCounts
+from . import _firstuse
 from . import _kernels as _k
 
 __all__ = [
@@ -422,6 +423,11 @@ def _draw_marginals(
     stop: int,
     multinomial: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    drawn = _firstuse.replicate_marginals(
+        rows, cols, cell_counts, num_classes, seed, first, stop, multinomial
+    )
+    if drawn is not None:  # drawn with numpy while the kernel compiles
+        return drawn
     threads = min(get_num_threads(), stop - first)
     if threads < 2 or (stop - first) * cell_counts.size < PARALLEL_MIN_DRAWS:
         return _k.replicate_marginals(
@@ -476,7 +482,9 @@ def _replicate_values(
         warnings.simplefilter("ignore", UndefinedMetricWarning)
         for first in range(0, n_resamples, step):
             stop = min(first + step, n_resamples)
-            drawn = _k.replicate_cells(cell_counts, np.uint64(seed), first, stop, multinomial)
+            drawn = _firstuse.replicate_cells(cell_counts, seed, first, stop, multinomial)
+            if drawn is None:  # not drawn with numpy while the kernel compiles
+                drawn = _k.replicate_cells(cell_counts, np.uint64(seed), first, stop, multinomial)
             dense = np.zeros((stop - first, flat.size), dtype=np.int64)
             dense[:, cells] = drawn
             stack = dense.reshape((stop - first,) + counts.shape)
