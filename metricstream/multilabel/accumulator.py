@@ -49,6 +49,7 @@ from ..metrics._averaging import MultilabelAverage
 from ..metrics._selection import LabelCounts
 from ..metrics._zero_division import ZeroDivision
 from ..metrics.counts import Labels
+from . import _firstuse
 from . import _kernels as _k
 
 __all__ = ["LabelSets", "MultilabelAccumulator", "read_multilabel_csv", "read_multilabel_npz"]
@@ -513,6 +514,11 @@ class MultilabelAccumulator(Accumulator):
             and true_view is not None
             and (pred_view is not None or y_pred.dtype in _FAST_SCORES)
         ):
+            if _firstuse.warmup.enabled():  # counted with numpy while the kernel compiles
+                dtypes = (y_true.dtype, y_pred.dtype)
+                stand_in = _firstuse.stand_in(self, dtypes, true_view, pred_view, threshold)
+                if stand_in is not None:
+                    return stand_in
             true = np.zeros((1, self._num_labels), dtype=true_view)
             pred = np.zeros((1, self._num_labels), dtype=pred_view or y_pred.dtype)
             table = self._route_table()
@@ -601,7 +607,7 @@ class MultilabelAccumulator(Accumulator):
         if not scores.size:
             return
         flat = scores.reshape(-1) if scores.flags.c_contiguous else np.ravel(scores)
-        outside = bool(_k.outside_unit(flat))
+        outside = bool(_firstuse.outside_unit(flat))  # numpy while the kernel compiles
         if self._logits:
             if not outside and scores.size >= _k.SUSPICIOUS_MIN_SCORES:
                 _warn_probabilities(scores)
@@ -798,6 +804,10 @@ class MultilabelAccumulator(Accumulator):
         threshold: Any = self._cut
         if batch.y_pred.dtype == np.float32:
             threshold = self._threshold32
+        if _firstuse.warmup.enabled() and _firstuse.count_dense(
+            arrays, batch, threshold, self._layout
+        ):
+            return  # counted with numpy while the batch's kernels compile
         if not batch.flags and not self._weighted:
             self._count_plain(arrays, batch, threshold)
             return
