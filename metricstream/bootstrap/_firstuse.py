@@ -71,8 +71,10 @@ _INVERSION_MAX_MEAN = _k.INVERSION_MAX_MEAN
 
 def _c_lgamma() -> Callable[[float], float] | None:
     """The C library's ``lgamma`` (the one the compiled kernels call), or None."""
-    for name in (None, ctypes.util.find_library("m")):
+    for name in (None, "m"):  # the process's symbols (as the JIT links), else libm by name
         try:
+            if name is not None:
+                name = ctypes.util.find_library(name)
             function = ctypes.CDLL(name).lgamma
         except (OSError, AttributeError, TypeError):
             continue
