@@ -484,6 +484,10 @@ def test_clustered_declined(paths):
         # float weights into int64 counts whose sum is not exact in float64
         heavy = np.full(3, 2.0**51)
         assert _firstuse.add_clusters(y, y, heavy, *base, True, 1) is None
+        # weights the caller refuses (negative, NaN), or fractional into int64 counts
+        for bad in ([1.0, -1.0, 1.0], [1.0, np.nan, 1.0], [1.0, 0.5, 1.0]):
+            assert _firstuse.add_clusters(y, y, np.array(bad), *base, True, 1) is None
+        assert not replicates.any()
         assert _firstuse.add_clusters(y, y, np.ones(3), *base, True, 1) == 2
     assert replicates.any() and not scratch.any()
 

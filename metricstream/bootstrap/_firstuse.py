@@ -292,6 +292,12 @@ def add_clusters(
         cells = cells[keep]
     if cells.size and not 0 <= cells.min() <= cells.max() < sizes:
         return None  # the caller validates labels first; anything else is the kernel's
+    if weights is not None and samples:
+        low, high = weights[:samples].min(), weights[:samples].max()
+        if not (low >= 0 and high < math.inf):  # NaN fails both
+            return None  # the caller refuses these first; anything else is the kernel's
+        if dtype != np.float64 and (np.floor(weights[:samples]) != weights[:samples]).any():
+            return None
     if weights is None:
         values = np.ones(samples, dtype=dtype)
     elif dtype == np.float64:
