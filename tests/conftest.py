@@ -90,3 +90,9 @@ def no_background_compiles():
         yield
     finally:
         warmup.set_enabled(was)
+
+
+@pytest.fixture
+def slow_run(request: pytest.FixtureRequest) -> bool:
+    """Whether this session runs the slow tests: a test samples its grid when it does not."""
+    return run_slow(request.config)

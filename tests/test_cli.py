@@ -223,6 +223,7 @@ def test_bad_usage_exits_2(args, message):
     assert result.stderr.splitlines()[-1].startswith(f"metricstream: error: {message}")
 
 
+@pytest.mark.slow
 def test_exit_codes_through_the_interpreter(tmp_path):
     """A real process: `python -m metricstream` exits 0, 1 (bad data) and 2 (bad usage)."""
     assert run_process("report", DIGITS, "--format", "json").returncode == 0
@@ -309,6 +310,7 @@ def test_no_progress_output_when_not_a_terminal():
     assert "\r" not in result.stdout and "reading" not in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_TQDM, reason="tqdm is not installed")
 def test_progress_can_be_forced_and_is_drawn_on_a_terminal():
     forced = run("report", DIGITS, "--progress")

@@ -90,6 +90,7 @@ def one_line_error(run: Run, code: int = 1) -> str:
     return run.stderr
 
 
+@pytest.mark.slow
 def test_stray_quotes_in_unquoted_fields_stay_linear(tmp_path):
     # 700,000 rows with `tv 12"` in a free-text column: once did not finish in ten minutes
     path = tmp_path / "p.csv"
@@ -113,6 +114,7 @@ def test_many_distinct_names_stop_at_the_class_limit(tmp_path, names):
     assert_bounded(run, 60)
 
 
+@pytest.mark.slow
 def test_a_ten_million_character_field(tmp_path):
     path = tmp_path / "p.csv"
     path.write_text("y_true,y_pred,note\n0,0,a\n1,1," + "x" * 10_000_000 + "\n1,0,b\n")
@@ -123,6 +125,7 @@ def test_a_ten_million_character_field(tmp_path):
         assert_bounded(run, 60)
 
 
+@pytest.mark.slow
 def test_a_quote_that_never_closes(tmp_path):
     # an opening quote at the start of a field swallows the rest of a 40 MB file
     path = tmp_path / "p.csv"

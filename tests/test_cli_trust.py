@@ -107,6 +107,7 @@ def test_multilabel_csv_with_a_huge_label_index_is_refused_by_max_classes(tmp_pa
     assert code == 1 and "3 distinct label names" in err
 
 
+@pytest.mark.slow
 def test_multilabel_npz_is_streamed_not_loaded_whole(tmp_path, no_background_compiles):
     import tracemalloc
 
@@ -228,6 +229,7 @@ def test_a_header_only_file_never_aborts_the_interpreter(tmp_path):
         assert_bounded(run, 60)
 
 
+@pytest.mark.slow
 def test_the_module_runs_as_a_command(tmp_path):
     path = _write(tmp_path / "p.csv", _SCORES)
     done = subprocess.run(

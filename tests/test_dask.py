@@ -149,6 +149,7 @@ def test_merges_form_a_tree():
     assert delayed.compute(scheduler="sync") == ConfusionAccumulator(K).update(y_true, y_pred)
 
 
+@pytest.mark.slow
 @given(
     n=st.integers(0, 300),
     true_chunk=st.integers(1, 120),
@@ -512,25 +513,23 @@ def client():
         cluster.close()
 
 
+@pytest.mark.slow
 def test_cluster_has_two_worker_processes(client):
     pids = client.run(os.getpid)
     assert len(pids) == 2 and os.getpid() not in pids.values()
     assert len(set(pids.values())) == 2
 
 
-# The dataframe cases compile read-only kernels in each worker process: CI only (see above).
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(case, id=name, marks=[pytest.mark.slow] if "dataframe" in name else [])
-        for name, case in CASES.items()
-    ],
-)
+# A local cluster of two worker processes takes seconds to start: CI only (the threaded
+# scheduler runs the same cases by default).
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_local_cluster_equals_in_memory(client, case):
     args, kwargs, expected = case()
     _check(confusion(*args, num_classes=K, scheduler=client, **kwargs), expected)
 
 
+@pytest.mark.slow
 def test_cluster_counts_on_the_workers(client):
     distributed = pytest.importorskip("distributed")
     y_true, y_pred, _, _ = _data()
@@ -547,6 +546,7 @@ def test_cluster_counts_on_the_workers(client):
     assert set(counted + merged) <= set(client.scheduler_info()["workers"])
 
 
+@pytest.mark.slow
 def test_cluster_reports_bad_labels(client):
     y_true, y_pred, _, _ = _data(n=1000)
     y_true[5] = -1
@@ -559,6 +559,7 @@ def test_cluster_reports_bad_labels(client):
         )
 
 
+@pytest.mark.slow
 def test_local_cluster_accumulates_a_group(client):
     group, (y_true, y_pred, weights), expected = _group_case()
     result = accumulate(group, y_true, y_pred, weights, scheduler=client)

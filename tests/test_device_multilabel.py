@@ -546,6 +546,7 @@ def _make_compiled() -> Any:
     return ms.MultilabelAccumulator(6, logits=True, ignore_index=-1, cooccurrence=True)
 
 
+@pytest.mark.slow
 def test_update_traces_without_a_graph_break(where) -> None:
     import torch._dynamo
 

@@ -289,6 +289,7 @@ def _check_compiled(acc: Any, compiled: Any, t: Any, p: Any, w: Any) -> None:
     _assert_same_state(acc, reference)
 
 
+@pytest.mark.slow
 def test_step_traces_whole_with_no_graph_break(where: str) -> None:
     _, step, t, p, w = _compile_case(where, True)
     torch._dynamo.reset()

@@ -588,13 +588,9 @@ def _forced_and_fresh() -> Iterator[None]:
         torch._dynamo.reset()
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        n if n == "multiclass-logits" else pytest.param(n, marks=pytest.mark.slow)
-        for n in COMPILE_CONFIGS
-    ],
-)
+# torch.compile traces take seconds each: CI only (tests/test_device.py keeps one by default).
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(COMPILE_CONFIGS))
 def test_compiled_step_traces_without_graph_break(name) -> None:
     import torch._dynamo
 

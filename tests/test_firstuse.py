@@ -561,6 +561,7 @@ def expected_matrices():
     return labels.tolist(), scores.tolist()
 
 
+@pytest.mark.slow
 def test_first_update_counts_while_compiling_and_exits_cleanly(tmp_path):
     """Empty cache: the first updates return counted by the twin (no kernel registered) with the
     compiles queued, and the process exits cleanly (rc 0, nothing on stderr) mid-compile."""

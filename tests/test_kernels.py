@@ -523,6 +523,7 @@ def _run_from_read_only_copy(root, home):
     return site
 
 
+@pytest.mark.slow
 def test_read_only_package_caches_kernels_in_the_user_cache_dir(public_tmp):
     import os
 
@@ -534,6 +535,7 @@ def test_read_only_package_caches_kernels_in_the_user_cache_dir(public_tmp):
     assert not list(site.rglob("*.nbi")), "kernel cached inside the read-only package"
 
 
+@pytest.mark.slow
 def test_import_works_with_no_writable_cache_dir(public_tmp):
     # Neither the package nor HOME is writable: kernels compile in memory instead of failing.
     _run_from_read_only_copy(public_tmp, public_tmp / "missing-home")

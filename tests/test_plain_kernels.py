@@ -85,6 +85,7 @@ def _fma_both(a, b, c, simd, plain):
         plain[i] = k._fma_plain(a[i], b[i], c[i])
 
 
+@pytest.mark.slow
 def test_fma_twin_rounds_once_as_llvm_fma_does():
     rng = np.random.default_rng(0)
     n = 400_000
@@ -132,6 +133,7 @@ def _from_bits_both(bits, simd, plain):
         plain[i] = k._float64_from_bits_plain(bits[i])
 
 
+@pytest.mark.slow
 def test_bit_twins_on_every_kind_of_float():
     rng = np.random.default_rng(1)
     patterns = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
@@ -151,6 +153,7 @@ def test_bit_twins_on_every_kind_of_float():
     assert same_bits(simd, wide[keep]) and same_bits(plain, simd)
 
 
+@pytest.mark.slow
 def test_exp_and_log1p_twins_give_the_same_bits():
     rng = np.random.default_rng(2)
     x = -np.r_[
@@ -256,6 +259,7 @@ def _count(options, args, kwargs, plain):
     return acc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [3, 4])
 def test_plain_kernels_count_the_same_bits_as_the_simd_kernels(plain_mode, seed):
     for name, options, args, kwargs in _cases(seed):
