@@ -25,6 +25,7 @@ from ..metrics import curves as _curves
 from ..metrics import topk as _topk
 from ..metrics.calibration import Norm, ReliabilityDiagram
 from ..metrics.curves import Bounded, CurveAverage, OperatingPoint, WithinBins
+from . import _firstuse
 from . import _kernels as _k
 from .binning import MAX_BINS, MIN_BINS, ScoreBinning
 
@@ -471,6 +472,8 @@ class ScoreAccumulator(Accumulator):
         else:
             route = fast[4].get((y_true.dtype, y_pred.dtype, plain), _UNSUPPORTED)
             if route is _UNSUPPORTED:
+                if _firstuse.defer_fast(self, y_true.dtype, y_pred.dtype, plain):
+                    return super().update(y_true, y_pred)  # its kernel compiles meanwhile
                 route = self._route(y_true.dtype, y_pred.dtype, plain)
             fast[7][:] = (y_true.dtype, y_pred.dtype, plain, route)
         if route is None or fast[0] is not self._arrays:
@@ -663,7 +666,7 @@ class ScoreAccumulator(Accumulator):
         flat = np.ascontiguousarray(array).reshape(-1).astype(np.float64, copy=False)
         # One pass checks every weight and sums them (numpy's masks and reductions cost about
         # 6 us of a 256-row update); the sum only guards integer counts against overflow.
-        first_bad, total = _k.check_weights(flat, not self._weighted)
+        first_bad, total = _firstuse.check_weights(flat, not self._weighted)
         if first_bad >= 0:
             where = np.unravel_index(first_bad, sample_shape) if sample_shape else ()
             value = float(flat[first_bad])  # nan, not np.float64(nan)
@@ -689,6 +692,10 @@ class ScoreAccumulator(Accumulator):
             return
         weight = rows if batch.weights is None else batch.total_weight
         self._reserve(arrays, rows, weight, batch.weights is not None)
+        if _firstuse.warmup.enabled() and _firstuse.count(self, arrays, batch, log):
+            if arrays is self._arrays:  # counted with numpy while the kernel compiles
+                self._spend(rows, weight, 1)
+            return
         if batch.weights is None and arrays is self._arrays:
             code = self._count_rows(batch.y, batch.scores, log)
             if code == 0:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._core import flags as _flags
+from . import _firstuse  # (the layouts in Python: the kernels' are not cached)
 from . import _kernels as _k
 
 __all__ = ["ScoreBinning"]
@@ -173,8 +174,8 @@ def _check_bins(bins: int | None, num_classes: int) -> int:
 def _key_bins(key_shifts: tuple[int, ...], logits: bool) -> int:
     """Bins of a key layout."""
     if logits:
-        return 2 * int(_k.logit_layout(_logit_code(key_shifts))[3])
-    return int(_k.probability_key_layout(_probability_code(key_shifts))[1]) + 1
+        return 2 * int(_firstuse.logit_layout(_logit_code(key_shifts))[3])
+    return int(_firstuse.probability_key_layout(_probability_code(key_shifts))[1]) + 1
 
 
 def _probability_code(key_shifts: tuple[int, ...]) -> int:
@@ -269,7 +270,7 @@ def _check_thresholds(thresholds: Any, bins: Any, logit_keys: bool) -> np.ndarra
 
 def _logit_bin_values(shift: int) -> np.ndarray:
     """Each logit bin's value: its magnitude rounded toward zero, with the bin's sign."""
-    fine, middle, outer, half = (int(v) for v in _k.logit_layout(shift))
+    fine, middle, outer, half = (int(v) for v in _firstuse.logit_layout(shift))
     edges = np.array([0, 0x1F800000, 0x3C800000, 0x43000000, 0x5F800000], dtype=np.int64)
     shifts = np.array([outer, middle, fine, middle, outer], dtype=np.int64)
     if fine == outer:
@@ -290,7 +291,7 @@ def _bin_values(shift: int, thresholds: np.ndarray | None, logits: bool) -> np.n
         return np.r_[-np.inf, thresholds]
     if logits:
         return _logit_bin_values(shift)
-    layout = [int(v) for v in _k.key_layout(shift)]
+    layout = [int(v) for v in _firstuse.key_layout(shift)]
     fine, tiny, coarse, offset, base, last, complement = (layout[i] for i in (0, 2, 3, 5, 6, 7, 8))
     # Bins 1 .. middle hold 0 < p < 1/2: the smallest bits ``t`` of each ``g(t)``.
     middle = last - 2 - ((0x3F000000 >> complement) - base)
@@ -336,7 +337,7 @@ def _bin_edges(shift: int, logit_keys: bool) -> np.ndarray:
     rounded to float32 first), so that ``score >= edge[b]`` holds exactly for the scores of
     bins ``>= b``; NaN for bins no score can reach. Probabilities start at 0.0."""
     if logit_keys:
-        fine, middle, outer, half = (int(v) for v in _k.logit_layout(shift))
+        fine, middle, outer, half = (int(v) for v in _firstuse.logit_layout(shift))
         # the smallest magnitude bits of each magnitude bin, as _logit_bin_values
         edges = np.array([0, 0x1F800000, 0x3C800000, 0x43000000, 0x5F800000], dtype=np.int64)
         shifts = np.array([outer, middle, fine, middle, outer], dtype=np.int64)
@@ -358,7 +359,7 @@ def _bin_edges(shift: int, logit_keys: bool) -> np.ndarray:
         negative[reach] = _lowest_rounding_to(-(largest[reach].astype(np.uint32).view(np.float32)))
         return np.r_[negative[::-1], positive]
     values = _bin_values(shift, None, False)
-    layout = [int(v) for v in _k.key_layout(shift)]
+    layout = [int(v) for v in _firstuse.key_layout(shift)]
     base, last, complement = layout[6], layout[7], layout[8]
     middle = last - 2 - ((0x3F000000 >> complement) - base)
     edges = np.full(values.shape, np.nan)
