@@ -35,10 +35,7 @@ import numpy as np
 from .._core import warmup
 from . import _kernels as _k
 
-# The flags that decide a matrix's Numba type besides its dtype (NPY_ARRAY_C_CONTIGUOUS,
-# NPY_ARRAY_F_CONTIGUOUS, NPY_ARRAY_ALIGNED, NPY_ARRAY_WRITEABLE): a kernel compiled for one
-# combination is ready only for it.
-_TYPE_FLAGS = 0x1 | 0x2 | 0x100 | 0x400
+# NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED: the matrices ``count_routed`` counts.
 _PLAIN = 0x1 | 0x100
 # Rows are counted in chunks of about this many entries (bounded temporaries).
 _CHUNK_ENTRIES = 1 << 20
@@ -293,9 +290,11 @@ class StandIn:
 
 # ---------------------------------------------------------------------------- the general path
 # Keys of the batches (see ``count_dense``) whose kernels are compiled in this process, and the
-# last one of them (replaced as a whole).
+# last one of them (replaced as a whole). Layout and writeability also decide the kernels' Numba
+# types: a key marked ready whose kernel then meets another layout compiles it at the call, as
+# it would without the twin.
 _dense_ready: set[tuple] = set()
-_dense_last: tuple = ()
+_dense_last: tuple = (None,) * 5
 
 
 def _dense_kernels(
@@ -327,17 +326,17 @@ def count_dense(
     global _dense_last
     y_true = batch.y_true
     y_pred = batch.y_pred
-    key = (
-        y_true.dtype,
-        y_pred.dtype,
-        batch.weights.dtype,
-        batch.flags & (_k.HAS_WEIGHTS | _k.MASKED),
-        y_true.flags.num & _TYPE_FLAGS,
-        y_pred.flags.num & _TYPE_FLAGS,
-        len(arrays),
-    )
-    if key == _dense_last:
+    flags = batch.flags & (_k.HAS_WEIGHTS | _k.MASKED)
+    last = _dense_last
+    if (
+        y_true.dtype is last[0]
+        and y_pred.dtype is last[1]
+        and batch.weights.dtype is last[2]
+        and flags == last[3]
+        and len(arrays) == last[4]
+    ):
         return False
+    key = (y_true.dtype, y_pred.dtype, batch.weights.dtype, flags, len(arrays))
     if key in _dense_ready:
         _dense_last = key
         return False
@@ -362,20 +361,25 @@ def count_dense(
 
 
 # ---------------------------------------------------------------------------- the score check
-# (dtype, type flags) of the score arrays whose ``outside_unit`` is compiled in this process.
-_unit_ready: set[tuple[np.dtype, int]] = set()
+# dtypes of the scores whose ``outside_unit`` is compiled in this process (never cached on
+# disk: each process compiles it once), and the last of them.
+_unit_ready: set[np.dtype] = set()
+_unit_last: Any = None
 
 
 def outside_unit(flat: np.ndarray) -> bool:
     """:func:`metricstream.multilabel._kernels.outside_unit` (whether a 1-D float array holds
     a value below 0 or above 1, or a NaN), in numpy while it compiles."""
-    if warmup.enabled():
-        key = (flat.dtype, flat.flags.num & _TYPE_FLAGS)
-        if key not in _unit_ready:
+    global _unit_last
+    dtype = flat.dtype
+    if dtype is not _unit_last and warmup.enabled():
+        if dtype not in _unit_ready:
             if warmup.defer(((_k.outside_unit, (flat,)),)):
                 if flat.size == 0:
                     return False
                 return not (bool(flat.min() >= 0) and bool(flat.max() <= 1))  # NaN fails both
-            if not warmup.busy():
-                _unit_ready.add(key)
+            if warmup.busy():
+                return bool(_k.outside_unit(flat))
+            _unit_ready.add(dtype)
+        _unit_last = dtype
     return bool(_k.outside_unit(flat))
