@@ -79,6 +79,11 @@ CASES = {
         "acc = ConfusionAccumulator(10).update(y, rng.integers(0, 10, size=256))\n"
         "bootstrap(acc, 'accuracy', n_resamples=200, seed=0)"
     ),
+    "bootstrap: clustered": (
+        "from metricstream import BootstrapConfusionAccumulator\n"
+        "BootstrapConfusionAccumulator(10, n_resamples=100).update(\n"
+        "    y, rng.integers(0, 10, size=256), cluster_ids=np.arange(256) // 8)"
+    ),
 }
 
 PROBE = """

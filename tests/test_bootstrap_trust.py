@@ -535,3 +535,12 @@ def test_binary_thresholds_are_probabilities_and_logits_are_declared() -> None:
     upgraded = BootstrapConfusionAccumulator.from_state_dict(state)
     assert upgraded.logits and upgraded.threshold == 0.5
     assert upgraded.matrix.tolist() == read.matrix.tolist()
+
+
+def test_an_empty_batch_of_images_with_per_image_ids_changes_nothing():
+    # No image to look at: the per-image route must not read the first one.
+    acc = BootstrapConfusionAccumulator(3, n_resamples=10)
+    before = acc.to_bytes()
+    empty = np.zeros((0, 5), np.int64)
+    acc.update(empty, empty, cluster_ids=np.zeros(0, np.int64))
+    assert acc.to_bytes() == before

@@ -250,6 +250,15 @@ def _scenarios() -> dict[str, Callable[[], Any]]:
 
         accumulator = ConfusionAccumulator(3).update(labels, labels)
         resample(accumulator, "accuracy", n_resamples=10, seed=0)
+        resample(accumulator, lambda matrix: matrix[0, 0] / matrix.sum(), n_resamples=10, seed=0)
+
+    def clustered(weighted: bool) -> None:
+        from ..bootstrap.accumulator import BootstrapConfusionAccumulator
+
+        accumulator = BootstrapConfusionAccumulator(3, n_resamples=10, weighted=weighted)
+        sample_weights = weights if weighted else None
+        accumulator.update(labels, labels, sample_weights, cluster_ids=0)
+        accumulator.update(labels, labels, sample_weights, cluster_ids=np.arange(8))
 
     found: dict[str, Callable[[], Any]] = {
         "confusion: int64 labels": lambda: ConfusionAccumulator(3).update(labels, labels),
@@ -263,6 +272,8 @@ def _scenarios() -> dict[str, Callable[[], Any]]:
             indicators, indicators
         ),
         "bootstrap": bootstrap,
+        "bootstrap: clustered": functools.partial(clustered, False),
+        "bootstrap: clustered weighted": functools.partial(clustered, True),
     }
 
     def confusion_logits(dtype: Any) -> Any:

@@ -474,6 +474,7 @@ class BootstrapConfusionAccumulator(Accumulator):
             ids.ndim == 1
             and true_array.ndim >= 2
             and ids.shape[0] == true_array.shape[0]
+            and true_array.shape[0] > 0
             and true_array[0].size >= ITEM_MIN_SAMPLES
         ):
             return None
