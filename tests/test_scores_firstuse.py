@@ -23,7 +23,7 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from metricstream import ScoreAccumulator
@@ -585,7 +585,6 @@ def _stream(kind, seed, lengths, ignore):
     return acc, batches
 
 
-@settings(max_examples=25)
 @given(streams())
 def test_switch_from_twin_to_kernel_mid_stream(stream):
     """The first batches counted by the twin, the rest by the kernel (through ``update``, the

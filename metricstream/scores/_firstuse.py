@@ -57,8 +57,9 @@ _EPS = {dtype: float(np.finfo(dtype).eps) for dtype in _SCORE_TYPES}
 _CHUNK_ROWS = 4096
 _NO_LOG = np.empty(0)
 # The most scores (rows x classes) one batch may hold for the twin to count it: beyond, the
-# kernel compiles at the call (the twin's exp costs about 0.1 us a score, and the compile is a
-# few seconds).
+# kernel compiles at the call. (The twin's exact exp costs about 2 us a logit, a probability
+# about 0.1-0.2 us: at most about half a second for a batch at these bounds, against seconds
+# of compile.)
 MAX_SCORES = 1 << 20
 MAX_LOGIT_SCORES = 1 << 18
 # Rows of a window of the running product (see ``_running_product``).
@@ -461,6 +462,8 @@ def _remember(key: tuple) -> None:
     _last = key
 
 
+# Whether ``check_weights``' kernel is compiled, by the weights' writeability (its only type
+# difference: the weights are C-contiguous float64).
 _weights_ready: set[bool] = set()
 
 
