@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metricstream import MultilabelAccumulator
+from metricstream import LabelSets, MultilabelAccumulator
 
 warmup = pytest.importorskip("metricstream._core.warmup")
 _firstuse = pytest.importorskip("metricstream.multilabel._firstuse")
@@ -140,6 +140,15 @@ def make_batch(rng: np.random.Generator, case: str, num_labels: int, config: dic
     elif "uint8" in case:
         y_true = y_true.astype(np.uint8)
     ignore = config.get("ignore_index")
+    if "sets" in case:
+        y_pred = rng.random((n, num_labels)) < rng.random()
+        weights = None
+        if "weighted" in case:
+            weights = rng.random(n) * 10.0 ** rng.integers(-6, 7, size=n)
+            weights[rng.random(n) < 0.1] = 0.0
+        elif "weights" in case:
+            weights = rng.integers(0, 4, size=n)
+        return as_sets(rng, y_true), as_sets(rng, y_pred), weights
     if ignore is not None and n:
         y_true[rng.random((n, num_labels)) < 0.15] = ignore
         y_true[rng.integers(0, n)] = ignore  # a sample with every label masked
@@ -181,6 +190,11 @@ def make_batch(rng: np.random.Generator, case: str, num_labels: int, config: dic
     return y_true, y_pred, weights
 
 
+def as_sets(rng: np.random.Generator, indicators: np.ndarray) -> LabelSets:
+    """The label sets of an indicator matrix, each sample's labels in a random order."""
+    return LabelSets.from_lists([rng.permutation(np.flatnonzero(row)) for row in indicators])
+
+
 CASES = (
     "indicators",
     "bool indicators",
@@ -200,6 +214,11 @@ CASES = (
     "betas float64 probabilities",
     "lists float64 logits",
     "strided float32 logits",
+    "sets",
+    "sets weights",
+    "sets weighted",
+    "masked sets",
+    "cooccurrence sets weighted",
 )
 
 
@@ -326,8 +345,24 @@ def test_near_the_int64_limit_the_route_steps_aside(switch):
     assert with_twin[0] is ValueError
 
 
-def test_label_sets_take_their_kernel(switch):
+@pytest.mark.parametrize("weighted", [False, True])
+def test_label_sets_twin_declines_a_label_listed_twice(weighted, switch):
+    batch = (LabelSets.from_lists([[0, 1], [2, 2]]), LabelSets.from_lists([[0], [1]]))
+    results = []
+    for mode in ("twin", "kernel"):
+        getattr(switch, mode)()
+        acc = MultilabelAccumulator(4, weighted=weighted).update_sets([[1]], [[1]])
+        before = acc.state_arrays()
+        results.append(outcome(acc, batch))
+        after = acc.state_arrays()
+        assert all(before[k].tobytes() == after[k].tobytes() for k in before)
+    assert switch.uses == [1]  # the first batch only
+    assert results[0] == results[1] and results[0][0] is ValueError
+
+
+def test_large_label_sets_take_their_kernel(switch, monkeypatch):
     switch.twin()
+    monkeypatch.setattr(_firstuse, "_MAX_SETS_ENTRIES", 11)
     acc = MultilabelAccumulator(4).update_sets([[0, 1], [], [3]], [[0], [2], [3]])
     assert switch.uses == []
     assert acc.num_samples == 3
@@ -421,7 +456,7 @@ def test_outside_unit_twin():
 FIRST_USE = """
 import json, os, sys
 import numpy as np
-from metricstream import MultilabelAccumulator
+from metricstream import LabelSets, MultilabelAccumulator
 from metricstream._core import warmup
 from metricstream.multilabel import _firstuse
 rng = np.random.default_rng(0)

@@ -21,8 +21,9 @@ state at the end, per sample straight into the state, the sample totals into loc
 The twin counts only what the kernels count: every truth 0, 1 (or the masked value), every
 indicator 0 or 1, no NaN score (and on the one-call path, probabilities in [0, 1]). Anything
 else is declined with the state untouched: the kernel then compiles at that call and words the
-error as always. Label sets (``LabelSets``) and the co-occurrence of more than 2048 labels take
-their kernels, which compile at their first call as before.
+error as always. Label sets are counted as dense indicators (:func:`count_sets`, up to 2^24
+entries a batch); larger ones, and the co-occurrence of more than 2048 labels, take their
+kernels, which compile at their first call as before.
 """
 
 from __future__ import annotations
@@ -69,13 +70,16 @@ def count(
     weights: np.ndarray | None,
     threshold: Any,
     mask_value: Any,
+    direct: bool = False,
 ) -> None:
     """Add a batch the kernels count (see :func:`valid`) into ``arrays`` as they do.
 
     ``y_pred`` holds unsigned indicators or float scores, positive when ``score >= threshold``
     in the scores' own precision (``threshold`` is of their type, as the kernels receive it);
     ``weights`` one weight per sample of the state's dtype, or None; ``mask_value`` the
-    unsigned true value left out (``labels`` row 3 counts it), or None.
+    unsigned true value left out (``labels`` row 3 counts it), or None. ``direct``: the
+    per-label weights go straight into the state, as ``count_sets`` adds them (its true
+    positives as ``w * hit`` for every true label), not into local sums first.
     """
     labels = arrays["labels"]
     per_sample = arrays["per_sample"]
@@ -117,6 +121,10 @@ def count(
         for row, part in enumerate(parts):
             if w is None:
                 local[row] += np.count_nonzero(part, axis=0)
+            elif direct:
+                at, column = np.nonzero(truth if row == 0 else part)  # in stream order
+                added = w[at] * hits[at, column] if row == 0 else w[at]
+                np.add.at(labels[row], column, added)
             else:
                 at, column = np.nonzero(part)  # in stream order
                 np.add.at(local[row], column, w[at])
@@ -161,7 +169,8 @@ def count(
             else:
                 at, first, second = np.nonzero(pairs)  # in stream order
                 np.add.at(cooccurrence, (first, second), w[at])
-    labels[: local.shape[0]] += local
+    if weights is None or not direct:
+        labels[: local.shape[0]] += local
     if weights is None:
         per_sample[_k.ROWS] += n
         per_sample[_k.JUDGED] += judged_count
@@ -357,6 +366,49 @@ def count_dense(
         return False
     weights = batch.weights if weighted else None
     count(arrays, layout, y_true, y_pred, weights, threshold, mask_value)
+    return True
+
+
+# ---------------------------------------------------------------------------- label sets
+# Label sets are counted as dense indicators of at most this many entries (else their kernel).
+_MAX_SETS_ENTRIES = 1 << 24
+_sets_ready: set[tuple] = set()
+
+
+def count_sets(arrays: dict[str, np.ndarray], batch: Any, layout: np.ndarray) -> bool:
+    """Count a batch of ``MultilabelAccumulator._count_sets`` (label sets, CSR) into ``arrays``
+    with numpy while ``count_sets`` compiles; False (nothing counted) to let the kernel count
+    it (compiled; a label listed twice in a sample, which it refuses; or too large a batch)."""
+    true, pred, weights = batch.true, batch.pred, batch.weights
+    labels = arrays["labels"]
+    cooccurrence = arrays.get("cooccurrence")
+    key = (weights.dtype, labels.dtype, cooccurrence is None)
+    if key in _sets_ready:
+        return False
+    none = np.zeros((0, 0), dtype=labels.dtype) if cooccurrence is None else cooccurrence
+    args: tuple = (true.indptr, true.indices, pred.indptr, pred.indices, weights, batch.flags)
+    args += (layout, labels, arrays["per_sample"], none, np.zeros(0, dtype=np.uint8))
+    if not warmup.defer(((_k.count_sets, args),)):
+        if not warmup.busy():
+            _sets_ready.add(key)
+        return False
+    n = len(true)
+    num_labels = labels.shape[1]
+    if n * num_labels > _MAX_SETS_ENTRIES or (
+        cooccurrence is not None and num_labels > _MAX_COOCCURRENCE_LABELS
+    ):
+        return False
+    dense = []
+    for sets in (true, pred):
+        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(sets.indptr))
+        cells = rows * num_labels + sets.indices
+        matrix = np.zeros(n * num_labels, dtype=np.uint8)
+        np.add.at(matrix, cells, 1)
+        if cells.size and matrix.max() > 1:
+            return False  # a label listed twice: the kernel words it
+        dense.append(matrix.reshape(n, num_labels))
+    weighted = batch.flags & _k.HAS_WEIGHTS
+    count(arrays, layout, dense[0], dense[1], weights if weighted else None, 0.0, None, True)
     return True
 
 

@@ -927,6 +927,8 @@ class MultilabelAccumulator(Accumulator):
         return _k.OK, -1
 
     def _count_sets(self, arrays: dict[str, np.ndarray], batch: _SetsBatch) -> None:
+        if _firstuse.warmup.enabled() and _firstuse.count_sets(arrays, batch, self._layout):
+            return  # counted with numpy while the kernel compiles
         cooc = arrays.get("cooccurrence")
         if cooc is None:
             cooc = _NO_COOCCURRENCE[arrays["labels"].dtype.kind]
