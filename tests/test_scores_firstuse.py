@@ -39,15 +39,9 @@ _accumulator = pytest.importorskip("metricstream.scores.accumulator")
 def twin_mode(used: list | None = None):
     """Every kernel reported as compiling: the batches the twin accepts are counted by it
     (``used`` receives each call's answer)."""
-    saved = (
-        warmup._enabled,
-        warmup.defer,
-        _firstuse._ready,
-        _firstuse._last,
-        _firstuse._weights_ready,
-        _firstuse.count,
-    )
-    count = saved[5]
+    names = ("_ready", "_last", "_weights_ready", "_bin_index_ready", "count")
+    saved = (warmup._enabled, warmup.defer, *(getattr(_firstuse, name) for name in names))
+    count = _firstuse.count
 
     def counting(acc, arrays, batch, log):
         result = count(acc, arrays, batch, log)
@@ -57,21 +51,15 @@ def twin_mode(used: list | None = None):
 
     warmup._enabled = True
     warmup.defer = lambda routes: True
-    _firstuse._ready = set()
-    _firstuse._last = ()
-    _firstuse._weights_ready = set()
-    _firstuse.count = counting
+    fresh = (set(), (), set(), set(), counting)
+    for name, value in zip(names, fresh, strict=True):
+        setattr(_firstuse, name, value)
     try:
         yield
     finally:
-        (
-            warmup._enabled,
-            warmup.defer,
-            _firstuse._ready,
-            _firstuse._last,
-            _firstuse._weights_ready,
-            _firstuse.count,
-        ) = saved
+        warmup._enabled, warmup.defer = saved[:2]
+        for name, value in zip(names, saved[2:], strict=True):
+            setattr(_firstuse, name, value)
 
 
 @contextlib.contextmanager
@@ -689,3 +677,31 @@ def test_fresh_cache_first_updates_count_while_compiling(tmp_path):
         ]
     for state, acc in zip(result["states"], expected, strict=True):
         assert state == {name: a.tobytes().hex() for name, a in acc.state_arrays().items()}
+
+
+@pytest.mark.parametrize(
+    "settings_",
+    [
+        {"task": "binary"},
+        {"task": "binary", "bins": 64},
+        {"task": "binary", "logits": True},
+        {"task": "multilabel", "num_classes": 2, "logits": True, "bins": 16},
+        {"task": "binary", "thresholds": [0.1, 0.5, 0.5000001, 0.9]},
+        {"task": "binary", "logits": True, "thresholds": [-3.0, 0.0, 2.5]},
+    ],
+)
+def test_bin_index_twin(settings_):
+    """``bin_index`` (threshold views such as ``confusion_at``) while its kernel compiles: the
+    kernel's bin for bin values, lower edges, their float neighbours and random values."""
+    binning = ScoreAccumulator(**settings_).binning
+    rng = np.random.default_rng(11)
+    values = np.r_[binning.values(), binning.edges(), rng.random(200), rng.normal(size=200) * 50]
+    values = values[np.isfinite(values) | (binning.logit_keys & ~np.isnan(values))]
+    values = np.r_[values, np.nextafter(values, np.inf), np.nextafter(values, -np.inf)]
+    values = values[::7] if values.size > 3000 else values
+    with twin_mode():
+        twin = [binning.index(v) for v in values]
+        assert not _firstuse._bin_index_ready  # (the kernel was not asked)
+    with kernel_mode():
+        kernel = [binning.index(v) for v in values]
+    assert twin == kernel

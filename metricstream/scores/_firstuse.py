@@ -43,6 +43,7 @@ from .._core import warmup
 from . import _kernels as _k
 
 __all__ = [
+    "bin_index",
     "check_weights",
     "count",
     "defer_fast",
@@ -565,6 +566,31 @@ def check_weights(weights: np.ndarray, whole: bool) -> tuple[int, float]:
     if good.all():
         return -1, total
     return int(np.argmin(good)), total
+
+
+# Whether ``bin_index``' kernel is compiled, by whether there are explicit thresholds.
+_bin_index_ready: set[bool] = set()
+
+
+def bin_index(value: float, shift: int, thresholds: np.ndarray | None, logit_keys: bool) -> int:
+    """``_kernels.bin_index`` (the bin of one float64 ``value``, not NaN; probabilities in
+    ``(0, 1]``), with numpy while it compiles."""
+    plain = thresholds is None
+    if plain in _bin_index_ready or not warmup.enabled():
+        return int(_k.bin_index(value, shift, thresholds, logit_keys))
+    if not warmup.defer(((_k.bin_index, (value, shift, thresholds, logit_keys)),)):
+        if not warmup.busy():
+            _bin_index_ready.add(plain)
+        return int(_k.bin_index(value, shift, thresholds, logit_keys))
+    wide = np.array([value], np.float64)
+    with np.errstate(all="ignore"):
+        if thresholds is not None:
+            bins, _ = _threshold_keys(wide, thresholds)
+        elif logit_keys:
+            bins, _ = _logit_keys(wide, logit_layout(shift))
+        else:
+            bins, _ = _probability_keys(wide, key_layout(shift))
+    return int(bins[0])
 
 
 # ---------------------------------------------------------------------- counting

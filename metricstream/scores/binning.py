@@ -106,8 +106,9 @@ class ScoreBinning:
                 return 0
             if value > 1.0:
                 return self.num_bins
-        kernels = _k.plain() if _flags.PLAIN_KERNELS else _k
-        return int(kernels.bin_index(value, self.shift, self.thresholds, self.logit_keys))
+        if _flags.PLAIN_KERNELS:
+            return int(_k.plain().bin_index(value, self.shift, self.thresholds, self.logit_keys))
+        return _firstuse.bin_index(value, self.shift, self.thresholds, self.logit_keys)
 
     def values(self) -> np.ndarray:
         """The value each bin stands for, ascending (a copy): the scores of the bin's kept bits,
