@@ -61,6 +61,7 @@ class Switch:
             ("_dense_last", (None,) * 5),
             ("_unit_ready", set()),
             ("_unit_last", None),
+            ("_sets_ready", set()),
         ):
             self.monkeypatch.setattr(_firstuse, name, empty)
 
