@@ -301,6 +301,12 @@ def _scenarios() -> dict[str, Callable[[], Any]]:
     found["scores: binary float32"] = lambda: ScoreAccumulator("binary").update(
         binary, scores(np.float32, (8,))
     )
+    found["scores: binary float32 logits"] = lambda: ScoreAccumulator("binary", logits=True).update(
+        binary, logits(np.float32)[:, 0]
+    )
+    found["scores: weighted"] = lambda: ScoreAccumulator("binary", weighted=True).update(
+        binary, scores(np.float32, (8,)), weights
+    )
     return found
 
 
