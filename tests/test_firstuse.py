@@ -31,6 +31,14 @@ warmup = pytest.importorskip("metricstream._core.warmup")
 _firstuse = pytest.importorskip("metricstream.confusion._firstuse")
 _dispatch = pytest.importorskip("metricstream.confusion._dispatch")
 
+
+@pytest.fixture(autouse=True)
+def background_compiles_on(monkeypatch):
+    """This module tests first use: background compiles on, as by default outside the tests
+    (the suite turns them off, see the repository's conftest.py)."""
+    monkeypatch.setattr(warmup, "_enabled", True)
+
+
 NAN = math.nan
 HAS_LOGITS = pytest.mark.skipif(
     "logits" not in inspect.signature(ConfusionAccumulator).parameters,

@@ -35,6 +35,13 @@ _k = pytest.importorskip("metricstream.scores._kernels")
 _accumulator = pytest.importorskip("metricstream.scores.accumulator")
 
 
+@pytest.fixture(autouse=True)
+def background_compiles_on(monkeypatch):
+    """This module tests first use: background compiles on, as by default outside the tests
+    (the suite turns them off, see the repository's conftest.py)."""
+    monkeypatch.setattr(warmup, "_enabled", True)
+
+
 @contextlib.contextmanager
 def twin_mode(used: list | None = None):
     """Every kernel reported as compiling: the batches the twin accepts are counted by it
