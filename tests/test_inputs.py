@@ -39,9 +39,7 @@ DEFAULT_DTYPE_PAIRS = {
     ("uint8", "uint8"),
 }
 DTYPE_PAIRS = [(np.int64, true) for true in DTYPES] + [
-    (pred, true)
-    for pred in (np.uint8, np.float32)
-    for true in (np.uint8, np.int64, np.float32)
+    (pred, true) for pred in (np.uint8, np.float32) for true in (np.uint8, np.int64, np.float32)
 ]
 
 
