@@ -33,6 +33,13 @@ warmup = pytest.importorskip("metricstream._core.warmup")
 _firstuse = pytest.importorskip("metricstream.multilabel._firstuse")
 
 
+@pytest.fixture(autouse=True)
+def background_compiles_on(monkeypatch):
+    """This module tests first use: background compiles on, as by default outside the tests
+    (the suite turns them off, see the repository's conftest.py)."""
+    monkeypatch.setattr(warmup, "_enabled", True)
+
+
 # ------------------------------------------------------------------ switches
 class Switch:
     """Which path counts: ``twin()`` (every kernel reported as compiling, a compile always
