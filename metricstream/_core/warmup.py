@@ -271,6 +271,12 @@ def _scenarios() -> dict[str, Callable[[], Any]]:
         "multilabel: int64 indicators": lambda: MultilabelAccumulator(3).update(
             indicators, indicators
         ),
+        "multilabel: bool predictions": lambda: MultilabelAccumulator(3).update(
+            indicators, indicators.astype(bool)
+        ),
+        "multilabel: weighted": lambda: MultilabelAccumulator(3, weighted=True).update(
+            indicators, indicators, weights
+        ),
         "bootstrap": bootstrap,
         "bootstrap: clustered": functools.partial(clustered, False),
         "bootstrap: clustered weighted": functools.partial(clustered, True),

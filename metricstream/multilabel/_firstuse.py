@@ -413,8 +413,7 @@ def count_sets(arrays: dict[str, np.ndarray], batch: Any, layout: np.ndarray) ->
 
 
 # ---------------------------------------------------------------------------- the score check
-# dtypes of the scores whose ``outside_unit`` is compiled in this process (never cached on
-# disk: each process compiles it once), and the last of them.
+# dtypes of the scores whose ``outside_unit`` is compiled in this process, and the last of them.
 _unit_ready: set[np.dtype] = set()
 _unit_last: Any = None
 

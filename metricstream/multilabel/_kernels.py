@@ -1529,9 +1529,10 @@ def _score_bounds_impl(threshold, probabilities):
     return lambda threshold, probabilities: (0.0, 1.0) if probabilities else (-np.inf, np.inf)
 
 
-@njit(inline="always")
+@_kernel
 def outside_unit(flat):
-    """Whether a 1-D float array holds a value below 0 or above 1, or a NaN."""
+    """Whether a 1-D float array holds a value below 0 or above 1, or a NaN (called from
+    Python: cached on disk like the counting kernels)."""
     return _outside_unit(flat)
 
 
