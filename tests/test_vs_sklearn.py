@@ -16,7 +16,7 @@ import sklearn.metrics as skm
 
 from metricstream import ConfusionAccumulator, UndefinedMetricWarning
 
-from .marks import slow_beyond
+from .marks import rotated_grid, slow_beyond
 from .streams import Case, make_case
 
 NUM_CASES = 240
@@ -131,28 +131,12 @@ def accumulated(index: int) -> ConfusionAccumulator:
     return accumulate(CASES[index])
 
 
-def _precision_recall_params() -> list:
-    """Every (stream, average, zero_division) triple in CI; by default each of the default
-    streams with every average, and the zero_division values in turn (every pair of average and
-    zero_division still occurs)."""
-    params = []
-    for index, case in enumerate(CASES):
-        for a, average in enumerate(AVERAGES):
-            for z, zero_division in enumerate(ZERO_DIVISIONS):
-                sampled = index < DEFAULT_CASES and (index + a) % len(ZERO_DIVISIONS) == z
-                params.append(
-                    pytest.param(
-                        index,
-                        average,
-                        zero_division,
-                        id=f"{case.id}-{average}-{zero_division}",
-                        marks=[] if sampled else [pytest.mark.slow],
-                    )
-                )
-    return params
-
-
-@pytest.mark.parametrize(("index", "average", "zero_division"), _precision_recall_params())
+# Every (stream, average, zero_division) triple in CI; by default each default stream with every
+# average, the zero_division values in turn.
+@pytest.mark.parametrize(
+    ("index", "average", "zero_division"),
+    rotated_grid(range(NUM_CASES), DEFAULT_CASES, AVERAGES, ZERO_DIVISIONS),
+)
 def test_precision_recall_f(index, average, zero_division):
     case, acc = CASES[index], accumulated(index)
     for labels in (None, case.labels_subset):
