@@ -1,8 +1,8 @@
 """Test-suite configuration: the `slow` marker's switch and the hypothesis profiles.
 
 Slow tests (the full randomized grids, multi-process runs, the examples) run when the environment
-has ``CI=true`` (CI sets it) or with ``pytest --run-slow``; otherwise they are skipped with a
-reason, so the default ``python -m pytest`` stays a few minutes from a cold kernel cache.
+has ``CI=true`` (CI sets it) or with ``pytest --run-slow``; otherwise they are deselected (the
+report header says how to run them), so the default ``python -m pytest`` stays short.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ settings.register_profile("metricstream", deadline=None, max_examples=60)
 settings.register_profile("metricstream-slow", deadline=None, max_examples=300)
 
 RUN_SLOW_HELP = "run the tests marked slow (also on when the environment has CI=true)"
-SKIP_REASON = "slow test: runs with --run-slow or when CI=true"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -60,16 +59,18 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 def pytest_report_header(config: pytest.Config) -> str:
     if run_slow(config):
         return "slow tests: run (--run-slow or CI=true); hypothesis profile metricstream-slow"
-    return "slow tests: skipped (pass --run-slow or set CI=true to run them)"
+    return "slow tests: deselected (pass --run-slow or set CI=true to run them)"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without --run-slow (or CI=true), the slow tests are deselected (the summary counts them):
+    thousands of skipped items would each still pass through setup, teardown and the report."""
     if run_slow(config):
         return
-    skip = pytest.mark.skip(reason=SKIP_REASON)
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+    kept = [item for item in items if "slow" not in item.keywords]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if "slow" in item.keywords])
+        items[:] = kept
 
 
 @pytest.fixture
