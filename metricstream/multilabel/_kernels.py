@@ -730,7 +730,7 @@ def _take(s, g, count):
     return s, np.uint8(0)
 
 
-@njit(inline="always")
+@njit
 def _flush(acc, num_labels, width, span, most, cols):
     """Add the uint8 lanes ``acc`` (TP, AP, PP, ``width`` each, of which the first ``span``
     hold ``span / L`` rows of L labels, each lane at most ``most``) into the column counts
@@ -1337,12 +1337,12 @@ def _super_rows(num_labels):
     return k
 
 
-@njit(inline="always")
-def _first_bad_row(y_true, y_pred, low, high):
-    """``(status, row)`` of the first row holding an invalid entry (true checked first; scores
-    must lie in ``[low, high]``)."""
+@njit
+def _first_bad_row(y_true, y_pred, start, low, high):
+    """``(status, row)`` of the first row from ``start`` holding an invalid entry (true checked
+    first; scores must lie in ``[low, high]``)."""
     zero = y_true[0, 0] ^ y_true[0, 0]
-    for i in range(y_true.shape[0]):
+    for i in range(start, y_true.shape[0]):
         status = _row_status(y_true[i], y_pred[i], zero, False, low, high)
         if status != OK:
             return status, i
@@ -1493,7 +1493,7 @@ def count_routed(y_true, y_pred, threshold, table):
             return NOT_PLAIN
         suspicious = y_pred.size >= SUSPICIOUS_MIN_SCORES and not _outside_unit(_flat(y_pred))
     code = _count_plain_into(
-        y_true, y_pred, threshold, low, high, layout, labels, per_sample, 2, buffer
+        y_true, y_pred, threshold, low, high, layout, labels, per_sample, np.int64(2), buffer
     )
     if code == 0:
         table[ROUTE_ROOM] -= need
@@ -1573,6 +1573,16 @@ def _outside_unit(flat):
 # sums of the regime (:func:`_fused_sums`, :func:`_short_sums`, :func:`_long_sums`), then their
 # statistics into the histograms (:func:`_scatter_samples`); :func:`_commit_plain` adds the
 # local buffers into the state at the end.
+#
+# Compile time: :func:`_count_plain_into` and the helpers that do not read the inputs
+# (:func:`_scatter_samples`, :func:`_flush`, :func:`_commit_plain`) and the error path
+# (:func:`_first_bad_row`) are plain ``njit`` functions, called rather than inlined into Numba's
+# IR: ``inline="always"`` copies a callee's IR at every call site (a copy whose cost grows with
+# the square of the callee's size), and types and lowers each copy again. Called, each is
+# compiled once per signature (the helpers once for every input dtype, ``_count_plain_into``
+# once for ``count_routed`` and ``count_plain``) and linked; the warm count stays as fast (a
+# few calls a batch). Constants passed to them are ``np.int64`` (a literal argument would
+# compile a second, ``Literal[int]`` specialisation).
 @njit(inline="always")
 def _count_columns(
     y_true, y_pred, flat_t, flat_p, block, stop, plan, threshold, low, high, acc, cols, pending
@@ -1621,9 +1631,9 @@ def _check_rest(y_true, y_pred, start, low, high):
     the :func:`status_code` of the first bad row, or 0 and True when the exact check finds none
     (a -0.0 probability, which the test of the bits takes for a negative score): the rest of
     the batch is then known valid, and counted."""
-    status, row = _first_bad_row(y_true[start:], y_pred[start:], low, high)
+    status, row = _first_bad_row(y_true, y_pred, start, low, high)
     if status != OK:
-        return status_code(status, start + row), False
+        return status_code(status, row), False
     return 0, True
 
 
@@ -1662,9 +1672,9 @@ def _fused_sums(
         if pending >= 254:
             if direct_cols and commit and not validated:
                 # the lanes go into the state: the rest of the batch first
-                status, row = _first_bad_row(y_true[i:], y_pred[i:], low, high)
+                status, row = _first_bad_row(y_true, y_pred, i, low, high)
                 if status != OK:
-                    return status_code(status, i + row), pending, validated
+                    return status_code(status, row), pending, validated
                 validated = True
             _flush(acc, num_labels, width, num_labels, pending + 1, cols)
             pending = 0
@@ -1847,7 +1857,7 @@ def _long_sums(y_true, y_pred, flat_t, flat_p, start, stop, vector_stop, thresho
         sum_pp[r] = pps
 
 
-@njit(inline="always")
+@njit
 def _scatter_samples(sums, rows, num_labels, layout, hist, packed):
     """The statistics of ``rows`` samples of row sums ``sums`` into the histograms ``hist``
     (``per_sample``'s layout); returns ``(exact, neither)``, the samples whose predicted set
@@ -1913,7 +1923,7 @@ def _scatter_samples(sums, rows, num_labels, layout, hist, packed):
     return exact, neither
 
 
-@njit(inline="always")
+@njit
 def _commit_plain(n, exact, neither, labels, per_sample, cols, hist, direct_cols, direct_hist):
     """The batch's sample counts into ``hist``; then the local column counts ``cols`` and
     histograms ``hist`` into the state, unless they are the state's own arrays (``direct_*``)."""
@@ -1931,7 +1941,7 @@ def _commit_plain(n, exact, neither, labels, per_sample, cols, hist, direct_cols
             per_sample[k] += hist[k]
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def _count_plain_into(
     y_true, y_pred, threshold, low, high, layout, labels, per_sample, mode, buffer
 ):
@@ -2079,7 +2089,7 @@ def _count_plain_into(
         )
         # Validate before the row sums: those of bad entries could index past the histograms.
         if bad > 1:
-            status, row = _first_bad_row(y_true, y_pred, low, high)
+            status, row = _first_bad_row(y_true, y_pred, np.int64(0), low, high)
             return status_code(status, row)
         # ---- pass 2, by groups of _SUM_ROWS rows: each row's TP/AP/PP, then the rows'
         # statistics into the histograms (two tight loops rather than one: measured faster)
