@@ -761,6 +761,10 @@ def _flush(acc, num_labels, width, span, most, cols):
     acc[:] = 0
 
 
+# :func:`_flush` inlined, for the flush that ends every count (see ``_count_plain_into``).
+_flush_last = njit(inline="always")(getattr(_flush, "py_func", _flush))
+
+
 def _pred_flag(v, low, high):  # pragma: no cover - replaced by the overload below
     """A value whose bitwise OR over a row exceeds 1 exactly when the row holds a bad value (a
     score not in ``[low, high]``, NaN included)."""
@@ -1493,15 +1497,16 @@ def _outside_unit(flat):
 # statistics into the histograms (:func:`_scatter_samples`); :func:`_commit_plain` adds the
 # local buffers into the state at the end.
 #
-# Compile time: :func:`_count_plain_into` and the helpers that do not read the inputs
-# (:func:`_scatter_samples`, :func:`_flush`, :func:`_commit_plain`) and the error path
-# (:func:`_first_bad_row`) are plain ``njit`` functions, called rather than inlined into Numba's
-# IR: ``inline="always"`` copies a callee's IR at every call site (a copy whose cost grows with
-# the square of the callee's size), and types and lowers each copy again. Called, each is
-# compiled once per signature (the helpers once for every input dtype, ``_count_plain_into``
-# once for ``count_routed`` and ``count_plain``) and linked; the warm count stays as fast (a
-# few calls a batch). Constants passed to them are ``np.int64`` (a literal argument would
-# compile a second, ``Literal[int]`` specialisation).
+# Compile time: :func:`_count_plain_into` is a plain ``njit`` function, called by
+# ``count_routed`` and ``count_plain`` rather than inlined into Numba's IR: ``inline="always"``
+# copies a callee's IR at every call site (a copy whose cost grows with the square of the
+# callee's size) and types and lowers each copy again; called, it is compiled once per
+# signature, for both kernels, and linked. So are the paths that a valid batch of a few
+# hundred rows never takes (:func:`_first_bad_row`, the flushes of :func:`_flush` inside the
+# loops): one compiled copy instead of one inlined copy per call site. What every call runs
+# (:func:`_scatter_samples`, :func:`_commit_plain`, the last flush) stays inlined: called, they
+# measured slower on the training-loop batch. Constants passed to called functions are
+# ``np.int64`` (a literal argument would compile a second, ``Literal[int]`` specialisation).
 @njit(inline="always")
 def _count_columns(
     y_true, y_pred, flat_t, flat_p, block, stop, plan, threshold, low, high, acc, cols, pending
@@ -1776,7 +1781,7 @@ def _long_sums(y_true, y_pred, flat_t, flat_p, start, stop, vector_stop, thresho
         sum_pp[r] = pps
 
 
-@njit
+@njit(inline="always")
 def _scatter_samples(sums, rows, num_labels, layout, hist, packed):
     """The statistics of ``rows`` samples of row sums ``sums`` into the histograms ``hist``
     (``per_sample``'s layout); returns ``(exact, neither)``, the samples whose predicted set
@@ -1842,7 +1847,7 @@ def _scatter_samples(sums, rows, num_labels, layout, hist, packed):
     return exact, neither
 
 
-@njit
+@njit(inline="always")
 def _commit_plain(n, exact, neither, labels, per_sample, cols, hist, direct_cols, direct_hist):
     """The batch's sample counts into ``hist``; then the local column counts ``cols`` and
     histograms ``hist`` into the state, unless they are the state's own arrays (``direct_*``)."""
@@ -2067,6 +2072,6 @@ def _count_plain_into(
             )
             exact += group_exact
             neither += group_neither
-    _flush(acc, num_labels, width, span, pending + k_rows, cols)
+    _flush_last(acc, num_labels, width, span, pending + k_rows, cols)
     _commit_plain(n, exact, neither, labels, per_sample, cols, hist, direct_cols, direct_hist)
     return OK
