@@ -16,3 +16,7 @@ collect_ignore = [
 import os  # noqa: E402
 
 os.environ.setdefault("METRICSTREAM_BACKGROUND_COMPILE", "0")
+
+# Keras 3 defaults to TensorFlow, which the test extras do not install: its torch backend,
+# unless the environment names another (the docstrings of metricstream.keras are collected too).
+os.environ.setdefault("KERAS_BACKEND", "torch")

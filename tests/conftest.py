@@ -62,6 +62,17 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "slow tests: deselected (pass --run-slow or set CI=true to run them)"
 
 
+# Test modules whose every test is slow (``pytestmark``) and that import a heavy host at import
+# (Spark, Ray): the default run does not import them at all.
+SLOW_MODULES = ("test_ray.py", "test_spark.py")
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> bool | None:
+    if collection_path.name in SLOW_MODULES and not run_slow(config):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without --run-slow (or CI=true), the slow tests are deselected (the summary counts them):
     thousands of skipped items would each still pass through setup, teardown and the report."""

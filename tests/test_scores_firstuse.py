@@ -686,12 +686,14 @@ def test_fresh_cache_first_updates_count_while_compiling(tmp_path):
         assert state == {name: a.tobytes().hex() for name, a in acc.state_arrays().items()}
 
 
+# The default bin budgets (thousands of values, one call each) in CI; small budgets of
+# probabilities and logits by default.
 @pytest.mark.parametrize(
     "settings_",
     [
-        {"task": "binary"},
+        pytest.param({"task": "binary"}, marks=pytest.mark.slow),
         {"task": "binary", "bins": 64},
-        {"task": "binary", "logits": True},
+        pytest.param({"task": "binary", "logits": True}, marks=pytest.mark.slow),
         {"task": "multilabel", "num_classes": 2, "logits": True, "bins": 16},
         {"task": "binary", "thresholds": [0.1, 0.5, 0.5000001, 0.9]},
         {"task": "binary", "logits": True, "thresholds": [-3.0, 0.0, 2.5]},

@@ -233,6 +233,7 @@ def mlflow_store(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
         mlflow.set_tracking_uri(previous)
 
 
+@pytest.mark.slow
 def test_mlflow_metrics_tables_and_figures(mlflow_store, tmp_path) -> None:  # type: ignore[no-untyped-def]
     mlflow = mlflow_store
     group, _, _ = _group()
@@ -273,6 +274,7 @@ def test_mlflow_metrics_tables_and_figures(mlflow_store, tmp_path) -> None:  # t
     assert table["nPredictions"].tolist() == group["labels"].confusion_matrix().ravel().tolist()
 
 
+@pytest.mark.slow
 def test_mlflow_run_argument_and_errors(mlflow_store) -> None:  # type: ignore[no-untyped-def]
     mlflow = mlflow_store
     acc = ConfusionAccumulator(2).update([0, 1, 1], [0, 1, 0])
@@ -321,6 +323,7 @@ def _read_table(run, entry) -> dict:  # type: ignore[no-untyped-def]
         return json.load(handle)
 
 
+@pytest.mark.slow
 def test_wandb_summary_and_native_tables(wandb_run) -> None:  # type: ignore[no-untyped-def]
     wandb, run = wandb_run
     group, y, p = _group()
@@ -341,6 +344,7 @@ def test_wandb_summary_and_native_tables(wandb_run) -> None:  # type: ignore[no-
     assert ours["data"] == [[a, b, float(c)] for a, b, c in reference.table.data]
 
 
+@pytest.mark.slow
 def test_wandb_step_and_active_run(wandb_run) -> None:  # type: ignore[no-untyped-def]
     wandb, run = wandb_run
     acc = ScoreAccumulator("binary").update([0, 1, 1, 0, 1], [0.1, 0.8, 0.4, 0.35, 0.9])
