@@ -108,3 +108,12 @@ def no_background_compiles():
 def slow_run(request: pytest.FixtureRequest) -> bool:
     """Whether this session runs the slow tests: a test samples its grid when it does not."""
     return run_slow(request.config)
+
+
+@pytest.fixture
+def background_compiles_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Background compiles on, as by default outside the tests (the repository's conftest.py
+    turns them off for the suite): for the first-use tests."""
+    from metricstream._core import warmup
+
+    monkeypatch.setattr(warmup, "_enabled", True)

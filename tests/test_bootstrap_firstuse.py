@@ -35,11 +35,8 @@ _firstuse = pytest.importorskip("metricstream.bootstrap._firstuse")
 _kernels = pytest.importorskip("metricstream.bootstrap._kernels")
 
 
-@pytest.fixture(autouse=True)
-def background_compiles_on(monkeypatch):
-    """This module tests first use: background compiles on, as by default outside the tests
-    (the suite turns them off, see the repository's conftest.py)."""
-    monkeypatch.setattr(warmup, "_enabled", True)
+# This module tests first use: background compiles on (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("background_compiles_on")
 
 
 TWINS = ("add_cluster_matrix", "add_clusters", "replicate_marginals", "replicate_cells")

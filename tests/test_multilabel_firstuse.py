@@ -33,11 +33,8 @@ warmup = pytest.importorskip("metricstream._core.warmup")
 _firstuse = pytest.importorskip("metricstream.multilabel._firstuse")
 
 
-@pytest.fixture(autouse=True)
-def background_compiles_on(monkeypatch):
-    """This module tests first use: background compiles on, as by default outside the tests
-    (the suite turns them off, see the repository's conftest.py)."""
-    monkeypatch.setattr(warmup, "_enabled", True)
+# This module tests first use: background compiles on (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("background_compiles_on")
 
 
 # ------------------------------------------------------------------ switches

@@ -35,11 +35,8 @@ _k = pytest.importorskip("metricstream.scores._kernels")
 _accumulator = pytest.importorskip("metricstream.scores.accumulator")
 
 
-@pytest.fixture(autouse=True)
-def background_compiles_on(monkeypatch):
-    """This module tests first use: background compiles on, as by default outside the tests
-    (the suite turns them off, see the repository's conftest.py)."""
-    monkeypatch.setattr(warmup, "_enabled", True)
+# This module tests first use: background compiles on (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("background_compiles_on")
 
 
 @contextlib.contextmanager
