@@ -15,11 +15,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
-import os
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 
 import numpy as np
@@ -29,6 +24,7 @@ from hypothesis import strategies as st
 
 from metricstream import BootstrapConfusionAccumulator
 from metricstream.bootstrap import bootstrap
+from tests.first_use_process import run_first_use
 
 warmup = pytest.importorskip("metricstream._core.warmup")
 _firstuse = pytest.importorskip("metricstream.bootstrap._firstuse")
@@ -558,18 +554,7 @@ def test_first_calls_return_before_the_compiles_with_the_kernels_numbers(tmp_pat
     """Empty Numba cache: the first update and bootstrap return drawn and counted by the twin,
     with no kernel compiled yet and the compiles running; once they finish the kernels give
     the same numbers."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    env.pop("NUMBA_DISABLE_JIT", None)
-    env[warmup.ENV] = "1"
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(FIRST_USE)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_first_use(FIRST_USE, str(tmp_path), quiet=False)
     assert result["compiled at return"] == [False] * 4
     assert result["busy"] and result["finished"] and not result["errors"]
     assert result["compiled after"] == [True] * 4

@@ -12,12 +12,10 @@ compile finishing in the background and taking over, and the process exiting cle
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import os
 import subprocess
 import sys
-import textwrap
 import zlib
 
 import numpy as np
@@ -26,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from metricstream import ConfusionAccumulator
+from tests.first_use_process import run_first_use
 
 warmup = pytest.importorskip("metricstream._core.warmup")
 _firstuse = pytest.importorskip("metricstream.confusion._firstuse")
@@ -542,21 +541,8 @@ print(json.dumps(first))
 
 
 def run_fresh(cache: str | None, *args: str, background: bool = True) -> dict:
-    """Run FIRST_USE in a new interpreter with Numba's cache in ``cache`` (None: the one this
-    environment uses)."""
-    env = dict(os.environ) if cache is None else {**os.environ, "NUMBA_CACHE_DIR": cache}
-    env.pop("NUMBA_DISABLE_JIT", None)
-    env[warmup.ENV] = "1" if background else "0"
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(FIRST_USE), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == "", done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """FIRST_USE in a new interpreter with Numba's cache in ``cache`` (None: this environment's)."""
+    return run_first_use(FIRST_USE, cache, *args, background=background)
 
 
 def expected_matrices():

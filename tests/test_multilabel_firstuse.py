@@ -14,11 +14,6 @@ counting without a compile.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 import warnings
 import zlib
 
@@ -28,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from metricstream import LabelSets, MultilabelAccumulator
+from tests.first_use_process import run_first_use
 
 warmup = pytest.importorskip("metricstream._core.warmup")
 _firstuse = pytest.importorskip("metricstream.multilabel._firstuse")
@@ -489,18 +485,7 @@ print(json.dumps(first))
 
 
 def run_fresh(cache: str, mode: str) -> dict:
-    env = {**os.environ, "NUMBA_CACHE_DIR": cache, warmup.ENV: "1"}
-    env.pop("NUMBA_DISABLE_JIT", None)
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(FIRST_USE), mode],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == "", done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_first_use(FIRST_USE, cache, mode)
 
 
 def expected_state(switch: Switch, times: int = 1) -> dict:

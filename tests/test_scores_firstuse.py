@@ -14,11 +14,6 @@ Numba cache counts its first updates before the compiles finish, to the kernels'
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
-import sys
-import textwrap
 import zlib
 
 import numpy as np
@@ -28,6 +23,7 @@ from hypothesis import strategies as st
 
 from metricstream import ScoreAccumulator
 from metricstream.base import AccumulatorGroup
+from tests.first_use_process import run_first_use
 
 warmup = pytest.importorskip("metricstream._core.warmup")
 _firstuse = pytest.importorskip("metricstream.scores._firstuse")
@@ -652,17 +648,7 @@ def test_fresh_cache_first_updates_count_while_compiling(tmp_path):
     multiclass logits are counted by the twin while their kernels compile in the background
     (none compiled when they return), to the kernels' states; once compiled, the kernels
     count (the small-batch path, not the twin)."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), warmup.ENV: "1"}
-    env.pop("NUMBA_DISABLE_JIT", None)
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(FIRST_USE)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_first_use(FIRST_USE, str(tmp_path), quiet=False)
     assert result["counted"] == [True, True, True]
     assert result["running"] and result["compiled"] == [0, 0, 0]
     assert result["finished"] and result["errors"] == []
