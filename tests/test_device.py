@@ -453,3 +453,21 @@ def test_histogram_counting_equals_the_numba_path(k) -> None:
     with pytest.raises(ValueError, match="device batch 0"):
         c.state_arrays()
     assert c.num_samples == 0
+
+
+def test_constant_when_traced_marks_a_function_as_dynamos_decorator_does() -> None:
+    # The device package marks its trace-time constants without importing torch._dynamo (about
+    # a second of `import metricstream.device`): the mark must be the decorator's whole effect.
+    import torch._dynamo
+
+    from metricstream.device._state import constant_when_traced
+
+    def ours() -> int:
+        return 1
+
+    def dynamos() -> int:
+        return 1
+
+    assert constant_when_traced(ours) is ours
+    assert torch._dynamo.assume_constant_result(dynamos) is dynamos
+    assert vars(ours) == vars(dynamos) == {"_dynamo_marked_constant": True}

@@ -37,6 +37,20 @@ HISTOGRAM_ON_CPU = [False]
 HISTOGRAM_CELLS = 2048
 
 _RECORD_SIZE = 5
+
+
+def constant_when_traced(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch._dynamo.assume_constant_result``, without importing ``torch._dynamo`` here.
+
+    torch.compile runs ``function`` in Python while it traces a step and takes its result for a
+    constant. The decorator's whole effect is this attribute (tests/test_device.py compares it
+    with the decorator's); importing ``torch._dynamo`` to apply it would add about a second to
+    ``import metricstream.device``, for a module that torch.compile imports anyway when it runs.
+    """
+    function._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return function
+
+
 _INT64_MAX = 2**63 - 1
 
 _WHAT = {

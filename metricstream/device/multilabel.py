@@ -31,7 +31,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._state import BAD_PRED, BAD_SCORE, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, DeviceState, state_for
+from ._state import (
+    BAD_PRED,
+    BAD_SCORE,
+    BAD_TRUE,
+    BAD_WEIGHT,
+    FLOAT_VALUE,
+    DeviceState,
+    constant_when_traced,
+    state_for,
+)
 
 # What else a value can be wrong with here (the codes of ``_state`` stop at 4; a code is below
 # ``FLOAT_VALUE``, and this state words its own errors).
@@ -124,7 +133,7 @@ class MultilabelDeviceState(DeviceState):
         )
 
 
-@torch._dynamo.assume_constant_result
+@constant_when_traced
 def _layout_of(acc: Any) -> tuple[int, ...]:
     """The accumulator's ``per_sample`` layout as Python ints (a constant of a compiled step:
     this runs in Python when the step is traced)."""

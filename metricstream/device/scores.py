@@ -30,7 +30,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._state import BAD_SCORE, BAD_TRUE, BAD_WEIGHT, FLOAT_VALUE, DeviceState, state_for
+from ._state import (
+    BAD_SCORE,
+    BAD_TRUE,
+    BAD_WEIGHT,
+    FLOAT_VALUE,
+    DeviceState,
+    constant_when_traced,
+    state_for,
+)
 from .confusion import MAX_INTEGRAL_WEIGHT, _bits, _ignored
 
 # Codes of the error record of this family beside ``_state``'s (below FLOAT_VALUE).
@@ -258,7 +266,7 @@ def _fine(q: torch.Tensor, fine_bins: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- the device state
-@torch._dynamo.assume_constant_result
+@constant_when_traced
 def _threshold_values(acc: Any) -> tuple[float, ...] | None:
     """The explicit thresholds as Python floats (read in Python when a compiled step is
     traced: torch.compile would take the numpy array for a tensor)."""
