@@ -11,17 +11,38 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the Trainer needs PyTorch")
-pytest.importorskip("transformers", reason="metricstream.huggingface needs transformers")
 from sklearn import metrics as skm  # noqa: E402
-from transformers import EvalPrediction  # noqa: E402
 
 from metricstream import AccumulatorGroup, ConfusionAccumulator, ScoreAccumulator  # noqa: E402
-from metricstream.huggingface import ComputeMetrics, preprocess_logits  # noqa: E402
+
+# transformers takes a while to import, and every test worker collects every module: it is
+# imported when a test of this module first runs (the child processes import it themselves).
+EvalPrediction: Any = None
+ComputeMetrics: Any = None
+preprocess_logits: Any = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _transformers() -> None:
+    pytest.importorskip("transformers", reason="metricstream.huggingface needs transformers")
+    _import_transformers()
+
+
+def _import_transformers() -> None:
+    global EvalPrediction, ComputeMetrics, preprocess_logits
+    import transformers
+
+    from metricstream import huggingface
+
+    EvalPrediction = transformers.EvalPrediction
+    ComputeMetrics, preprocess_logits = huggingface.ComputeMetrics, huggingface.preprocess_logits
+
 
 K = 3
 
@@ -156,6 +177,7 @@ def _torchrun_main(out: str) -> None:
     import warnings
 
     warnings.simplefilter("ignore")
+    _import_transformers()
     metrics, y, pred = _evaluate(os.path.join(out, "trainer"), 11)  # 11: uneven over 2 ranks
     rank = int(os.environ["RANK"])
     Path(out, f"rank{rank}.json").write_text(

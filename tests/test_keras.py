@@ -9,16 +9,30 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
-keras = pytest.importorskip("keras", reason="metricstream.keras needs Keras 3")
 from sklearn import metrics as skm  # noqa: E402
 
 import metricstream as ms  # noqa: E402
-from metricstream.keras import ConfusionMetrics  # noqa: E402
+
+# Keras takes seconds to import, and every test worker collects every module: it is imported
+# when a test of this module first runs (the child processes below import it themselves).
+keras: Any = None
+ConfusionMetrics: Any = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _keras() -> None:
+    global keras, ConfusionMetrics
+    keras = pytest.importorskip("keras", reason="metricstream.keras needs Keras 3")
+    from metricstream.keras import ConfusionMetrics as metrics
+
+    ConfusionMetrics = metrics
+
 
 K = 4
 
@@ -100,6 +114,8 @@ def test_invalid_inputs_are_flagged_not_counted():
 # ------------------------------------------------------------------ fit/evaluate, per backend
 def _child(backend: str, out: str) -> None:
     import keras
+
+    from metricstream.keras import ConfusionMetrics
 
     assert keras.backend.backend() == backend
     if backend == "torch":
