@@ -1,6 +1,7 @@
 """The integrations are optional and lazy: importing metricstream (or its integration modules)
 imports none of torch, dask, distributed or mpi4py, and a missing one says which pip install
-fixes it. Each check runs in a fresh interpreter, where ``sys.modules`` starts clean."""
+fixes it. The checks run in fresh interpreters, where ``sys.modules`` starts clean (the
+missing-extra calls share one, with every library they need blocked)."""
 
 from __future__ import annotations
 
@@ -28,51 +29,64 @@ def test_import_metricstream_imports_no_integration():
     assert proc.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize(
-    "blocked, call, fragments",
-    [
-        (
-            "torch",
-            "from metricstream.distributed import all_reduce; all_reduce(acc)",
-            [
-                "metricstream.distributed needs PyTorch, which is not installed",
-                'pip install "metricstream[torch]"',
-            ],
-        ),
-        (
-            "dask",
-            "from metricstream.dask import confusion; confusion([0], [0], 2)",
-            ["metricstream.dask needs dask", 'pip install "metricstream[dask]"'],
-        ),
-        (
-            "dask",
-            "from metricstream.dask import accumulate; accumulate(acc, [0], [0])",
-            ["metricstream.dask needs dask", 'pip install "metricstream[dask]"'],
-        ),
-        (
-            "torch",
-            "from metricstream.distributed import all_reduce\n    "
-            "from metricstream import AccumulatorGroup\n    "
-            "all_reduce(AccumulatorGroup(a=acc))",
-            ["metricstream.distributed needs PyTorch, which is not installed"],
-        ),
-        (
-            "mpi4py",
-            "from metricstream.mpi import allreduce; allreduce(acc)",
-            [
-                "metricstream.mpi needs mpi4py and an MPI library",
-                'pip install "metricstream[mpi]" and install MPI',
-            ],
-        ),
-    ],
-    ids=["torch", "dask", "dask-accumulate", "torch-group", "mpi4py"],
-)
-def test_missing_extra_names_the_pip_command(blocked, call, fragments):
-    proc = _run(
-        f"import sys\nsys.modules[{blocked!r}] = None  # as if not installed\n"
-        "from metricstream import ConfusionAccumulator\nacc = ConfusionAccumulator(2)\n"
-        f"try:\n    {call}\nexcept ImportError as error:\n    print(error)\n"
-    )
+MISSING_EXTRA_CASES = [
+    (
+        "torch",
+        "from metricstream.distributed import all_reduce; all_reduce(acc)",
+        [
+            "metricstream.distributed needs PyTorch, which is not installed",
+            'pip install "metricstream[torch]"',
+        ],
+    ),
+    (
+        "dask",
+        "from metricstream.dask import confusion; confusion([0], [0], 2)",
+        ["metricstream.dask needs dask", 'pip install "metricstream[dask]"'],
+    ),
+    (
+        "dask",
+        "from metricstream.dask import accumulate; accumulate(acc, [0], [0])",
+        ["metricstream.dask needs dask", 'pip install "metricstream[dask]"'],
+    ),
+    (
+        "torch",
+        "from metricstream.distributed import all_reduce\n    "
+        "from metricstream import AccumulatorGroup\n    "
+        "all_reduce(AccumulatorGroup(a=acc))",
+        ["metricstream.distributed needs PyTorch, which is not installed"],
+    ),
+    (
+        "mpi4py",
+        "from metricstream.mpi import allreduce; allreduce(acc)",
+        [
+            "metricstream.mpi needs mpi4py and an MPI library",
+            'pip install "metricstream[mpi]" and install MPI',
+        ],
+    ),
+]
+MISSING_EXTRA_IDS = ["torch", "dask", "dask-accumulate", "torch-group", "mpi4py"]
+
+
+@pytest.fixture(scope="module")
+def missing_extra_messages() -> list[str]:
+    """What each call of ``MISSING_EXTRA_CASES`` printed, all run in one fresh interpreter where
+    none of the blocked libraries can be imported (each call imports only its own integration)."""
+    blocked = sorted({case[0] for case in MISSING_EXTRA_CASES})
+    lines = ["import sys"]
+    lines += [f"sys.modules[{name!r}] = None  # as if not installed" for name in blocked]
+    lines += ["from metricstream import ConfusionAccumulator", "acc = ConfusionAccumulator(2)"]
+    for _, call, _ in MISSING_EXTRA_CASES:
+        lines += ["try:", f"    {call}", "except ImportError as error:", "    print(error)"]
+        lines += ["print('-- next --')"]
+    proc = _run("\n".join(lines) + "\n")
     assert proc.returncode == 0, proc.stderr
+    messages = proc.stdout.split("-- next --\n")
+    assert len(messages) == len(MISSING_EXTRA_CASES) + 1, proc.stdout
+    return messages[:-1]
+
+
+@pytest.mark.parametrize("case", range(len(MISSING_EXTRA_CASES)), ids=MISSING_EXTRA_IDS)
+def test_missing_extra_names_the_pip_command(case, missing_extra_messages):
+    _, _, fragments = MISSING_EXTRA_CASES[case]
     for fragment in fragments:
-        assert fragment in proc.stdout
+        assert fragment in missing_extra_messages[case]
