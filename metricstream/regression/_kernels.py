@@ -28,7 +28,9 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core.imputils import impl_ret_untracked
 from numba.extending import intrinsic
+from numba.np.arrayobj import populate_array
 
 # Fixed-point layout: limb k holds bits [EMIN + BITS*k, EMIN + BITS*(k+1)) once normalised.
 BITS = 31
@@ -92,6 +94,32 @@ def _bits_float(typingctx, x):  # type: ignore[no-untyped-def]
         return builder.bitcast(args[0], ir.DoubleType())
 
     return types.float64(x), codegen
+
+
+@intrinsic
+def _bits_view(typingctx, array):  # type: ignore[no-untyped-def]
+    """A float64 array's bits as an int64 array of the same shape and strides (``view``
+    without Numba's generic helper, which compiles a subroutine per call site). The view owns
+    no reference: the caller keeps the array alive."""
+    if not (isinstance(array, types.Array) and array.dtype == types.float64):
+        return None
+    view_type = array.copy(dtype=types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        source = context.make_array(signature.args[0])(context, builder, value=args[0])
+        target = context.make_array(signature.return_type)(context, builder)
+        populate_array(
+            target,
+            data=builder.bitcast(source.data, target.data.type),
+            shape=source.shape,
+            strides=source.strides,
+            itemsize=source.itemsize,
+            meminfo=None,
+            parent=None,
+        )
+        return impl_ret_untracked(context, builder, signature.return_type, target._getvalue())
+
+    return view_type(array), codegen
 
 
 @numba.njit(inline="always")
@@ -204,15 +232,15 @@ def _check(t, p, w, weighted, found, max_error):  # type: ignore[no-untyped-def]
     fails them is scanned again, in row-major order, for its first bad value.
     """
     n, m = t.shape
-    tb = t.view(np.int64)
-    pb = p.view(np.int64)
+    tb = _bits_view(t)
+    pb = _bits_view(p)
     magnitude = np.int64(0x7FFFFFFFFFFFFFFF)
     bad = False
     positive = not weighted and n > 0
     wlow = magnitude
     whigh = np.int64(0)
     if weighted:
-        wb = w.view(np.int64)
+        wb = _bits_view(w)
         for i in range(n):
             wi = w[i]
             bad |= (wi < 0.0) | (wi > _DBL_MAX) | (wi != wi)
@@ -286,6 +314,17 @@ def _first_bad(t, p, w, weighted, found):  # type: ignore[no-untyped-def]
                 return
 
 
+@numba.njit
+def _largest(rows):  # type: ignore[no-untyped-def]
+    """The largest value of the int64 matrix ``rows`` (a loop: ``ndarray.max`` compiles
+    Numba's generic reduction)."""
+    most = np.int64(-(2**63))
+    for r in range(rows.shape[0]):
+        for k in range(rows.shape[1]):
+            most = max(most, rows[r, k])
+    return most
+
+
 @numba.njit(inline="always")
 def _two_words(c0, c1, c2):  # type: ignore[no-untyped-def]
     """``c0 + c1 * 2**27 + c2 * 2**54`` (each below 2**54) as ``low + high * 2**53``, both
@@ -344,8 +383,8 @@ def _deposit_plain(t, p, j, start, stop, bins):  # type: ignore[no-untyped-def]
 
     ``w |e|`` is not binned: it is the sum of the positive and negative rows of ``w e``.
     """
-    tb = t.view(np.int64)
-    pb = p.view(np.int64)
+    tb = _bits_view(t)
+    pb = _bits_view(p)
     for i in range(start, stop):
         mt, et, nt = _decode(tb[i, j])
         mp, ep, np_ = _decode(pb[i, j])
@@ -363,9 +402,9 @@ def _deposit_plain(t, p, j, start, stop, bins):  # type: ignore[no-untyped-def]
 def _deposit_weighted(t, p, w, j, start, stop, bins):  # type: ignore[no-untyped-def]
     """Rows [start, stop) of output ``j`` into ``bins``, weighted (and ``w`` itself into row
     S_W when ``j`` is 0)."""
-    tb = t.view(np.int64)
-    pb = p.view(np.int64)
-    wb = w.view(np.int64)
+    tb = _bits_view(t)
+    pb = _bits_view(p)
+    wb = _bits_view(w)
     for i in range(start, stop):
         mw, ew, _ = _decode(wb[i])
         if j == 0:
@@ -386,6 +425,13 @@ def _deposit_weighted(t, p, w, j, start, stop, bins):  # type: ignore[no-untyped
         _digits_times(bins[S_EE], g0, g1, g2, g3, me, position + ee + EMIN)
 
 
+# Compile time: ``count`` is compiled when this module is imported (its signature is given),
+# so a cold first update waits for it. The per-row helpers of the hot loops are inlined into
+# ``_deposit_*`` and ``_check``, which ``count`` calls (each compiled once, linked). What made
+# the compile slow was Numba's generic array helpers, each compiled as a subroutine at its call
+# site: an array assigned into a slice (the broadcasting setitem and its shape-mismatch error,
+# seconds), ``ndarray.view`` (replaced by the ``_bits_view`` intrinsic) and ``ndarray.max``
+# (a loop, :func:`_largest`).
 @numba.njit(
     "UniTuple(int64, 3)(float64[:, ::1], float64[:, ::1], float64[::1], boolean, "
     "int64[:, :, ::1], float64[::1], int64[:, ::1])",
@@ -407,9 +453,9 @@ def count(t, p, w, weighted, moments, max_error, bins):  # type: ignore[no-untyp
         return found[0], found[1], found[2]
     limit = np.int64(1) << 61
     flat = moments.reshape(-1, LIMBS)
-    if flat.max() >= limit:  # only a state restored from elsewhere gets here
+    if _largest(flat) >= limit:  # only a state restored from elsewhere gets here
         for r in range(flat.shape[0]):
-            if flat[r].max() >= limit:
+            if _largest(flat[r : r + 1]) >= limit:
                 return STATE_TOO_LARGE, -1, r // NUM_STATE
     if found[3] == 0:
         return OK, -2, -1
@@ -439,9 +485,11 @@ def count(t, p, w, weighted, moments, max_error, bins):  # type: ignore[no-untyp
             high = max(high, intervals[r, 2] // BITS + 2)
     high = min(high, LIMBS - 1)
     for j in range(m):
-        if j > 0:
-            scratch[j, S_W, :] = scratch[0, S_W, :]
-        scratch[j, S_AE, :] = scratch[j, S_E_POS, :] + scratch[j, S_E_NEG, :]
+        # loops, not slice assignments (compile time: see above)
+        for k in range(LIMBS):
+            if j > 0:
+                scratch[j, S_W, k] = scratch[0, S_W, k]
+            scratch[j, S_AE, k] = scratch[j, S_E_POS, k] + scratch[j, S_E_NEG, k]
         for q in range(NUM_STATE):
             # Limbs below `low` are zero in the batch; above `high` only a carry can change
             # the (canonical) state, and once it is 0 nothing does.
