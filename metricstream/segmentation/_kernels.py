@@ -71,7 +71,17 @@ BLOCK = 1024
 _FLUSH = 1 << 30
 
 
-@njit(inline="always")
+# Compile time: ``count_images`` is compiled once per label dtype; what does not depend on it
+# (:func:`_per_image` and its :func:`_slot`/:func:`_add_fixed`, :func:`_fold`, the argmax of
+# scores :func:`_argmax_block`) is a plain ``njit`` function, called rather than inlined
+# (``inline="always"`` copies a callee's IR at every call site and types and lowers each copy
+# again), so it is compiled once per process and linked; they run once per image or per block
+# of pixels, not per pixel. So is the search for a bad label (:func:`_first_bad_label`), which a
+# valid batch never runs. Constants passed to called functions are ``np.int64`` (a literal
+# argument would compile a ``Literal[int]`` specialisation per value), and arrays are copied by
+# loops (an array assigned into a slice compiles Numba's broadcasting setitem). The per-pixel
+# loops, :func:`_count_cells` included, stay inlined.
+@njit
 def _add_fixed(sums, row, column, value):
     """Add ``value`` (in [0, 1]) and its square to the fixed-point words of ``column``."""
     q = np.int64(np.rint(value * _SCALE))
@@ -82,7 +92,7 @@ def _add_fixed(sums, row, column, value):
     sums[row + SQUARE_LOW, column] += q & _LOW_MASK
 
 
-@njit(inline="always")
+@njit
 def _slot(image_counts, image_sums, variant, slot, defined, value):
     if defined:
         image_counts[variant, slot] += 1
@@ -94,7 +104,7 @@ def _slot(image_counts, image_sums, variant, slot, defined, value):
         image_sums[variant, SQUARE_LOW, slot] += q & _LOW_MASK
 
 
-@njit(inline="always")
+@njit(nogil=True)
 def _fold(copies, num_copies, stride, image_matrix):
     """Add the int32 copies into the int64 image matrix and zero them."""
     cells = stride - 1
@@ -163,9 +173,9 @@ def _per_image(
             class_counts[TRUTH_ONLY, c] += 1
         else:
             class_counts[PRESENT, c] += 1
-            _add_fixed(iou_sums, 0, c, i / (t + p - i))
-            _add_fixed(dice_sums, 0, c, 2.0 * i / (t + p))
-            _add_fixed(accuracy_sums, 0, c, i / t)
+            _add_fixed(iou_sums, np.int64(0), c, i / (t + p - i))
+            _add_fixed(dice_sums, np.int64(0), c, 2.0 * i / (t + p))
+            _add_fixed(accuracy_sums, np.int64(0), c, i / t)
     # Per image, class-averaged: variant 0 holds every class, variant 1 all but the background.
     for variant in range(2):
         included = 0
@@ -217,7 +227,7 @@ def _per_image(
             image_counts,
             image_sums,
             variant,
-            MACRO_IOU_SKIP_BOTH,
+            np.int64(MACRO_IOU_SKIP_BOTH),
             n_both > 0,
             iou_both / max(n_both, 1),
         )
@@ -225,7 +235,7 @@ def _per_image(
             image_counts,
             image_sums,
             variant,
-            MACRO_DICE_SKIP_BOTH,
+            np.int64(MACRO_DICE_SKIP_BOTH),
             n_both > 0,
             dice_both / max(n_both, 1),
         )
@@ -233,7 +243,7 @@ def _per_image(
             image_counts,
             image_sums,
             variant,
-            MACRO_IOU_SKIP_TRUTH,
+            np.int64(MACRO_IOU_SKIP_TRUTH),
             n_truth > 0,
             iou_truth / max(n_truth, 1),
         )
@@ -241,7 +251,7 @@ def _per_image(
             image_counts,
             image_sums,
             variant,
-            MACRO_DICE_SKIP_TRUTH,
+            np.int64(MACRO_DICE_SKIP_TRUTH),
             n_truth > 0,
             dice_truth / max(n_truth, 1),
         )
@@ -249,7 +259,7 @@ def _per_image(
             image_counts,
             image_sums,
             variant,
-            MACRO_IOU_ONE,
+            np.int64(MACRO_IOU_ONE),
             included > 0,
             iou_one / max(included, 1),
         )
@@ -257,7 +267,7 @@ def _per_image(
             image_counts,
             image_sums,
             variant,
-            MACRO_DICE_ONE,
+            np.int64(MACRO_DICE_ONE),
             included > 0,
             dice_one / max(included, 1),
         )
@@ -265,29 +275,43 @@ def _per_image(
             image_counts,
             image_sums,
             variant,
-            MACRO_ACCURACY,
+            np.int64(MACRO_ACCURACY),
             n_truth > 0,
             accuracy / max(n_truth, 1),
         )
         union = sum_t + sum_p - sum_i
-        _slot(image_counts, image_sums, variant, MICRO_IOU, union > 0, sum_i / max(union, 1))
+        _slot(
+            image_counts, image_sums, variant, np.int64(MICRO_IOU), union > 0, sum_i / max(union, 1)
+        )
         _slot(
             image_counts,
             image_sums,
             variant,
-            MICRO_DICE,
+            np.int64(MICRO_DICE),
             sum_t + sum_p > 0,
             2.0 * sum_i / max(sum_t + sum_p, 1),
         )
-        _slot(image_counts, image_sums, variant, MICRO_ACCURACY, sum_t > 0, sum_i / max(sum_t, 1))
         _slot(
-            image_counts, image_sums, variant, WEIGHTED_IOU, sum_t > 0, weighted_iou / max(sum_t, 1)
+            image_counts,
+            image_sums,
+            variant,
+            np.int64(MICRO_ACCURACY),
+            sum_t > 0,
+            sum_i / max(sum_t, 1),
         )
         _slot(
             image_counts,
             image_sums,
             variant,
-            WEIGHTED_DICE,
+            np.int64(WEIGHTED_IOU),
+            sum_t > 0,
+            weighted_iou / max(sum_t, 1),
+        )
+        _slot(
+            image_counts,
+            image_sums,
+            variant,
+            np.int64(WEIGHTED_DICE),
             sum_t > 0,
             weighted_dice / max(sum_t, 1),
         )
@@ -316,6 +340,65 @@ def _count_cells(cells, n, copies, num_copies, stride):
     while j < n:
         copies[cells[j]] += 1
         j += 1
+
+
+@njit(nogil=True)
+def _argmax_block(scores, b, lo, n, k, channels_last, best, arg):
+    """The argmax over the ``k`` classes of pixels ``lo..lo+n-1`` of image ``b`` into ``arg``;
+    returns the first of those pixels holding a NaN score, or -1."""
+    nan = False
+    image_scores = scores[b]
+    if channels_last:
+        for j in range(n):
+            row = image_scores[lo + j]
+            top = row[0]
+            at = 0
+            nan |= top != top
+            for c in range(1, k):
+                v = row[c]
+                nan |= v != v
+                if v > top:
+                    top = v
+                    at = c
+            arg[j] = at
+    else:
+        first = image_scores[0, lo : lo + n]
+        for j in range(n):
+            v = first[j]
+            nan |= v != v
+            best[j] = v
+            arg[j] = 0
+        for c in range(1, k):
+            row = image_scores[c, lo : lo + n]
+            for j in range(n):
+                v = row[j]
+                nan |= v != v
+                if v > best[j]:
+                    best[j] = v
+                    arg[j] = c
+    if nan:
+        for j in range(n):
+            for c in range(k):
+                v = scores[b, lo + j, c] if channels_last else scores[b, c, lo + j]
+                if v != v:
+                    return lo + j
+    return -1
+
+
+@njit
+def _first_bad_label(y_true, y_pred, b, lo, n, has_ignore, ignore, use_scores, limit):
+    """``(status, pixel)`` of the first label of pixels ``lo..lo+n-1`` of image ``b`` outside
+    ``[0, limit)``, or ``(OK, -1)``."""
+    tb = y_true[b, lo : lo + n]
+    for j in range(n):
+        t = tb[j]
+        if has_ignore and t == ignore:
+            continue
+        if np.uint64(t) >= limit:
+            return BAD_TRUE, lo + j
+        if not use_scores and np.uint64(y_pred[b, lo + j]) >= limit:
+            return BAD_PRED, lo + j
+    return OK, -1
 
 
 @njit(cache=True, nogil=True)
@@ -370,7 +453,10 @@ def count_images(
         # One kernel for both entry points: a second function would compile its own copy of
         # `_per_image` on a cold machine.
         for b in range(start, stop):
-            image_matrix[:] = matrices[b].reshape(-1)
+            image = matrices[b]
+            for t in range(k):
+                for p in range(k):
+                    image_matrix[t * k + p] = image[t, p]
             _per_image(
                 image_matrix,
                 k,
@@ -397,43 +483,9 @@ def count_images(
             tb = labels[lo:hi]
             worst = np.uint64(0)
             if use_scores:
-                nan = False
-                if channels_last:
-                    image_scores = scores[b]
-                    for j in range(n):
-                        row = image_scores[lo + j]
-                        top = row[0]
-                        at = 0
-                        nan |= top != top
-                        for c in range(1, k):
-                            v = row[c]
-                            nan |= v != v
-                            if v > top:
-                                top = v
-                                at = c
-                        arg[j] = at
-                else:
-                    image_scores = scores[b]
-                    first = image_scores[0, lo:hi]
-                    for j in range(n):
-                        v = first[j]
-                        nan |= v != v
-                        best[j] = v
-                        arg[j] = 0
-                    for c in range(1, k):
-                        row = image_scores[c, lo:hi]
-                        for j in range(n):
-                            v = row[j]
-                            nan |= v != v
-                            if v > best[j]:
-                                best[j] = v
-                                arg[j] = c
-                if nan:
-                    for j in range(n):
-                        for c in range(k):
-                            v = scores[b, lo + j, c] if channels_last else scores[b, c, lo + j]
-                            if v != v:
-                                return BAD_SCORE, b, lo + j
+                bad = _argmax_block(scores, b, lo, n, k, channels_last, best, arg)
+                if bad >= 0:
+                    return BAD_SCORE, b, bad
                 for j in range(n):
                     t = tb[j]
                     kt = np.uint64(t)
@@ -459,14 +511,11 @@ def count_images(
                         worst = max(worst, max(kt, kp))
                         buffer[j] = kt * limit + kp
             if worst >= limit:
-                for j in range(n):
-                    t = tb[j]
-                    if has_ignore and t == ignore:
-                        continue
-                    if np.uint64(t) >= limit:
-                        return BAD_TRUE, b, lo + j
-                    if not use_scores and np.uint64(y_pred[b, lo + j]) >= limit:
-                        return BAD_PRED, b, lo + j
+                status, pixel = _first_bad_label(
+                    y_true, y_pred, b, lo, n, has_ignore, ignore, use_scores, limit
+                )
+                if status != OK:
+                    return status, b, pixel
             _count_cells(buffer, n, copies, num_copies, stride)
             since_fold += n
             if since_fold > _FLUSH:
