@@ -197,7 +197,32 @@ def _numeric(array: np.ndarray, name: str) -> tuple[np.ndarray, int]:
         return array.view(np.int16), _HALF
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
-    return array, 0
+    return kernel_view(array), 0
+
+
+class _SharedMemory:
+    """A read-only array's memory, offered to numpy as writable (see :func:`kernel_view`)."""
+
+    __slots__ = ("array", "__array_interface__")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array  # keeps the memory alive as long as the view
+        interface = dict(array.__array_interface__)
+        interface["data"] = (interface["data"][0], False)
+        self.__array_interface__ = interface
+
+
+def kernel_view(array: np.ndarray) -> np.ndarray:
+    """``array`` itself, or for a read-only array a writable view of the same memory (no copy).
+
+    Numba types a read-only array as a type of its own, so each kernel would compile a second
+    specialisation for Arrow columns, memory-mapped files or ``np.frombuffer`` data, seconds of
+    CPU each, that ``python -m metricstream warm-up`` does not cover. The kernels and the code
+    around them only read their inputs, so one specialisation serves both.
+    """
+    if array.flags.writeable:
+        return array
+    return np.asarray(_SharedMemory(array))
 
 
 def _numeric_objects(array: np.ndarray, name: str) -> np.ndarray:
@@ -295,6 +320,7 @@ def prepare_batch(
         and y_true.dtype.kind in "iu"
         and y_true.dtype.isnative
     ):
+        y_true, y_pred = kernel_view(y_true), kernel_view(y_pred)
         if y_pred.shape == y_true.shape and y_pred.dtype.kind in "iu" and y_pred.dtype.isnative:
             return Batch(
                 y_true, y_pred, None, y_true.shape, False, y_true.size, (y_true, y_pred, None), "C"

@@ -218,3 +218,74 @@ def test_segmentation_masks_with_void():
     np.add.at(expected, (y_true[keep], y_pred[keep]), 1)
     np.testing.assert_array_equal(acc.matrix, expected)
     assert acc.num_samples == keep.sum()
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def test_kernel_view_shares_read_only_memory_as_writable():
+    from metricstream._inputs import kernel_view
+
+    writable = np.arange(12.0)
+    assert kernel_view(writable) is writable
+    base = np.arange(40, dtype=np.int32).reshape(5, 8)
+    source = _read_only(base[1:, ::3])  # an offset and strides
+    view = kernel_view(source)
+    assert view.flags.writeable and not source.flags.writeable
+    assert (view.shape, view.strides, view.dtype) == (source.shape, source.strides, source.dtype)
+    assert view.__array_interface__["data"][0] == source.__array_interface__["data"][0]
+    assert np.array_equal(view, source)
+    del source, base  # the view keeps the memory alive
+    assert view.tolist() == (np.arange(40, dtype=np.int32).reshape(5, 8)[1:, ::3]).tolist()
+    empty = kernel_view(_read_only(np.zeros((0, 3))))
+    assert empty.shape == (0, 3) and empty.flags.writeable
+
+
+def _read_only_signatures() -> set[tuple[str, str]]:
+    """Every compiled kernel specialisation that takes a read-only array (other than the score
+    family's small-rows kernel, compiled once for any layout on purpose)."""
+    import importlib
+
+    from numba import types
+    from numba.core.registry import CPUDispatcher
+
+    found = set()
+    for family in ("confusion", "scores", "multilabel", "regression", "segmentation"):
+        module = importlib.import_module(f"metricstream.{family}._kernels")
+        for name, kernel in vars(module).items():
+            if not isinstance(kernel, CPUDispatcher) or name.startswith("count_small_rows"):
+                continue
+            for signature in kernel.signatures:
+                if any(isinstance(t, types.Array) and not t.mutable for t in signature):
+                    found.add((f"{family}.{name}", str(signature)))
+    return found
+
+
+def test_read_only_inputs_compile_no_kernel_of_their_own():
+    """Arrow columns, memory-mapped files and frombuffer data are read-only arrays: each family
+    counts them with the kernels of writable arrays (equal states), compiling nothing else."""
+    import metricstream as ms
+
+    before = _read_only_signatures()
+    rng = np.random.default_rng(3)
+    for n in (40, 3000):  # the small-batch paths and the general ones
+        labels = rng.integers(0, 3, n)
+        scores = rng.random((n, 3)).astype(np.float32)
+        scores /= scores.sum(axis=1, keepdims=True)
+        pairs = [
+            (ms.ConfusionAccumulator(3), (labels, labels[::-1].copy())),
+            (ms.ConfusionAccumulator(3), (labels, scores)),
+            (ms.ScoreAccumulator("multiclass", 3, logits=True), (labels, scores)),
+            (ms.ScoreAccumulator("binary"), (labels % 2, scores[:, 0].copy())),
+            (ms.MultilabelAccumulator(3), (labels[:, None] == [0, 1, 2], scores)),
+            (ms.RegressionAccumulator(), (scores[:, 0].astype(np.float64), scores[:, 1] * 2.0)),
+            (ms.SegmentationAccumulator(3), (labels.reshape(-1, 10), labels.reshape(-1, 10))),
+        ]
+        for acc, arrays in pairs:
+            reference = acc.copy().update(*arrays)
+            acc.update(*(_read_only(np.ascontiguousarray(a)) for a in arrays))
+            assert acc == reference, type(acc).__name__
+    assert _read_only_signatures() == before

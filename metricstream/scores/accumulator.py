@@ -16,7 +16,7 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from .._core import flags as _flags
-from .._inputs import as_array, label_hint, one_hot_hint
+from .._inputs import as_array, kernel_view, label_hint, one_hot_hint
 from ..base import Accumulator, exact_total
 from ..confusion.accumulator import ConfusionAccumulator
 from ..exceptions import UndefinedMetricWarning, caller_stacklevel
@@ -560,8 +560,8 @@ class ScoreAccumulator(Accumulator):
             and y_true.dtype.isnative
         ):
             return _Batch(
-                y_true,
-                y_pred,
+                kernel_view(y_true),
+                kernel_view(y_pred),
                 None,
                 None if self._logits else _EPS[y_pred.dtype],
                 y_pred.shape,

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .._inputs import kernel_view
 from ..base import Accumulator
 from ..exceptions import UndefinedMetricWarning, caller_stacklevel
 from . import _kernels as _k
@@ -284,8 +285,7 @@ class SegmentationAccumulator(Accumulator):
             )
         if pred.dtype.kind not in "biuf":
             raise TypeError(f"`y_pred` scores must be numeric, got dtype {pred.dtype}.")
-        if not pred.flags.writeable:
-            pred = pred.copy()  # one compiled kernel per dtype (see `_labels`)
+        pred = kernel_view(pred)  # one compiled kernel per dtype (see `_labels`)
         if pred.dtype != np.float32:
             # numpy's argmax, on the scores as given (a float32 copy could tie two scores).
             if pred.dtype.kind == "f":
@@ -1067,9 +1067,8 @@ def _read(value: Any, name: str) -> np.ndarray:
 
 
 def _labels(array: np.ndarray, name: str) -> np.ndarray:
-    if not array.flags.writeable:
-        # Numba compiles read-only arrays as another type: a copy keeps one kernel per dtype.
-        array = array.copy()
+    # Numba compiles read-only arrays as another type: one kernel per dtype, without a copy.
+    array = kernel_view(array)
     if array.dtype == np.bool_:
         return array.view(np.uint8)
     if array.dtype.kind not in "iu":
