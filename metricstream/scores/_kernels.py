@@ -105,10 +105,10 @@ LOG_LOSS_BOUND = -math.log(2.0**-52)
 _TWO_63 = 2.0**63
 
 
-# Bits of ``flags``. Whether scores are logits (``eps`` is None: no clipping) and whether bins
-# come from explicit thresholds (``thresholds`` is not None) are told by the argument types
-# instead: Numba compiles one version per type, which drops the unused branches of the inner
-# loop (measured, 256x10: 23 -> 13 us).
+# Bits of ``flags``. Whether scores are logits (``eps`` is None: no clipping), whether bins
+# come from explicit thresholds (``thresholds`` is not None) and whether rows are weighted are
+# told by the argument types instead: Numba compiles one version per type, which drops the
+# unused branches of the inner loop (measured, 256x10: 23 -> 13 us; see "Compile time:").
 HAS_IGNORE = 1
 
 _SIGN = np.uint32(0x80000000)
@@ -119,7 +119,7 @@ _MIN_COMPLEMENT_BITS = 0x33800000
 _TINY_BITS = 0x37800000
 
 
-@njit(inline="always")
+@njit
 def key_layout(shift):
     """The probability key layout of a ``shift`` code: ``(fine, fine_low, tiny, coarse,
     coarse_low, offset, base, last, complement, complement_low)`` (``*_low``: the masks of the
@@ -179,7 +179,7 @@ _LOGIT_EDGES = (
 )
 
 
-@njit(inline="always")
+@njit
 def logit_layout(shift):
     """The key layout of logits for a ``shift`` code: ``(fine, middle, outer, half)``.
 
@@ -358,12 +358,12 @@ def _probability_bin(v, layout):
 
 
 @njit(inline="always")
-def _bin_of(v, layout, logit, thresholds, logits):
-    if thresholds is not None:
+def _bin_of(v, layout, logit, thresholds, has_thresholds, probabilities):
+    if has_thresholds:
         return _threshold_bin(v, thresholds)
-    if logits:
-        return _key_bin(v, logit)
-    return _probability_bin(v, layout)
+    if probabilities:
+        return _probability_bin(v, layout)
+    return _key_bin(v, logit)
 
 
 @njit(inline="always")
@@ -394,10 +394,10 @@ def _ignored_impl(t, ignore_index):
 
 
 @njit(inline="always")
-def _score_ok(v, logits):
-    if logits:
-        return v == v and v != np.inf
-    return v >= 0 and v <= 1
+def _score_ok(v, probabilities):
+    if probabilities:
+        return v >= 0 and v <= 1
+    return v == v and v != np.inf
 
 
 @njit(inline="always")
@@ -419,8 +419,8 @@ def _clip_log(p, eps):
     return np.log(p)
 
 
-@njit(inline="always")
-def _check_row(labels, scores, i, has_ignore, ignore_index, logits):
+@njit
+def _check_row(labels, scores, i, has_ignore, ignore_index, probabilities):
     """``(status, position)`` of row ``i`` of a multiclass batch (``OK`` for ignored rows)."""
     num_classes = scores.shape[1]
     t = labels[i]
@@ -432,20 +432,20 @@ def _check_row(labels, scores, i, has_ignore, ignore_index, logits):
     total = 0.0
     for c in range(num_classes):
         v = scores[i, c]
-        if not _score_ok(v, logits):
+        if not _score_ok(v, probabilities):
             return BAD_SCORE, i * num_classes + c
         if v > top:
             top = v
         total += np.float64(v)
-    if logits and top == -np.inf:
+    if not probabilities and top == -np.inf:
         return BAD_ROW, i
-    if not logits and not abs(total - 1.0) <= ROW_SUM_TOLERANCE:
+    if probabilities and not abs(total - 1.0) <= ROW_SUM_TOLERANCE:
         return BAD_SUM, i
     return OK, 0
 
 
-@njit(inline="always")
-def _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
+@njit
+def _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, probabilities):
     """Branch-free check of rows ``[lo, hi)``, which the compiler vectorises: False when some
     label or score is bad (then ``_check_row`` finds the first one). About 1 us of a 256x10
     update (2 us row by row with early exits)."""
@@ -461,12 +461,12 @@ def _rows_look_valid(labels, scores, lo, hi, has_ignore, ignore_index, logits):
     flat = scores.reshape(-1)
     for j in range(lo * num_classes, hi * num_classes):
         v = flat[j]
-        if logits:
-            ok &= (v == v) & (v != np.inf)
-        else:
+        if probabilities:
             ok &= (v >= 0) & (v <= 1)
+        else:
+            ok &= (v == v) & (v != np.inf)
     block = scores[lo:hi]
-    if logits:  # a row of -inf logits has no softmax
+    if not probabilities:  # a row of -inf logits has no softmax
         for i in range(hi - lo):
             top = -np.inf
             for c in range(num_classes):
@@ -546,13 +546,13 @@ def _logit_key(v, logit):
 
 
 @njit(inline="always")
-def _valid_score(v, logits):
-    if logits:
-        return (v == v) & (v != np.inf)
-    return (v >= 0) & (v <= 1)
+def _valid_score(v, probabilities):
+    if probabilities:
+        return (v >= 0) & (v <= 1)
+    return (v == v) & (v != np.inf)
 
 
-@njit(inline="always")
+@njit
 def _labels_look_valid(labels, lo, hi, num_classes, has_ignore, ignore_index):
     """Branch-free check of the labels of rows ``[lo, hi)`` (vectorised)."""
     ok = True
@@ -564,10 +564,163 @@ def _labels_look_valid(labels, lo, hi, num_classes, has_ignore, ignore_index):
     return ok
 
 
-@njit(inline="always")
+@njit
 def _log_of_product(product, exponent, sign):
     """``-sign * log(product * 2**exponent)``: the log loss of the factors multiplied in."""
     return -sign * (np.log(product) + exponent * _LN2)
+
+
+@njit
+def _class_statistics(
+    columns, c, n, true_score, target, counts, keys, exact_count, greater, tied_before,
+    tied_after, top, row_sum, square, layout, thresholds, probability_mode, threshold_mode,
+):  # fmt: skip
+    """Class ``c`` of a block of :func:`count_multiclass` (rows ``r < n`` of ``columns``): for
+    probabilities its keys and exact scores, and each row's rank, tie, maximum, sum and (for
+    probabilities) Brier statistics, set for ``c == 0`` and added to after. Returns ``(ok,
+    unit)``: whether every score was valid, and (logits) every score in [0, 1]."""
+    probabilities = probability_mode is not None
+    first = c == 0
+    c32 = np.int32(c)
+    ok = True
+    unit = not probabilities
+    if not probabilities:
+        for r in range(n):
+            v = columns[c, r]
+            ok &= _valid_score(v, probabilities)  # ignored rows hold 0 here
+            unit &= (v >= 0) & (v <= 1)
+    else:
+        exact_scores = np.int32(0)
+        for r in range(n):
+            v = columns[c, r]
+            if threshold_mode is not None:
+                b, exact = _threshold_bin(v, thresholds)
+            else:
+                b, exact = _probability_key(v, layout)
+            b32 = np.int32(b)
+            keys[c, r] = _add32(_add32(b32, b32), np.int32(target[r] == c32))
+            exact_scores += np.int32(exact) & counts[r]
+            ok &= _valid_score(v, probabilities)  # ignored rows hold 0 here
+        exact_count[c] = exact_scores
+    for r in range(n):
+        v = columns[c, r]
+        s = true_score[r]
+        t = target[r]
+        equal = v == s
+        above = np.int32(v > s)
+        before = np.int32(equal & (c32 < t))
+        after = np.int32(equal & (c32 > t))
+        greater[r] = above if first else greater[r] + above
+        tied_before[r] = before if first else tied_before[r] + before
+        tied_after[r] = after if first else tied_after[r] + after
+    for r in range(n):
+        v = columns[c, r]
+        top[r] = v if first or v > top[r] else top[r]
+        row_sum[r] = np.float64(v) if first else row_sum[r] + np.float64(v)
+        if probabilities:
+            d = np.float64(v) - np.float64(target[r] == c32)
+            square[r] = d * d if first else square[r] + d * d
+    return ok, unit
+
+
+@njit
+def _row_counts(
+    n, target, row_weight, greater, tied_after, fine, correct, ranks_flat, num_classes,
+    cal_counts, cal_conf, log, logging, logged, inverse, top, true_score, factor, square,
+    clip_start, log_sum, brier_sum, probability_mode,
+):  # fmt: skip
+    """The rank and calibration increments of the rows ``r < n`` of a block of
+    :func:`count_multiclass`, and their Brier and (logits) log-loss terms added to
+    ``brier_sum`` and ``log_sum`` in row order. Returns ``(logged, log_sum, brier_sum)``."""
+    probabilities = probability_mode is not None
+    optimistic = num_classes * num_classes
+    for r in range(n):
+        ti = target[r]
+        if ti < 0:
+            continue
+        w = row_weight[r]
+        wf = np.float64(w)
+        g = np.int64(greater[r])
+        ranks_flat[np.uint64(ti * num_classes + g + tied_after[r])] += w
+        ranks_flat[np.uint64(optimistic + ti * num_classes + g)] += w
+        f = np.uint64(fine[r])
+        cal_counts[f, 0] += w
+        cal_counts[f, 1] += w * np.int64(correct[r])
+        if logging:  # the cell's value before, for an exact undo
+            log[logged] = np.float64(f)
+            log[logged + 1] = cal_conf[f]
+            logged += 2
+        if not probabilities:
+            cal_conf[f] += wf * inverse[r]
+            gap = np.float64(top[r]) - np.float64(true_score[r])
+            if gap > clip_start:  # rare: the loss may reach the bound
+                log_sum += wf * min(gap + np.log(factor[r]), LOG_LOSS_BOUND)
+                factor[r] = 1.0  # (its log is counted here)
+            else:
+                log_sum += wf * gap
+        else:
+            cal_conf[f] += wf * np.float64(top[r])
+        brier_sum += wf * square[r]
+    return logged, log_sum, brier_sum
+
+
+@njit
+def _softmax_keys(
+    columns, n, top, inverse, target, counts, keys, exact_count, layout, thresholds,
+    threshold_mode,
+):  # fmt: skip
+    """The keys and exact scores of a block of logits (see :func:`count_multiclass`), class by
+    class, from each probability ``exp(s_c - top) * inverse``."""
+    for c in range(columns.shape[0]):
+        exact_scores = np.int32(0)
+        c32 = np.int32(c)
+        for r in range(n):
+            e = _exp_nonpositive(np.float64(columns[c, r]) - np.float64(top[r]))
+            q = e * inverse[r]
+            if threshold_mode is not None:
+                b, exact = _threshold_bin(q, thresholds)
+            else:
+                b, exact = _probability_key(q, layout)
+            b32 = np.int32(b)
+            keys[c, r] = _add32(_add32(b32, b32), np.int32(target[r] == c32))
+            exact_scores += np.int32(exact) & counts[r]
+        exact_count[c] = exact_scores
+
+
+# Compile time: a kernel's branches on ``eps is None``, ``thresholds is not None`` and
+# ``weights is None`` are pruned by Numba before typing only where that argument *is* None
+# (its dead-branch pruning resolves ``arg is None`` for a None-typed argument, not for a float
+# or an array), so every specialisation for probabilities also typed and lowered the logits
+# path, with thresholds also the key path, and weighted also the running product. So
+# ``count_multiclass`` and ``count_elementwise`` are thin entries that call their body with
+# three modes from :func:`_mode`, None or the literal 1, on which a branch ``mode is None`` is
+# pruned both ways: each specialisation compiles one path. The passes that do not depend on
+# the weights and the unweighted product (:func:`_class_statistics`, :func:`_softmax_keys`,
+# :func:`_row_counts`, :func:`_softmax_statistics`, :func:`_logit_block`, the key layouts) and
+# the paths a valid batch does not take or takes once a chunk (:func:`_check_row`,
+# :func:`_rows_look_valid`, :func:`_log_of_product`) are plain ``njit``
+# functions, called rather than inlined into Numba's IR: ``inline="always"`` copies a callee's
+# IR at every call site and types and lowers each copy again, while a called function is
+# compiled once per signature, shared by the specialisations that differ only in what it does
+# not see, and linked (LLVM may still inline it). Numba's type inference grows faster than
+# the size of a function, so smaller bodies also type faster. The per-element helpers inside
+# the vectorised loops (keys, exp, log1p, the SIMD intrinsics) stay inlined: a call there
+# would keep the loop from vectorising. So does :func:`_check_chunk`, the row-by-row check of
+# ``count_elementwise`` that every batch runs: called, a 10**6 binary update took a third
+# longer. Literal constants passed to called functions are
+# ``np.int64`` (a literal argument compiles a ``Literal[int]`` specialisation of its own).
+def _mode(value):
+    """None when ``value`` is None, else 1: in compiled code the literal 1 (an overload inlined
+    as a constant), a type that a body's branch ``mode is None`` is pruned by, both ways
+    (``value is None`` is pruned only where it is None; see "Compile time:")."""
+    return None if value is None else 1
+
+
+@overload(_mode, inline="always")
+def _mode_overload(value):
+    if isinstance(value, types.NoneType):
+        return lambda value: None
+    return lambda value: 1
 
 
 @_kernel
@@ -620,16 +773,71 @@ def count_multiclass(
     ``LOOKS_LIKE_PROBABILITIES`` or 0, and ``stop``; or the first bad element and the first
     row not counted.
     """
+    return _count_multiclass_body(
+        labels,
+        scores,
+        weights,
+        curves,
+        inexact,
+        ranks,
+        cal_counts,
+        cal_conf,
+        sums,
+        thresholds,
+        shift,
+        start,
+        stop,
+        chunk,
+        sign,
+        flags,
+        ignore_index,
+        eps,
+        log,
+        _mode(eps),
+        _mode(thresholds),
+        _mode(weights),
+    )
+
+
+@njit
+def _count_multiclass_body(
+    labels,
+    scores,
+    weights,
+    curves,
+    inexact,
+    ranks,
+    cal_counts,
+    cal_conf,
+    sums,
+    thresholds,
+    shift,
+    start,
+    stop,
+    chunk,
+    sign,
+    flags,
+    ignore_index,
+    eps,
+    log,
+    probability_mode,
+    threshold_mode,
+    weight_mode,
+):
+    """The body of :func:`count_multiclass`, compiled for the modes of :func:`_mode`:
+    ``probability_mode``, ``threshold_mode`` and ``weight_mode`` say whether ``eps``,
+    ``thresholds`` and ``weights`` are given (see "Compile time:")."""
     num_classes = scores.shape[1]
     fine_bins = cal_counts.shape[0]
     has_ignore = (flags & HAS_IGNORE) != 0
-    logits = eps is None
+    # Constants of the specialisation: the branches on them are pruned (see "Compile time:").
+    probabilities = probability_mode is not None
+    weighted = weight_mode is not None
     layout = key_layout(shift)
     stride = 2 * curves.shape[1]
     hist = curves.reshape(-1)
     prefetch = hist.nbytes > PREFETCH_BYTES
     ranks_flat = ranks.reshape(-1)
-    optimistic = num_classes * num_classes
     block = max(1, min(BLOCK_ROWS, chunk, stop - start))
     # Scratch of one block: its scores class by class, their keys (2 * bin + is true class),
     # and per row the true class (-1: not counted), weight, true score and statistics.
@@ -637,7 +845,7 @@ def count_multiclass(
     # the four dtypes saved 0.1 us of a 256 x 10 update and cost 0.5 s of compile.)
     # (For logits, EXP_LANES elements past each scratch array: _softmax_lanes reads and writes
     # whole vectors of rows.)
-    pad = EXP_LANES if logits else 0
+    pad = 0 if probabilities else EXP_LANES
     ints = np.empty((num_classes + 7) * block + num_classes + pad, np.int32)
     keys = ints[: num_classes * block].reshape((num_classes, block))
     counts = ints[num_classes * block : (num_classes + 1) * block]
@@ -657,21 +865,21 @@ def count_multiclass(
     # ``factor``: per row, the clipped true-class probability, or for logits the softmax
     # denominator (the log loss is ``-log`` of the one, ``top - s_t + log`` of the other).
     width = block + pad
-    floats = np.empty((3 + logits) * width)
+    floats = np.empty((3 if probabilities else 4) * width)
     square = floats[:width]
     factor = floats[width : 2 * width]
     row_sum = floats[2 * width : 3 * width]
     inverse = floats[3 * width :]
     # Whether every score of logits lay in [0, 1] with rows summing to one: probabilities.
-    unit = logits
+    unit = not probabilities
     row_weight = np.empty(block, hist.dtype)
     # Without weights, the log loss of probabilities is the log of the running product of
     # the clipped true-class probabilities, kept a normal float by exact power-of-two
     # scaling: one log a call instead of one a row; for logits, the log of the product of the
     # softmax denominators (>= 1, scaled down), which is added (``log_sign``).
     product = 1.0
-    exponent = 0
-    log_sign = -sign if logits else sign
+    exponent = np.int64(0)
+    log_sign = sign if probabilities else -sign
     brier_sum = 0.0
     log_sum = 0.0
     # Beyond this gap between the top and the true logit the loss may reach LOG_LOSS_BOUND
@@ -679,14 +887,16 @@ def count_multiclass(
     clip_start = LOG_LOSS_BOUND - np.log(np.float64(num_classes))
     # ``log``, when not empty, receives (cell, value before) of every confidence sum added to.
     logging = log.shape[0] > 0
-    logged = 0
+    logged = np.int64(0)
     for lo in range(start, stop, chunk):
         hi = min(lo + chunk, stop)
         if hi - lo > block and not _rows_look_valid(
-            labels, scores, lo, hi, has_ignore, ignore_index, logits
+            labels, scores, lo, hi, has_ignore, ignore_index, probabilities
         ):
             for i in range(lo, hi):
-                status, position = _check_row(labels, scores, i, has_ignore, ignore_index, logits)
+                status, position = _check_row(
+                    labels, scores, i, has_ignore, ignore_index, probabilities
+                )
                 if status != OK:
                     sums[0] += brier_sum
                     sums[1] += log_sum + _log_of_product(product, exponent, log_sign)
@@ -706,7 +916,7 @@ def count_multiclass(
                 ti = np.int32(min(max(t, 0), num_classes - 1)) if t == t else np.int32(0)
                 target[r] = np.int32(-1) if skip else ti
                 counts[r] = np.int32(1) - np.int32(skip)
-                if weights is None:
+                if not weighted:
                     w = sign
                 else:
                     w = weights[blo + r] * sign
@@ -736,45 +946,14 @@ def count_multiclass(
             # (Logits are keyed by their softmax probability once the row's softmax is known,
             # below: one-vs-rest ranking is not invariant under the softmax.)
             for c in range(num_classes):
-                first = c == 0
-                c32 = np.int32(c)
-                if logits:
-                    for r in range(n):
-                        v = columns[c, r]
-                        ok &= _valid_score(v, logits)  # ignored rows hold 0 here
-                        unit &= (v >= 0) & (v <= 1)
-                else:
-                    exact_scores = np.int32(0)
-                    for r in range(n):
-                        v = columns[c, r]
-                        if thresholds is not None:
-                            b, exact = _threshold_bin(v, thresholds)
-                        else:
-                            b, exact = _probability_key(v, layout)
-                        b32 = np.int32(b)
-                        keys[c, r] = _add32(_add32(b32, b32), np.int32(target[r] == c32))
-                        exact_scores += np.int32(exact) & counts[r]
-                        ok &= _valid_score(v, logits)  # ignored rows hold 0 here
-                    exact_count[c] = exact_scores
-                for r in range(n):
-                    v = columns[c, r]
-                    s = true_score[r]
-                    t = target[r]
-                    equal = v == s
-                    above = np.int32(v > s)
-                    before = np.int32(equal & (c32 < t))
-                    after = np.int32(equal & (c32 > t))
-                    greater[r] = above if first else greater[r] + above
-                    tied_before[r] = before if first else tied_before[r] + before
-                    tied_after[r] = after if first else tied_after[r] + after
-                for r in range(n):
-                    v = columns[c, r]
-                    top[r] = v if first or v > top[r] else top[r]
-                    row_sum[r] = np.float64(v) if first else row_sum[r] + np.float64(v)
-                    if not logits:
-                        d = np.float64(v) - np.float64(target[r] == c32)
-                        square[r] = d * d if first else square[r] + d * d
-            if logits:  # a row of -inf logits has no softmax
+                valid, in_unit = _class_statistics(
+                    columns, c, n, true_score, target, counts, keys, exact_count, greater,
+                    tied_before, tied_after, top, row_sum, square, layout, thresholds,
+                    probability_mode, threshold_mode,
+                )  # fmt: skip
+                ok &= valid
+                unit &= in_unit
+            if not probabilities:  # a row of -inf logits has no softmax
                 for r in range(n):
                     ok &= (counts[r] == 0) | (top[r] != -np.inf)
                     unit &= abs(row_sum[r] - 1.0) <= ROW_SUM_TOLERANCE
@@ -784,30 +963,20 @@ def count_multiclass(
             if not ok:
                 for i in range(blo, blo + n):
                     status, position = _check_row(
-                        labels, scores, i, has_ignore, ignore_index, logits
+                        labels, scores, i, has_ignore, ignore_index, probabilities
                     )
                     if status != OK:
                         sums[0] += brier_sum
                         sums[1] += log_sum + _log_of_product(product, exponent, log_sign)
                         return status, position, lo
-            if logits:
+            if not probabilities:
                 # The softmax of each row (denominator, top-label confidence, Brier term),
                 # then each class's keys from its probability ``exp(s_c - top) / total``.
                 _softmax_statistics(columns, top, true_score, target, n, factor, inverse, square)
-                for c in range(num_classes):
-                    exact_scores = np.int32(0)
-                    c32 = np.int32(c)
-                    for r in range(n):
-                        e = _exp_nonpositive(np.float64(columns[c, r]) - np.float64(top[r]))
-                        q = e * inverse[r]
-                        if thresholds is not None:
-                            b, exact = _threshold_bin(q, thresholds)
-                        else:
-                            b, exact = _probability_key(q, layout)
-                        b32 = np.int32(b)
-                        keys[c, r] = _add32(_add32(b32, b32), np.int32(target[r] == c32))
-                        exact_scores += np.int32(exact) & counts[r]
-                    exact_count[c] = exact_scores
+                _softmax_keys(
+                    columns, n, top, inverse, target, counts, keys, exact_count, layout,
+                    thresholds, threshold_mode,
+                )  # fmt: skip
             # Histograms class by class: one class's bins at a time stay in cache.
             counted = 0
             for r in range(n):
@@ -828,7 +997,7 @@ def count_multiclass(
                         hist[np.uint64(offset + keys[c, r])] += row_weight[r]
             # Per row, without branches (vectorised): the top-label confidence's fine bin,
             # whether the first argmax is the true class, the log-loss factor.
-            if logits:
+            if not probabilities:
                 for r in range(n):
                     fine[r] = np.int32(_fine_bin(inverse[r], fine_bins))
                     correct[r] = np.int32((greater[r] == 0) & (tied_before[r] == 0))
@@ -840,55 +1009,33 @@ def count_multiclass(
                     correct[r] = np.int32((greater[r] == 0) & (tied_before[r] == 0))
                     p = min(max(np.float64(true_score[r]), eps), 1.0 - eps)
                     factor[r] = p if target[r] >= 0 else 1.0
-            # Per row: the rank and calibration increments and the Brier sum (in this loop
-            # rather than one of its own: 0.35 us less).
-            for r in range(n):
-                ti = target[r]
-                if ti < 0:
-                    continue
-                w = row_weight[r]
-                wf = np.float64(w)
-                g = np.int64(greater[r])
-                ranks_flat[np.uint64(ti * num_classes + g + tied_after[r])] += w
-                ranks_flat[np.uint64(optimistic + ti * num_classes + g)] += w
-                f = np.uint64(fine[r])
-                cal_counts[f, 0] += w
-                cal_counts[f, 1] += w * np.int64(correct[r])
-                if logging:  # the cell's value before, for an exact undo
-                    log[logged] = np.float64(f)
-                    log[logged + 1] = cal_conf[f]
-                    logged += 2
-                if logits:
-                    cal_conf[f] += wf * inverse[r]
-                    gap = np.float64(top[r]) - np.float64(true_score[r])
-                    if gap > clip_start:  # rare: the loss may reach the bound
-                        log_sum += wf * min(gap + np.log(factor[r]), LOG_LOSS_BOUND)
-                        factor[r] = 1.0  # (its log is counted here)
-                    else:
-                        log_sum += wf * gap
-                else:
-                    cal_conf[f] += wf * np.float64(top[r])
-                brier_sum += wf * square[r]
+            # Per row: the rank and calibration increments and the Brier sum (in one loop
+            # rather than one each: 0.35 us less).
+            logged, log_sum, brier_sum = _row_counts(
+                n, target, row_weight, greater, tied_after, fine, correct, ranks_flat,
+                num_classes, cal_counts, cal_conf, log, logging, logged, inverse, top,
+                true_score, factor, square, clip_start, log_sum, brier_sum, probability_mode,
+            )  # fmt: skip
             # The log loss as a product of eight factors at a time (each in [2**-52, 1], or
             # for logits in [1, C]: a product within 2**+-500 stays normal), so that the
             # running product's dependency chain is one multiplication per eight rows (0.9 us
             # less than one per row).
-            if weights is None:
+            if not weighted:
                 r = 0
                 while r + 8 <= n:
                     eight = ((factor[r] * factor[r + 1]) * (factor[r + 2] * factor[r + 3])) * (
                         (factor[r + 4] * factor[r + 5]) * (factor[r + 6] * factor[r + 7])
                     )
-                    product, exponent = _rescaled(product * eight, exponent, logits)
+                    product, exponent = _rescaled(product * eight, exponent, probabilities)
                     r += 8
                 while r < n:
-                    product, exponent = _rescaled(product * factor[r], exponent, logits)
+                    product, exponent = _rescaled(product * factor[r], exponent, probabilities)
                     r += 1
             else:
                 for r in range(n):
                     if target[r] >= 0:
                         term = np.float64(row_weight[r]) * np.log(factor[r])
-                        log_sum += term if logits else -term
+                        log_sum += -term if probabilities else term
     sums[0] += brier_sum
     sums[1] += log_sum + _log_of_product(product, exponent, log_sign)
     return OK, LOOKS_LIKE_PROBABILITIES if unit and stop > start else 0, stop
@@ -1012,7 +1159,7 @@ def _copy_columns_overload(scores, first, n, columns):
 
 
 @njit(inline="always")
-def _check_elements(targets, scores, i, has_ignore, ignore_index, logits):
+def _check_elements(targets, scores, i, has_ignore, ignore_index, probabilities):
     """``(status, position)`` of row ``i`` of a binary/multilabel batch."""
     num_labels = scores.shape[1]
     for c in range(num_labels):
@@ -1021,9 +1168,39 @@ def _check_elements(targets, scores, i, has_ignore, ignore_index, logits):
             continue
         if not (y == 0 or y == 1):
             return BAD_TRUE, i * num_labels + c
-        if not _score_ok(scores[i, c], logits):
+        if not _score_ok(scores[i, c], probabilities):
             return BAD_SCORE, i * num_labels + c
     return OK, 0
+
+
+@njit(inline="always")
+def _check_chunk(targets, scores, lo, hi, has_ignore, ignore_index, probabilities):
+    """``(status, position)`` of the first bad element of rows ``[lo, hi)`` of a binary or
+    multilabel batch, row by row (see :func:`_check_elements`); ``(OK, 0)`` when none is.
+    Inlined: every batch runs it (see "Compile time:")."""
+    for i in range(lo, hi):
+        status, position = _check_elements(
+            targets, scores, i, has_ignore, ignore_index, probabilities
+        )
+        if status != OK:
+            return status, position
+    return OK, 0
+
+
+@njit
+def _logit_block(flat, base, end, sigmoid, softplus, keys, logit, threshold_mode):
+    """For the logits ``flat[base:end]``: their sigmoid and ``log1p(exp(-|s|))``, and without
+    thresholds their key bins (``2 * bin + exact``), into ``sigmoid``, ``softplus`` and
+    ``keys`` from 0: one flat loop that vectorises."""
+    for j in range(end - base):
+        x = np.float64(flat[base + j])
+        x = x if x == x else 0.0  # ignored targets' scores may be NaN
+        e = _exp_nonpositive(-abs(x))
+        sigmoid[j] = _divide(1.0 if x >= 0 else e, 1.0 + e)
+        softplus[j] = _log1p_unit(e)
+        if threshold_mode is None:
+            b, exact = _logit_key(flat[base + j], logit)
+            keys[j] = np.int32(2) * b + np.int32(exact)
 
 
 @_kernel
@@ -1059,53 +1236,101 @@ def count_elementwise(
     validated ``chunk`` at a time before they are counted; returns
     ``(status, position, counted_until)`` as :func:`count_multiclass`.
     """
+    return _count_elementwise_body(
+        targets,
+        scores,
+        weights,
+        curves,
+        inexact,
+        cal_counts,
+        cal_conf,
+        sums,
+        thresholds,
+        shift,
+        start,
+        stop,
+        chunk,
+        sign,
+        flags,
+        ignore_index,
+        eps,
+        log,
+        _mode(eps),
+        _mode(thresholds),
+        _mode(weights),
+    )
+
+
+@njit
+def _count_elementwise_body(
+    targets,
+    scores,
+    weights,
+    curves,
+    inexact,
+    cal_counts,
+    cal_conf,
+    sums,
+    thresholds,
+    shift,
+    start,
+    stop,
+    chunk,
+    sign,
+    flags,
+    ignore_index,
+    eps,
+    log,
+    probability_mode,
+    threshold_mode,
+    weight_mode,
+):
+    """The body of :func:`count_elementwise`; the modes as in :func:`_count_multiclass_body`."""
     num_labels = scores.shape[1]
     fine_bins = cal_counts.shape[0]
     has_ignore = (flags & HAS_IGNORE) != 0
-    logits = eps is None
+    # Constants of the specialisation, as in count_multiclass.
+    probabilities = probability_mode is not None
+    has_thresholds = threshold_mode is not None
+    weighted = weight_mode is not None
     layout = key_layout(shift)
     logit = logit_layout(shift)
     brier_sum = 0.0
     log_sum = 0.0
     product = 1.0  # without weights, as in count_multiclass: one log a call
-    exponent = 0
+    exponent = np.int64(0)
     # For logits, the sigmoid and log1p(exp(-|s|)) of a block of rows, in a flat loop of its
     # own that vectorises (np.exp and np.log1p here were scalar library calls: binary 10**5
     # logits, 3.5 -> 2.3 ms).
-    block = max(1, min(BLOCK_ROWS, chunk, stop - start)) if logits else 0
+    block = 0 if probabilities else max(1, min(BLOCK_ROWS, chunk, stop - start))
     sigmoid = np.empty(block * num_labels)
     softplus = np.empty(block * num_labels)
     # and their key bins (2 * bin + exact), vectorised there too
     keys = np.empty(block * num_labels, np.int32)
     flat = scores.reshape(-1)
-    unit = logits
+    unit = not probabilities
     seen = 0
     logging = log.shape[0] > 0
     logged = 0
     for lo in range(start, stop, chunk):
         hi = min(lo + chunk, stop)
-        for i in range(lo, hi):
-            status, position = _check_elements(targets, scores, i, has_ignore, ignore_index, logits)
-            if status != OK:
-                sums[0] += brier_sum
-                sums[1] += log_sum + _log_of_product(product, exponent, sign)
-                return status, position, lo
-        step = block if logits else max(1, hi - lo)  # probabilities: the chunk at once
+        status, position = _check_chunk(
+            targets, scores, lo, hi, has_ignore, ignore_index, probabilities
+        )
+        if status != OK:
+            sums[0] += brier_sum
+            sums[1] += log_sum + _log_of_product(product, exponent, sign)
+            return status, position, lo
+        step = max(1, hi - lo) if probabilities else block  # probabilities: the chunk at once
         for blo in range(lo, hi, step):
             bhi = min(blo + step, hi)
-            if logits:
-                base = blo * num_labels
-                for j in range(bhi * num_labels - base):
-                    x = np.float64(flat[base + j])
-                    x = x if x == x else 0.0  # ignored targets' scores may be NaN
-                    e = _exp_nonpositive(-abs(x))
-                    sigmoid[j] = _divide(1.0 if x >= 0 else e, 1.0 + e)
-                    softplus[j] = _log1p_unit(e)
-                    if thresholds is None:
-                        b, exact = _logit_key(flat[base + j], logit)
-                        keys[j] = np.int32(2) * b + np.int32(exact)
+            if not probabilities:
+                _logit_block(
+                    flat, blo * num_labels, bhi * num_labels, sigmoid, softplus, keys, logit,
+                    threshold_mode,
+                )  # fmt: skip
             for i in range(blo, bhi):
-                if weights is None:
+                if not weighted:
                     w = sign
                 else:
                     w = weights[i] * sign
@@ -1117,16 +1342,18 @@ def count_elementwise(
                     yi = 1 if y == 1 else 0
                     v = scores[i, c]
                     j = (i - blo) * num_labels + c
-                    if logits and thresholds is None:
+                    if not probabilities and not has_thresholds:
                         key = keys[j]
                         b, exact = key >> 1, (key & 1) != 0
                     else:
-                        b, exact = _bin_of(v, layout, logit, thresholds, logits)
+                        b, exact = _bin_of(
+                            v, layout, logit, thresholds, has_thresholds, probabilities
+                        )
                     curves[c, b, yi] += w
                     if not exact:
                         inexact[c] += sign
                     x = np.float64(v)
-                    if logits:
+                    if not probabilities:
                         q = sigmoid[j]
                         # (not ``- x * y``: a -inf logit of a negative target loses 0, not NaN)
                         above = max(x, 0.0)
@@ -1137,7 +1364,7 @@ def count_elementwise(
                         seen += 1
                     else:
                         q = x
-                        if weights is None:
+                        if not weighted:
                             p = x if yi == 1 else 1.0 - x
                             product *= min(max(p, eps), 1.0 - eps)
                             if product < _TINY:  # scaled by a power of two: exact
@@ -1250,11 +1477,11 @@ def _exp_nonpositive(x):
 
 
 @njit(inline="always")
-def _rescaled(product, exponent, logits):
+def _rescaled(product, exponent, probabilities):
     """``(product, exponent)`` of a running product ``product * 2**exponent`` kept within
     ``2**+-500`` by exact power-of-two scaling: up when probabilities made it small, down
     when softmax denominators (logits) made it large."""
-    if logits:
+    if not probabilities:
         if product > _HUGE:
             return product * _TINY, exponent + _HUGE_EXPONENT
     elif product < _TINY:
@@ -1381,7 +1608,7 @@ def _softmax_lanes(typingctx, columns, top, target, c, r, totals, square):
     return signature, codegen
 
 
-@njit(inline="always")
+@njit
 def _softmax_statistics(columns, top, true_score, target, n, totals, inverse, square):
     """Per row ``r < n`` of a block of logits held class by class (``columns``; row maxima
     ``top``, true-class scores ``true_score``): ``totals[r] = sum_c e_c`` with ``e_c =
@@ -1822,13 +2049,13 @@ def _count_small_rows_into(
     ok &= _rows_sum_to_one(labels, scores, has_ignore, ignore_index)
     if not ok:
         for i in range(rows):
-            status, position = _check_row(labels, scores, i, has_ignore, ignore_index, False)
+            status, position = _check_row(labels, scores, i, has_ignore, ignore_index, True)
             if status != OK:
                 return status + 8 * position
     layout = key_layout(shift)
     optimistic = num_classes * num_classes
     product = 1.0
-    exponent = 0
+    exponent = np.int64(0)
     brier = 0.0
     logging = log.shape[0] > 0
     logged = 0
@@ -1876,7 +2103,7 @@ def _count_small_rows_into(
                 hist[np.uint64(offset + scratch[SCRATCH_KEYS + ROW_LANES * r + c])] += 1
             inexact[c] += n - exact[c]
     sums[0] += brier
-    sums[1] += _log_of_product(product, exponent, 1)
+    sums[1] += _log_of_product(product, exponent, np.int64(1))
     return 0
 
 
