@@ -20,6 +20,7 @@ import metricstream as ms  # noqa: E402
 from metricstream import device  # noqa: E402
 from metricstream._core import devices as _devices  # noqa: E402
 from tests.device_switches import cpu_path, device_path  # noqa: E402
+from tests.marks import slow_beyond  # noqa: E402
 
 FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 INTS = [torch.int64, torch.int32, torch.int16, torch.uint8]
@@ -55,7 +56,14 @@ def labels(rng, shape, k, dtype=torch.int64):
 
 
 # ---------------------------------------------------------------------- bit-identical states
-@pytest.mark.parametrize("dtype", INTS + [torch.float32, torch.float64])
+# Each dtype is a kernel specialisation of the Numba reference (seconds of CPU on a cold cache):
+# the default run takes the common ones, the full run every one.
+@pytest.mark.parametrize(
+    "dtype",
+    slow_beyond(
+        [torch.int64, torch.uint8, torch.int32, torch.int16, torch.float32, torch.float64], 2, str
+    ),
+)
 def test_labels_every_dtype(dtype) -> None:
     rng = np.random.default_rng(1)
     k = 5
@@ -65,7 +73,9 @@ def test_labels_every_dtype(dtype) -> None:
     assert_same_state(a, b)
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize(
+    "dtype", slow_beyond([torch.float32, torch.bfloat16, torch.float64, torch.float16], 2, str)
+)
 def test_logits_and_probabilities_every_dtype(dtype) -> None:
     rng = np.random.default_rng(2)
     k = 4
