@@ -358,8 +358,9 @@ def _probability_bin(v, layout):
 
 
 @njit(inline="always")
-def _bin_of(v, layout, logit, thresholds, has_thresholds, probabilities):
-    if has_thresholds:
+def _bin_of(v, layout, logit, thresholds, threshold_mode, probabilities):
+    # (``threshold_mode``, see :func:`_mode`: pruned also where the plain twins call this)
+    if threshold_mode is not None:
         return _threshold_bin(v, thresholds)
     if probabilities:
         return _probability_bin(v, layout)
@@ -1347,7 +1348,7 @@ def _count_elementwise_body(
                         b, exact = key >> 1, (key & 1) != 0
                     else:
                         b, exact = _bin_of(
-                            v, layout, logit, thresholds, has_thresholds, probabilities
+                            v, layout, logit, thresholds, threshold_mode, probabilities
                         )
                     curves[c, b, yi] += w
                     if not exact:
