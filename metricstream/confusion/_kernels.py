@@ -1034,7 +1034,7 @@ def _score_nan_impl(x, inf_key):
     return lambda x, inf_key: False
 
 
-@njit(inline="always")
+@njit
 def _first_nan(row, inf_key):
     for c in range(row.size):
         if _score_nan(row[c], inf_key):
@@ -1042,11 +1042,11 @@ def _first_nan(row, inf_key):
     return -1
 
 
-def _rows_argmax(block, classes, inf_key, scratch, values, copy):  # pragma: no cover
+def _rows_argmax(block, classes, inf_key, copy):  # pragma: no cover
     """Argmax of every row of a ``(w, C)`` block into ``classes[:w]``; returns whether any score
-    is NaN (the classes are then meaningless). First maximum wins, as ``np.argmax``. ``scratch``,
-    ``values`` and ``copy`` (the call is too large for the cache) serve float16/bfloat16 bits,
-    which are then reduced through a copied tile of keys (see ``_make_tile_argmax``)."""
+    is NaN (the classes are then meaningless). First maximum wins, as ``np.argmax``. With ``copy``
+    (the call is too large for the cache) float16/bfloat16 bits are reduced through a copied
+    tile of keys (see ``_make_tile_argmax``)."""
 
 
 def _make_rows_argmax(key):
@@ -1127,37 +1127,24 @@ def _make_tile_argmax(key):
 _half_tile_argmax = njit(inline="always")(_make_tile_argmax(_half_key))
 
 
-def _tile_buffers(scores, classes):  # pragma: no cover - replaced by the overload below
-    """``(scratch, values)`` of ``_half_tile_argmax`` for int16 scores; views of ``classes``
-    (nothing allocated) for the other dtypes, which never use them."""
-
-
-@overload(_tile_buffers, inline="always")
-def _tile_buffers_impl(scores, classes):
-    if scores.dtype == types.int16:
-        return lambda scores, classes: (
-            np.empty((TILE_MAX_CLASSES, ROW_TILE), dtype=np.int64),
-            np.empty(ROW_TILE, dtype=np.int64),
-        )
-    return lambda scores, classes: (classes.reshape(1, -1), classes)
-
-
 @overload(_rows_argmax, inline="always")
-def _rows_argmax_impl(block, classes, inf_key, scratch, values, copy):
+def _rows_argmax_impl(block, classes, inf_key, copy):
     if block.dtype == types.int16:
 
-        def int16_rows_argmax(block, classes, inf_key, scratch, values, copy):
+        def int16_rows_argmax(block, classes, inf_key, copy):
             if inf_key:
                 if copy and block.shape[1] > 2:
+                    # The tile's buffers are allocated here, beside the loops that use them:
+                    # LLVM then knows that they do not overlap ``classes``.
+                    scratch = np.empty((TILE_MAX_CLASSES, ROW_TILE), dtype=np.int64)
+                    values = np.empty(ROW_TILE, dtype=np.int64)
                     return _half_tile_argmax(block, scratch, values, classes, inf_key)
                 return _half_rows_argmax(block, classes, inf_key)
             return _plain_rows_argmax(block, classes, inf_key)
 
         return int16_rows_argmax
 
-    return lambda block, classes, inf_key, scratch, values, copy: _plain_rows_argmax(
-        block, classes, inf_key
-    )
+    return lambda block, classes, inf_key, copy: _plain_rows_argmax(block, classes, inf_key)
 
 
 @njit(inline="always")
@@ -1167,6 +1154,43 @@ def _inf_key(flags):
     if flags & HALF:
         return FLOAT16_INF_KEY
     return 0
+
+
+# Compile time: ``count_argmax_rows`` calls :func:`_tile_classes` for the argmax of each tile
+# of rows, a plain ``njit`` function rather than code inlined into Numba's IR (``inline="always"``
+# copies a callee's IR at every call site, and types and lowers each copy again). The argmax
+# depends only on the scores' type: called, it is compiled once per scores dtype and linked into
+# every specialisation (each label dtype, weighted or not, ``count_rows_at``), and one call per
+# tile of ``ROW_TILE`` rows costs nothing measurable. So is ``count_argmax``'s search for the
+# first NaN (:func:`_first_nan_at`), a path a valid batch never runs. ``count_labels_at`` and
+# ``count_rows_at`` pass ``np.int64(0)`` as ``start``: a literal 0 compiled a ``Literal[int]``
+# specialisation of the kernel of their own instead of sharing numpy's. The label and threshold
+# kernels keep their helpers inlined: a called helper that receives their arrays (even on a path
+# never run, such as the sum of the matrix for a NaN ``headroom`` or the scan for the first bad
+# pair) measured markedly slower on long calls, whose loops LLVM then optimised less well.
+@njit
+def _tile_classes(block, classes, inf_key, copy, streaming):
+    """The argmax of every row of a ``(n, C)`` tile of ``count_argmax_rows`` into
+    ``classes[:n]``; returns the first row holding a NaN, or ``n``."""
+    n = block.shape[0]
+    num_scores = block.shape[1]
+    # float32/float64 rows of more than two scores as vectors (two: one compare per row,
+    # below); -1 for the other dtypes.
+    nan_row = _vector_rows_argmax(block, classes, streaming) if num_scores > 2 else -1
+    if nan_row >= 0:
+        return nan_row
+    if num_scores <= TILE_MAX_CLASSES:
+        if _rows_argmax(block, classes, inf_key, copy):
+            for j in range(n):
+                if _first_nan(block[j], inf_key) >= 0:
+                    return j
+        return n
+    for j in range(n):
+        best, has_nan = _row_argmax(block[j], inf_key)
+        if has_nan:
+            return j
+        classes[j] = best
+    return n
 
 
 @_kernel
@@ -1198,7 +1222,6 @@ def count_argmax_rows(
     # loop (see COUNT_TILE); rows from ``counted`` on are not counted yet.
     tile = COUNT_TILE if num_classes > TILE_MAX_CLASSES else ROW_TILE
     pending = np.empty(min(tile, max(stop - start, 0)), dtype=np.int32)
-    scratch, values = _tile_buffers(scores, pending)
     copy = (stop - start) * num_scores > IN_PLACE_SCORES
     streaming = scores.size > STREAMING_SCORES
     counted = start
@@ -1211,24 +1234,7 @@ def count_argmax_rows(
         classes = pending[lo - counted : hi - counted]
         # float32/float64 rows of more than two scores as vectors (two: one compare per row,
         # below); -1 for the other dtypes.
-        nan_row = _vector_rows_argmax(block, classes, streaming) if num_scores > 2 else -1
-        if nan_row >= 0:
-            pass
-        elif num_scores <= TILE_MAX_CLASSES:
-            nan_row = n
-            if _rows_argmax(block, classes, inf_key, scratch, values, copy):
-                for j in range(n):
-                    if _first_nan(block[j], inf_key) >= 0:
-                        nan_row = j
-                        break
-        else:
-            nan_row = n
-            for j in range(n):
-                best, has_nan = _row_argmax(block[j], inf_key)
-                if has_nan:
-                    nan_row = j
-                    break
-                classes[j] = best
+        nan_row = _tile_classes(block, classes, inf_key, copy, streaming)
         # Rows are validated before any of the tile is counted (and the tile before any row
         # of ``pending`` is), in stream order; a NaN row is reported before a bad label in the
         # same row, as the argmax comes first.
@@ -1284,6 +1290,20 @@ def count_argmax_rows(
     return OK, stop, stop
 
 
+@njit
+def _first_nan_at(scores, a, r0, width):
+    """The flat index into ``(A, C, R)`` ``scores`` of the first NaN (in ``count_argmax``'s
+    order: by class, then position) of the positions ``[r0, r0 + width)`` of ``a``."""
+    num_scores = scores.shape[1]
+    inner = scores.shape[2]
+    for c in range(num_scores):
+        tile = scores[a, c, r0 : r0 + width]
+        for j in range(width):
+            if tile[j] != tile[j]:
+                return (a * num_scores + c) * inner + r0 + j
+    return -1  # not reached: the caller saw a NaN
+
+
 @_kernel
 def count_argmax(y_true, scores, weights, out, start, stop, sign, flags, ignore_index, headroom):
     """Count ``(y_true[a, r], argmax_c scores[a, c, r])`` for flat indices in ``[start, stop)``.
@@ -1335,15 +1355,7 @@ def count_argmax(y_true, scores, weights, out, start, stop, sign, flags, ignore_
                     values[j] = v if better else values[j]
                     classes[j] = np.int32(c) if better else classes[j]
             if nan_seen:
-                for c in range(num_scores):
-                    tile = scores[a, c, r0 : r0 + width]
-                    for j in range(width):
-                        if tile[j] != tile[j]:
-                            return (
-                                BAD_SCORE,
-                                (a * num_scores + c) * inner + r0 + j,
-                                a * inner + r0,
-                            )
+                return BAD_SCORE, _first_nan_at(scores, a, r0, width), a * inner + r0
             labels = y_true[a, r0 : r0 + width]
             for j in range(width):
                 t = labels[j]
@@ -1603,7 +1615,11 @@ def count_labels_at(
     """
     y_true = carray(_llvm.pointer_to(true_address, true_dtype), size)
     y_pred = carray(_llvm.pointer_to(pred_address, pred_dtype), size)
-    return count_labels(y_true, y_pred, None, out, 0, stop, sign, flags, ignore_index, np.inf)
+    # ``np.int64(0)``: a literal 0 would compile a ``Literal[int]`` specialisation of its own
+    # rather than share the one that numpy arrays of these dtypes use.
+    return count_labels(
+        y_true, y_pred, None, out, np.int64(0), stop, sign, flags, ignore_index, np.inf
+    )
 
 
 @_kernel
@@ -1624,4 +1640,6 @@ def count_rows_at(
     these addresses, unweighted, counted on ``[0, stop)`` (see ``count_labels_at``)."""
     y_true = carray(_llvm.pointer_to(true_address, true_dtype), size)
     scores = carray(_llvm.pointer_to(scores_address, scores_dtype), (size, num_scores))
-    return count_argmax_rows(y_true, scores, None, out, 0, stop, sign, flags, ignore_index, np.inf)
+    return count_argmax_rows(
+        y_true, scores, None, out, np.int64(0), stop, sign, flags, ignore_index, np.inf
+    )
