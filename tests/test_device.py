@@ -465,6 +465,7 @@ def test_histogram_counting_equals_the_numba_path(k) -> None:
     assert c.num_samples == 0
 
 
+@pytest.mark.slow  # imports torch._dynamo (about a second), as the compiled-step tests do
 def test_constant_when_traced_marks_a_function_as_dynamos_decorator_does() -> None:
     # The device package marks its trace-time constants without importing torch._dynamo (about
     # a second of `import metricstream.device`): the mark must be the decorator's whole effect.

@@ -35,10 +35,20 @@ def python_blocks(path: Path) -> list[tuple[str, int, str]]:
 
 
 BLOCKS = [(path, *block) for path in [README, *DOCS] for block in python_blocks(path)]
+# Examples that start a host taking seconds to import (a Lightning Trainer, Keras, a Hugging Face
+# Trainer, Ray, Spark) run in the full run, as the integrations' doctests do (the repository's
+# conftest.py); tests/test_{lightning,keras,huggingface}.py test the same calls by default.
+HEAVY_HOST = re.compile(r"^\s*(?:import|from) (?:lightning|keras|transformers|ray|pyspark)\b", re.M)
 
 
 @pytest.mark.parametrize(
-    ("path", "block_id", "line", "source"), BLOCKS, ids=[block[1] for block in BLOCKS]
+    ("path", "block_id", "line", "source"),
+    [
+        pytest.param(
+            *block, id=block[1], marks=[pytest.mark.slow] if HEAVY_HOST.search(block[3]) else []
+        )
+        for block in BLOCKS
+    ],
 )
 def test_python_block_runs(path, block_id, line, source, tmp_path, monkeypatch):
     # Line numbers in tracebacks are the file's: pad the source so that line 1 is `line`.
