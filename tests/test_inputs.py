@@ -278,7 +278,7 @@ def test_read_only_inputs_compile_no_kernel_of_their_own():
         pairs = [
             (ms.ConfusionAccumulator(3), (labels, labels[::-1].copy())),
             (ms.ConfusionAccumulator(3), (labels, scores)),
-            (ms.ScoreAccumulator("multiclass", 3, logits=True), (labels, scores)),
+            (ms.ScoreAccumulator("multiclass", 3), (labels, scores)),
             (ms.ScoreAccumulator("binary"), (labels % 2, scores[:, 0].copy())),
             (ms.MultilabelAccumulator(3), (labels[:, None] == [0, 1, 2], scores)),
             (ms.RegressionAccumulator(), (scores[:, 0].astype(np.float64), scores[:, 1] * 2.0)),
