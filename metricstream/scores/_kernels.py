@@ -1779,12 +1779,6 @@ def _reduce_lanes(builder, vector, combine):
     return builder.extract_element(vector, ir.Constant(_I32, 0))
 
 
-def _vector_at(context, builder, array_type, array, offset, element):
-    """A pointer to a vector of ``element`` at ``array.data + offset`` elements."""
-    data = context.make_array(array_type)(context, builder, value=array).data
-    return builder.bitcast(builder.gep(data, [offset]), _vector(element).as_pointer())
-
-
 def _scores_type(scores):
     return (
         isinstance(scores, types.Array)
